@@ -1,0 +1,25 @@
+# di_library(NAME SOURCES a.cpp ... DEPS di_core ...)
+# Defines the static library NAME with include root src/ and the project's warnings.
+function(di_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE di_warnings ${ARG_PRIVATE_DEPS})
+endfunction()
+
+# di_test(NAME SOURCES t.cpp ... DEPS di_x ... LABELS cpu [slow])
+# A GoogleTest binary registered with CTest, run from the source root so fixtures resolve.
+function(di_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main di_warnings)
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS cpu)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    ENVIRONMENT "DI_SOURCE_DIR=${PROJECT_SOURCE_DIR};DI_BUILD_DIR=${PROJECT_BINARY_DIR}")
+endfunction()
