@@ -34,7 +34,9 @@ import torch  # noqa: E402
 
 NUM_GREEDY = 24
 PROMPT_LENS = [7, 1, 33, 70]  # prompt 0 (7 tokens) also gets per-position logits; 70 > one 64-token KV block
-MAX_SEED_TRIES = 4
+# Attempts of the quality gate: (seed offset, embedding-std multiplier). The multiplier balances the token's
+# own embedding against the layers' residual contributions (and, when tied, sets the logit scale).
+ATTEMPTS = [(0, 1.0), (100, 0.5), (200, 2.0), (300, 1.0), (400, 0.5), (500, 2.0), (600, 0.25), (700, 4.0)]
 
 # Quality gates on the in-memory model before saving (a failing seed is replaced by seed+1, ...).
 MIN_LOGIT_STD = 0.5
@@ -258,9 +260,10 @@ def init_stds(spec):
     c = spec["config"]
     h = c["hidden_size"]
     tied = bool(c.get("tie_word_embeddings"))
+    mult = spec.get("embed_mult", 1.0)
     return {
         # Tied: the embedding is also the LM head, so size it for logits of std ~2 on unit-rms hidden.
-        "embed": 2.0 / math.sqrt(h) if tied else 1.0,
+        "embed": mult * (2.0 / math.sqrt(h) if tied else 1.0),
         "lm_head": 2.0 / math.sqrt(h),
         # Router logits of std ~2 on the unit-rms normed hidden: clear top-k choices, few near-ties.
         "router": 2.0 / math.sqrt(h),
@@ -372,11 +375,6 @@ def canonical_state_dict(state_dict, spec):
             continue
         out[k] = t.contiguous().clone()
     return out, notes
-
-
-def fused_names(names):
-    return sorted(n for n in names if _FUSED_GATE_UP.match(n) or (_FUSED_DOWN.match(n) and ".experts." not in n
-                                                                    .replace(".experts.down_proj", "")))
 
 
 def check_per_expert_layout(names, spec, moe_layers):
@@ -564,10 +562,14 @@ def reload_model(d):
 def loading_info_lists(info):
     out = {}
     for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs", "conversion_errors"):
-        v = info.get(k) if isinstance(info, dict) else None
+        v = info.get(k) if isinstance(info, dict) else getattr(info, k, None)
         if v is None:
             continue
+        if isinstance(v, dict):
+            v = [f"{a}: {b}" for a, b in v.items()]
         out[k] = sorted(str(x) for x in v)
+    if not out:
+        log(f"  WARNING: loading info of type {type(info).__name__} has none of the expected fields: {info!r:.300}")
     return out
 
 
@@ -634,7 +636,8 @@ def greedy_manual(model, ids, device, steps=NUM_GREEDY):
 def greedy_generate(model, ids, device):
     x = torch.tensor([ids], dtype=torch.long, device=device)
     mask = torch.ones_like(x)
-    gc = copy.deepcopy(model.generation_config)
+    from transformers import GenerationConfig
+    gc = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
     gc.eos_token_id = None
     gc.bos_token_id = None
     gc.pad_token_id = 0  # never used: batch 1, no padding; set to silence the warning
@@ -642,12 +645,12 @@ def greedy_generate(model, ids, device):
     gc.num_beams = 1
     gc.max_new_tokens = NUM_GREEDY
     gc.min_new_tokens = NUM_GREEDY
-    gc.max_length = None
     for attr in ("temperature", "top_p", "top_k", "repetition_penalty"):
         if hasattr(gc, attr):
             setattr(gc, attr, None)
     out = model.generate(input_ids=x, attention_mask=mask, generation_config=gc, use_cache=True)
-    return out[0, len(ids):].tolist()
+    seqs = out.sequences if hasattr(out, "sequences") else out
+    return seqs[0, len(ids):].tolist()
 
 
 class RouterProbe:
@@ -801,7 +804,19 @@ def hf_internals(model, spec):
 
 
 def tensor_rows(t):
-    return [[float(x) for x in row] for row in t.double().tolist()] if t.dim() == 2 else [float(x) for x in t]
+    """fp32 values as Python floats whose repr is the shortest decimal that parses back to the same fp32
+    (at most 9 significant digits), so the json is exact for fp32 and ~half the size of 17-digit reprs."""
+    t = t.detach().cpu().float()
+    try:
+        import numpy as np
+        a = t.numpy()
+        flat = [float(str(x)) for x in a.reshape(-1)]
+        if a.ndim == 2:
+            n = a.shape[1]
+            return [flat[i * n:(i + 1) * n] for i in range(a.shape[0])]
+        return flat
+    except ImportError:
+        return t.double().tolist()
 
 
 def run_model(spec, args, device):
@@ -822,25 +837,33 @@ def run_model(spec, args, device):
 
     # 1. build + init, with a quality gate over a few seeds
     best = None
-    for attempt in range(MAX_SEED_TRIES):
-        seed = spec["seed"] + 100 * attempt
+    base_spec = spec
+    for seed_off, mult in ATTEMPTS:
+        spec = dict(base_spec, embed_mult=mult)
+        seed = base_spec["seed"] + seed_off
         torch.manual_seed(seed)
         model, impl_kw = instantiate(cfg, spec)
+        for n in patch_known_hf_bugs(model, spec):
+            log(f"  PATCH (HF bug, semantics unchanged): {n}")
         init_model_weights(model, spec, seed)
+        if spec["config"].get("tie_word_embeddings"):
+            check(model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(),
+                  "tie_word_embeddings=True but lm_head is not tied to embed_tokens")
         model.to(device)
         q = quality(spec, model, prompts, device)
-        log(f"  seed {seed}: logit std(min over prompts) {q['logit_std_min']:.3f}, greedy distinct {q['distinct']}, "
+        log(f"  seed {seed}, embed std x{mult}: logit std(min over prompts) {q['logit_std_min']:.3f}, greedy distinct {q['distinct']}, "
             f"min top1-top2 margin {q['min_margin']:.4g}, router gap expert {q['router_expert_gap']:.3g} "
             f"group {q['router_group_gap']:.3g}" + (f"  -> retry: {q['reasons']}" if q["reasons"] else "  -> ok"))
-        score = (len(q["reasons"]) == 0, -len(q["reasons"]), q["min_margin"])
+        score = (len(q["reasons"]) == 0, -len(q["reasons"]), min(q["distinct"]), q["min_margin"])
         if best is None or score > best[0]:
-            best = (score, seed, model.to("cpu"), q)
+            best = (score, seed, model.to("cpu"), q, spec)
         if not q["reasons"]:
             break
         del model
-    _, seed, model, q = best
+    _, seed, model, q, spec = best
     if q["reasons"]:
-        notes.append(f"quality gate not met by any seed; using seed {seed}: {q['reasons']}")
+        notes.append(f"quality gate not met by any attempt; using seed {seed}, embed std x{spec['embed_mult']}: "
+                     f"{q['reasons']}")
         log(f"  WARNING: {notes[-1]}")
     summary["seed"] = seed
     model.to("cpu")
@@ -934,9 +957,10 @@ def run_model(spec, args, device):
     for k, v in li.items():
         if v:
             log(f"    {k}: {v[:8]}{' ...' if len(v) > 8 else ''}")
-    check(not li.get("missing_keys"), f"HF reported missing keys (would be randomly initialised): "
-                                      f"{li.get('missing_keys')[:8]}")
-    check(not li.get("mismatched_keys"), f"HF reported mismatched keys: {li.get('mismatched_keys')[:8]}")
+    missing = [k for k in li.get("missing_keys", [])
+               if not (spec["config"].get("tie_word_embeddings") and k == "lm_head.weight")]
+    check(not missing, f"HF reported missing keys (would be randomly initialised): {missing[:8]}")
+    check(not li.get("mismatched_keys"), f"HF reported mismatched keys: {li.get('mismatched_keys', [])[:8]}")
     unexpected = li.get("unexpected_keys", [])
     non_mtp = [k for k in unexpected if not k.startswith(mtp_prefix)]
     check(not non_mtp, f"unexpected keys other than MTP: {non_mtp[:8]}")
@@ -971,7 +995,7 @@ def run_model(spec, args, device):
     # 4. outputs from the reloaded model
     re_model.to(device)
     internals = hf_internals(re_model, spec)
-    log("  HF internals: " + json.dumps({k: v for k, v in internals.items() if k != "rope_inv_freq"}))
+    log("  HF internals: " + json.dumps({k: v for k, v in internals.items() if k != "rope_inv_freq"}, default=str))
     log(f"  rope inv_freq: {internals.get('rope_inv_freq')}")
     if spec["moe"] in ("deepseek_v2", "deepseek_v3"):
         log(f"  softmax scale {internals['attn_softmax_scale']:.9f}: plain qk^-0.5 = "
@@ -1026,6 +1050,7 @@ def run_model(spec, args, device):
         "all_logits_prompt0": tensor_rows(outs["all_logits_prompt0"]),
         "greedy_min_top2_margin": outs["min_margin"],
         "seed": seed,
+        "init": {k: v for k, v in init_stds(spec).items()},
         "generator": {
             "script": "scripts/gen_goldens.py",
             "transformers": transformers.__version__,
@@ -1041,7 +1066,7 @@ def run_model(spec, args, device):
     if cpu_rel is not None:
         golden["generator"]["cuda_vs_cpu_max_rel_diff"] = cpu_rel
     with open(os.path.join(out_dir, "golden.json"), "w") as f:
-        json.dump(golden, f, separators=(",", ":"))
+        json.dump(golden, f, separators=(",", ":"), default=str)
         f.write("\n")
     gen_cfg = os.path.join(out_dir, "generation_config.json")
     if os.path.exists(gen_cfg):
