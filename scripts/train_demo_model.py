@@ -167,6 +167,8 @@ def main():
     args = ap.parse_args()
 
     t_start = time.time()
+    for path in (args.log, args.state):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     dev = torch.device(args.device)
