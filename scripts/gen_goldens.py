@@ -126,7 +126,8 @@ MODEL_SPECS = [
         "seed": 1005,
         "moe": "deepseek_v2",
         "config": dict(
-            vocab_size=1009, hidden_size=64, intermediate_size=128, moe_intermediate_size=24,
+            # HF validates hidden_size % num_attention_heads even though MLA does not use it.
+            vocab_size=1009, hidden_size=96, intermediate_size=128, moe_intermediate_size=24,
             num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=3, max_position_embeddings=256,
             rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
             q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,

@@ -97,9 +97,9 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
 double ModelConfig::attention_scale() const {
   if (!is_mla()) return 1.0 / std::sqrt(static_cast<double>(head_dim));
   double scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim()));
-  // HF DeepseekV3Attention multiplies by mscale(factor, mscale_all_dim)² for non-default rope;
-  // HF DeepseekV2Attention does not (transformers 5.x).
-  if (arch == Arch::kDeepseekV3 && rope.type != RopeConfig::Type::kDefault && rope.mscale_all_dim &&
+  // DeepSeek (and HF 5.17, measured by scripts/gen_goldens.py for V2 and V3) multiplies the scale by
+  // mscale(factor, mscale_all_dim)² when the rope is scaled.
+  if (rope.type != RopeConfig::Type::kDefault && rope.mscale_all_dim &&
       *rope.mscale_all_dim != 0.0) {
     double m = yarn_mscale(rope.factor, *rope.mscale_all_dim);
     scale *= m * m;
@@ -162,7 +162,8 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
       c.bos_token_id = it->get<int64_t>();
 
     if (c.arch == Arch::kQwen3Moe) {
-      c.num_experts = get_or<int64_t>(j, "num_experts", 0);
+      // transformers 5.x writes num_local_experts; Hub checkpoints use num_experts.
+      c.num_experts = get_or<int64_t>(j, "num_experts", get_or<int64_t>(j, "num_local_experts", 0));
       c.num_experts_per_tok = get_or<int64_t>(j, "num_experts_per_tok", 0);
       c.moe_intermediate_size = get_or<int64_t>(j, "moe_intermediate_size", 0);
       c.norm_topk_prob = get_or<bool>(j, "norm_topk_prob", false);
