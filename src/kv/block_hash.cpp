@@ -30,8 +30,8 @@ std::string BlockHash::hex() const {
   return s;
 }
 
-BlockHash hash_block(const BlockHash* parent, std::string_view cache_salt, std::string_view model_id,
-                     std::span<const TokenId> block_tokens) {
+BlockHash hash_block(const BlockHash* parent, std::string_view cache_salt,
+                     std::string_view model_id, std::span<const TokenId> block_tokens) {
   // 32 + 4 + |model_id| + 4 x 64 tokens: ~300 bytes, about 1 us of SHA-256 per block.
   thread_local std::vector<uint8_t> buf;
   buf.clear();

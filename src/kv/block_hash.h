@@ -27,9 +27,10 @@ struct BlockHash {
   std::string hex() const;
 };
 
-// Hash of one full block; `parent` is null for block 0, which is the only block that mixes the salt.
-BlockHash hash_block(const BlockHash* parent, std::string_view cache_salt, std::string_view model_id,
-                     std::span<const TokenId> block_tokens);
+// Hash of one full block; `parent` is null for block 0, which is the only block that mixes the
+// salt.
+BlockHash hash_block(const BlockHash* parent, std::string_view cache_salt,
+                     std::string_view model_id, std::span<const TokenId> block_tokens);
 
 // Appends to `hashes` the hashes of the full blocks of `tokens` that `hashes` does not cover yet
 // (hashes[i] must already be the hash of block i for i < hashes.size()).

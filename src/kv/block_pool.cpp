@@ -40,8 +40,8 @@ int32_t BlockPool::decref(BlockId block) {
 
 void BlockPool::release(BlockId block) {
   check_id(block);
-  DI_CHECK(ref_counts_[block.value()] == 0, "release of block {} with {} references",
-           block.value(), ref_counts_[block.value()]);
+  DI_CHECK(ref_counts_[block.value()] == 0, "release of block {} with {} references", block.value(),
+           ref_counts_[block.value()]);
   DI_CHECK(!is_free_[block.value()], "double release of block {}", block.value());
   is_free_[block.value()] = true;
   free_.push_back(block);

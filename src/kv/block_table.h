@@ -5,7 +5,8 @@
 // For a step that computes tokens [num_computed, num_computed + num_new) of each sequence:
 //
 //   seq 0: table [7 2 5]   kv_len 150 (block 64)    indptr   [0 3 5]
-//   seq 1: table [3 9 4]   kv_len 100               indices  [7 2 5 3 9]     (only blocks holding KV)
+//   seq 1: table [3 9 4]   kv_len 100               indices  [7 2 5 3 9]     (only blocks holding
+//   KV)
 //                                                   last_len [22 36]
 // New tokens get slots (block id, offset) in `slot_block_ids` / `slot_offsets`, batch order.
 #include <cstdint>

@@ -20,7 +20,8 @@ int32_t KvBudget::num_blocks_to_allocate(SeqId seq) const {
   const int32_t bs = kv_->block_size();
   int32_t num_tokens = kv_->num_tokens(seq);
   int32_t num_computed = kv_->num_computed_tokens(seq);
-  int32_t num_new = std::max(num_blocks_for(num_tokens, bs) - static_cast<int32_t>(blocks.size()), 0);
+  int32_t num_new =
+      std::max(num_blocks_for(num_tokens, bs) - static_cast<int32_t>(blocks.size()), 0);
   // Same rule as KvCacheManager::needs_copy_on_write, on planned ref counts.
   size_t idx = static_cast<size_t>(num_computed / bs);
   bool copy = num_computed < num_tokens && num_computed % bs != 0 && idx < blocks.size() &&
@@ -53,8 +54,8 @@ void KvBudget::free(SeqId seq) {
 }
 
 int32_t KvBudget::num_blocks_to_admit(const PrefixMatch& match, int32_t num_tokens) const {
-  int32_t num = num_blocks_for(num_tokens, kv_->block_size()) -
-                static_cast<int32_t>(match.blocks.size());
+  int32_t num =
+      num_blocks_for(num_tokens, kv_->block_size()) - static_cast<int32_t>(match.blocks.size());
   for (BlockId b : match.blocks) num += (ref_count(b) == 0 && !revived_.contains(b)) ? 1 : 0;
   return num;
 }

@@ -4,8 +4,9 @@
 // touching the manager; applying the same operations in the same order to the manager succeeds.
 //
 // Available blocks = free + evictable (unreferenced cached). Costs:
-//   allocate_slots(seq)  new blocks to cover its tokens, +1 for copy-on-write of a shared last block
-//   admit(match, n)      blocks for the uncached tokens + cached hits that are unreferenced now
+//   allocate_slots(seq)  new blocks to cover its tokens, +1 for copy-on-write of a shared last
+//   block admit(match, n)      blocks for the uncached tokens + cached hits that are unreferenced
+//   now
 //                        (taking them removes them from the evictable set); each hit counted once
 //   free(seq)            every block whose last reference it drops becomes available again
 // Rule for callers: do not admit after freeing in the same plan (a freed block could be counted
@@ -24,7 +25,8 @@ namespace di {
 
 class KvBudget {
  public:
-  explicit KvBudget(const KvCacheManager& kv) : kv_(&kv), num_available_(kv.num_available_blocks()) {}
+  explicit KvBudget(const KvCacheManager& kv)
+      : kv_(&kv), num_available_(kv.num_available_blocks()) {}
 
   const KvCacheManager& kv() const { return *kv_; }
   int32_t num_available_blocks() const { return num_available_; }

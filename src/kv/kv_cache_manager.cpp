@@ -66,9 +66,8 @@ bool KvCacheManager::needs_copy_on_write(const SeqState& s) const {
 
 int32_t KvCacheManager::num_blocks_to_allocate(SeqId seq) const {
   const SeqState& s = state(seq);
-  int32_t num_new =
-      num_blocks_for(static_cast<int32_t>(s.tokens.size()), block_size()) -
-      static_cast<int32_t>(s.blocks.size());
+  int32_t num_new = num_blocks_for(static_cast<int32_t>(s.tokens.size()), block_size()) -
+                    static_cast<int32_t>(s.blocks.size());
   return std::max(num_new, 0) + (needs_copy_on_write(s) ? 1 : 0);
 }
 
@@ -179,9 +178,10 @@ void KvCacheManager::check_integrity() const {
     DI_CHECK(num_tokens >= 1, "sequence {} has no tokens", id.value());
     DI_CHECK(num_table <= num_blocks_for(num_tokens, bs), "sequence {}: {} blocks for {} tokens",
              id.value(), num_table, num_tokens);
-    DI_CHECK(s.num_computed >= 0 && s.num_computed <= num_tokens && s.num_computed <= num_table * bs,
-             "sequence {}: {} computed tokens, {} tokens, {} blocks", id.value(), s.num_computed,
-             num_tokens, num_table);
+    DI_CHECK(
+        s.num_computed >= 0 && s.num_computed <= num_tokens && s.num_computed <= num_table * bs,
+        "sequence {}: {} computed tokens, {} tokens, {} blocks", id.value(), s.num_computed,
+        num_tokens, num_table);
     std::vector<BlockHash> expected;
     extend_block_hashes(expected, s.tokens, bs, config_.model_id, s.cache_salt);
     DI_CHECK(expected == s.hashes, "sequence {}: stored hash chain differs from its tokens",
@@ -189,19 +189,24 @@ void KvCacheManager::check_integrity() const {
     std::unordered_set<BlockId> in_table;
     for (int32_t i = 0; i < num_table; ++i) {
       BlockId b = s.blocks[i];
-      DI_CHECK(in_table.insert(b).second, "sequence {} holds block {} twice", id.value(), b.value());
+      DI_CHECK(in_table.insert(b).second, "sequence {} holds block {} twice", id.value(),
+               b.value());
       ++refs[b.value()];
       if (!cache_.is_cached(b)) continue;
-      DI_CHECK(i < s.num_computed / bs, "sequence {}: block {} at index {} is cached but not a "
-               "computed full block ({} computed)", id.value(), b.value(), i, s.num_computed);
-      DI_CHECK(cache_.find(s.hashes[i]) == b, "sequence {}: cached block {} at index {} holds "
-               "another hash than its tokens", id.value(), b.value(), i);
+      DI_CHECK(i < s.num_computed / bs,
+               "sequence {}: block {} at index {} is cached but not a "
+               "computed full block ({} computed)",
+               id.value(), b.value(), i, s.num_computed);
+      DI_CHECK(cache_.find(s.hashes[i]) == b,
+               "sequence {}: cached block {} at index {} holds "
+               "another hash than its tokens",
+               id.value(), b.value(), i);
     }
   }
   int32_t num_free = 0, num_used = 0, num_parked = 0;
   for (int32_t b = 0; b < num_blocks(); ++b) {
-    DI_CHECK(pool_.ref_count(BlockId(b)) == refs[b], "block {}: ref count {} but {} references",
-             b, pool_.ref_count(BlockId(b)), refs[b]);
+    DI_CHECK(pool_.ref_count(BlockId(b)) == refs[b], "block {}: ref count {} but {} references", b,
+             pool_.ref_count(BlockId(b)), refs[b]);
     if (pool_.is_free(BlockId(b))) {
       ++num_free;
     } else if (refs[b] > 0) {
@@ -211,8 +216,7 @@ void KvCacheManager::check_integrity() const {
       DI_CHECK(cache_.is_cached(BlockId(b)), "block {} is unreferenced, not free, not cached", b);
     }
   }
-  DI_CHECK(num_free + num_used + num_parked == num_blocks() &&
-               num_parked == cache_.num_evictable(),
+  DI_CHECK(num_free + num_used + num_parked == num_blocks() && num_parked == cache_.num_evictable(),
            "free {} + used {} + cached {} != total {} (evictable {})", num_free, num_used,
            num_parked, num_blocks(), cache_.num_evictable());
 }

@@ -2,9 +2,10 @@
 // KvCacheManager: the KV state of every live sequence, on top of BlockPool + PrefixCache.
 // The scheduler is its only mutator (through KvBudget it plans; through this class it applies).
 //
-//   admit ──► allocate_slots ──► [forward] ──► mark_computed ──► append_token ──► allocate_slots ...
-//     │ reuses the longest cached prefix            │ registers newly full blocks     │ copy-on-write
-//     ▼                                             ▼                                  ▼ of a shared
+//   admit ──► allocate_slots ──► [forward] ──► mark_computed ──► append_token ──► allocate_slots
+//   ...
+//     │ reuses the longest cached prefix            │ registers newly full blocks     │
+//     copy-on-write ▼                                             ▼ ▼ of a shared
 //   PrefixCache (hash -> block, LRU)  ◄──────  BlockPool (ref counts, free list)     partial block
 //
 // Lifecycle of one sequence:
@@ -19,7 +20,8 @@
 //    immutable. The partially filled last block is copied by the first sibling that writes into it
 //    (allocate_slots returns a BlockCopy the engine performs before the step's forward); the last
 //    holder writes in place. So n siblings cost n - 1 block copies and no recompute.
-//  - free(): drops every reference; cached blocks go to the LRU, others to the free list. Blocks are
+//  - free(): drops every reference; cached blocks go to the LRU, others to the free list. Blocks
+//  are
 //    released last-first so that a chain's tail is evicted before its head.
 #include <cstdint>
 #include <optional>

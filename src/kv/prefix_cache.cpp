@@ -46,8 +46,8 @@ void PrefixCache::check_integrity(const BlockPool& pool) const {
   DI_CHECK(static_cast<int32_t>(block_hash_.size()) == pool.num_blocks(),
            "cache sized for {} blocks, pool has {}", block_hash_.size(), pool.num_blocks());
   for (const auto& [hash, block] : hash_to_block_) {
-    DI_CHECK(block_hash_[block.value()] == hash, "hash {} maps to block {} which holds another hash",
-             hash.hex(), block.value());
+    DI_CHECK(block_hash_[block.value()] == hash,
+             "hash {} maps to block {} which holds another hash", hash.hex(), block.value());
     DI_CHECK(!pool.is_free(block), "hash {} maps to free block {}", hash.hex(), block.value());
   }
   int32_t num_with_hash = 0;

@@ -20,9 +20,8 @@ Sequence& Queues::seq(SeqId id) {
 }
 
 void Queues::push_waiting(SeqId id) {
-  auto pos = std::upper_bound(waiting.begin(), waiting.end(), id, [&](SeqId a, SeqId b) {
-    return more_urgent(seq(a), seq(b));
-  });
+  auto pos = std::upper_bound(waiting.begin(), waiting.end(), id,
+                              [&](SeqId a, SeqId b) { return more_urgent(seq(a), seq(b)); });
   waiting.insert(pos, id);
 }
 
@@ -58,8 +57,10 @@ void Queues::check_integrity(const KvCacheManager& kv) const {
   for (const auto& [id, s] : seqs) {
     DI_CHECK(seen.contains(id), "sequence {} is in no queue", id.value());
     DI_CHECK(s.seq_id == id, "sequence stored under id {} says {}", id.value(), s.seq_id.value());
-    DI_CHECK(s.num_output_tokens() < s.params->max_tokens, "unfinished sequence {} has {} of {} "
-             "tokens", id.value(), s.num_output_tokens(), s.params->max_tokens);
+    DI_CHECK(s.num_output_tokens() < s.params->max_tokens,
+             "unfinished sequence {} has {} of {} "
+             "tokens",
+             id.value(), s.num_output_tokens(), s.params->max_tokens);
   }
   DI_CHECK(seen.size() == seqs.size(), "{} queued ids for {} sequences", seen.size(), seqs.size());
   DI_CHECK(kv.num_seqs() == static_cast<int32_t>(running.size()),

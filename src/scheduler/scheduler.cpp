@@ -69,8 +69,9 @@ void Scheduler::finish(SeqId seq, FinishReason reason) {
 
 SeqEvent Scheduler::retire(SeqId id, FinishReason reason) {
   Sequence& s = queues_.seq(id);
-  SeqEvent ev{s.request_id, id, s.sample_idx, 0, reason, s.num_prompt_tokens(),
-              s.num_cached_tokens, s.num_output_tokens()};
+  SeqEvent ev{
+      s.request_id,         id, s.sample_idx, 0, reason, s.num_prompt_tokens(), s.num_cached_tokens,
+      s.num_output_tokens()};
   if (s.status == SeqStatus::kRunning) {
     kv_->free(id);
     queues_.running.erase(std::find(queues_.running.begin(), queues_.running.end(), id));

@@ -39,7 +39,8 @@ StopChecker::Result StopChecker::append(std::string_view new_text) {
   size_t hold = 0;
   for (const std::string& s : stops_) {
     for (size_t k = std::min(s.size() - 1, pending_.size()); k > hold; --k) {
-      if (std::string_view(pending_).substr(pending_.size() - k) == std::string_view(s).substr(0, k)) {
+      if (std::string_view(pending_).substr(pending_.size() - k) ==
+          std::string_view(s).substr(0, k)) {
         hold = k;
         break;
       }

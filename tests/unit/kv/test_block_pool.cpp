@@ -32,14 +32,14 @@ TEST(BlockPool, AllocateAndReleaseWithRefCounts) {
 TEST(BlockPool, RejectsMisuse) {
   BlockPool pool(2, 4);
   std::vector<BlockId> a = pool.allocate(1);
-  EXPECT_THROW(pool.release(a[0]), Error);           // still referenced
-  EXPECT_THROW(pool.incref(BlockId(1)), Error);      // free block
-  EXPECT_THROW(pool.ref_count(BlockId(2)), Error);   // out of range
-  EXPECT_THROW(pool.allocate(2), Error);             // only one free
+  EXPECT_THROW(pool.release(a[0]), Error);          // still referenced
+  EXPECT_THROW(pool.incref(BlockId(1)), Error);     // free block
+  EXPECT_THROW(pool.ref_count(BlockId(2)), Error);  // out of range
+  EXPECT_THROW(pool.allocate(2), Error);            // only one free
   EXPECT_EQ(pool.decref(a[0]), 0);
   EXPECT_THROW(pool.decref(a[0]), Error);
   pool.release(a[0]);
-  EXPECT_THROW(pool.release(a[0]), Error);           // double release
+  EXPECT_THROW(pool.release(a[0]), Error);  // double release
   pool.check_integrity();
 }
 

@@ -16,7 +16,7 @@ TEST(PagedBatch, CsrViewAndSlotMapping) {
   EXPECT_EQ(v.last_len, (std::vector<int32_t>{22, 36}));
   ASSERT_EQ(v.slot_block_ids.size(), 41u);
   EXPECT_EQ(v.slot_block_ids[0], 5);
-  EXPECT_EQ(v.slot_offsets[0], 21);  // position 149 = block 2, slot 21
+  EXPECT_EQ(v.slot_offsets[0], 21);   // position 149 = block 2, slot 21
   EXPECT_EQ(v.slot_block_ids[1], 3);  // position 60 of seq 1
   EXPECT_EQ(v.slot_offsets[1], 60);
   EXPECT_EQ(v.slot_block_ids[5], 9);  // position 64 starts block 1

@@ -168,7 +168,8 @@ TEST(KvCacheManager, ForkSharesBlocksAndCopiesThePartialBlockOnFirstWrite) {
   EXPECT_EQ(kv.ref_count(full), 3);
   EXPECT_EQ(kv.ref_count(partial), 3);
   EXPECT_EQ(kv.num_free_blocks(), 6);
-  for (SeqId s : {SeqId(1), SeqId(2), SeqId(3)}) kv.append_token(s, 50 + static_cast<int>(s.value()));
+  for (SeqId s : {SeqId(1), SeqId(2), SeqId(3)})
+    kv.append_token(s, 50 + static_cast<int>(s.value()));
   // The first two writers copy the shared partial block; the last writes in place.
   std::optional<BlockCopy> c2 = kv.allocate_slots(SeqId(2));
   ASSERT_TRUE(c2.has_value());
@@ -308,8 +309,8 @@ TEST(KvCacheManager, RandomizedStress) {
       } else if (kind == 1) {  // compute some tokens
         SeqId id = pick();
         int32_t lo = kv.num_computed_tokens(id);
-        int32_t hi = std::min<int32_t>(kv.num_tokens(id),
-                                       static_cast<int32_t>(kv.block_table(id).size()) * block_size);
+        int32_t hi = std::min<int32_t>(
+            kv.num_tokens(id), static_cast<int32_t>(kv.block_table(id).size()) * block_size);
         if (hi > lo) kv.mark_computed(id, lo + 1 + static_cast<int32_t>(rng() % (hi - lo)));
       } else if (kind == 2) {  // sample a token, then give it a slot
         SeqId id = pick();

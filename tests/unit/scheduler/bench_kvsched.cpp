@@ -18,7 +18,8 @@ double median_us(int reps, F&& f) {
   for (int i = 0; i < reps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     f();
-    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
   return t[reps / 2];
@@ -37,9 +38,10 @@ TEST(Bench, PrefixLookupOf32kTokenPrompt) {
   PrefixMatch m;
   double match_us = median_us(101, [&] { m = kv.match_prefix(hashes, 32769); });
   EXPECT_EQ(m.num_cached_tokens, 32768);
-  std::printf("32768-token prompt (512 blocks of 64): hash chain %.0f us (%.2f us/block), "
-              "longest-prefix match %.1f us\n",
-              hash_us, hash_us / 512, match_us);
+  std::printf(
+      "32768-token prompt (512 blocks of 64): hash chain %.0f us (%.2f us/block), "
+      "longest-prefix match %.1f us\n",
+      hash_us, hash_us / 512, match_us);
 }
 
 TEST(Bench, ScheduleWith256RunningDecodes) {
@@ -59,14 +61,16 @@ TEST(Bench, ScheduleWith256RunningDecodes) {
     std::vector<SampledTokens> sampled;
     for (const auto* list : {&plan.schedule.decodes, &plan.schedule.prefills}) {
       for (const ScheduledSeq& e : *list) {
-        if (e.num_samples > 0) sampled.push_back({e.seq_id, std::vector<TokenId>(e.num_samples, 7)});
+        if (e.num_samples > 0)
+          sampled.push_back({e.seq_id, std::vector<TokenId>(e.num_samples, 7)});
       }
     }
     sched.update(plan, sampled);
     return plan.schedule.decodes.size();
   };
   int guard = 0;
-  while (fake_step() < static_cast<size_t>(num_seqs) && guard++ < 100) {}
+  while (fake_step() < static_cast<size_t>(num_seqs) && guard++ < 100) {
+  }
   sched.check_integrity();
   ScheduleResult r;
   double schedule_us = median_us(201, [&] { r = schedule(sched.queues(), KvBudget(kv), limits); });
@@ -75,9 +79,10 @@ TEST(Bench, ScheduleWith256RunningDecodes) {
   size_t decodes = 0;
   double step_us = median_us(51, [&] { decodes = fake_step(); });
   EXPECT_EQ(decodes, static_cast<size_t>(num_seqs));
-  std::printf("256 running decodes (1000-token prompts): schedule() %.1f us, "
-              "step() + update() incl. batch inputs %.1f us\n",
-              schedule_us, step_us);
+  std::printf(
+      "256 running decodes (1000-token prompts): schedule() %.1f us, "
+      "step() + update() incl. batch inputs %.1f us\n",
+      schedule_us, step_us);
 }
 
 }  // namespace

@@ -49,8 +49,8 @@ class FakeEngine {
           }
         }
         std::span<const TokenId> tokens = kv.tokens(e.seq_id);
-        EXPECT_EQ(context, std::vector<TokenId>(tokens.begin(),
-                                                tokens.begin() + e.start + e.num_tokens))
+        EXPECT_EQ(context,
+                  std::vector<TokenId>(tokens.begin(), tokens.begin() + e.start + e.num_tokens))
             << "sequence " << e.seq_id.value();
         if (e.num_samples > 0) {
           SampledTokens st{e.seq_id, {}};
@@ -88,7 +88,9 @@ inline std::vector<SeqEvent> run_step(Scheduler& sched, FakeEngine& engine, Tran
   sched.check_integrity();
   EXPECT_LE(plan.schedule.num_batched_tokens, limits.max_num_batched_tokens);
   EXPECT_EQ(static_cast<size_t>(plan.schedule.num_batched_tokens), plan.input_ids.size());
-  engine.sample_base = [&](const ScheduledSeq& e) { return sched.queues().seq(e.seq_id).sample_idx; };
+  engine.sample_base = [&](const ScheduledSeq& e) {
+    return sched.queues().seq(e.seq_id).sample_idx;
+  };
   std::vector<SampledTokens> sampled = engine.run(plan, sched.kv());
   std::vector<SeqEvent> events = sched.update(plan, sampled);
   sched.check_integrity();

@@ -4,8 +4,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "scheduler/scheduler.h"
 #include "fake_engine.h"
+#include "scheduler/scheduler.h"
 
 namespace di {
 namespace {
@@ -53,7 +53,9 @@ struct Harness {
     }
     return nullptr;
   }
-  std::vector<TokenId>& tok(uint64_t request, int32_t sample) { return out.tokens[{request, sample}]; }
+  std::vector<TokenId>& tok(uint64_t request, int32_t sample) {
+    return out.tokens[{request, sample}];
+  }
   FinishReason reason(uint64_t request, int32_t sample) { return out.reasons[{request, sample}]; }
   int32_t cached(uint64_t request, int32_t sample) { return out.cached[{request, sample}]; }
   void expect_all_blocks_released() const {
@@ -80,7 +82,8 @@ TEST(Schedule, ChunkedPrefillProgressesAcrossStepsToCompletion) {
     std::vector<SeqEvent> ev = h.step();
     EXPECT_EQ(ev.size(), i == 3 ? 1u : 0u);
   }
-  EXPECT_EQ(chunks, (std::vector<std::pair<int32_t, int32_t>>{{0, 32}, {32, 32}, {64, 32}, {96, 4}}));
+  EXPECT_EQ(chunks,
+            (std::vector<std::pair<int32_t, int32_t>>{{0, 32}, {32, 32}, {64, 32}, {96, 4}}));
   h.run_to_completion();
   EXPECT_EQ(h.tok(1, 0).size(), 3u);
   EXPECT_EQ(h.reason(1, 0), FinishReason::kLength);
@@ -225,10 +228,10 @@ TEST(Schedule, PriorityOrdersAdmissionAndPicksTheVictim) {
 
 TEST(Schedule, AbortFromEveryQueueFreesEverything) {
   Harness h(6, 4, Limits{8, 8});
-  h.add(1, iota_tokens(6, 1), 50);    // will be decoding
-  h.add(2, iota_tokens(12, 100), 50); // will be mid-prefill (budget 8)
-  h.add(3, iota_tokens(12, 200), 50); // will be waiting (no blocks left)
-  h.step();                           // 1 prefilled (6), 2 admitted, 2 tokens of it
+  h.add(1, iota_tokens(6, 1), 50);     // will be decoding
+  h.add(2, iota_tokens(12, 100), 50);  // will be mid-prefill (budget 8)
+  h.add(3, iota_tokens(12, 200), 50);  // will be waiting (no blocks left)
+  h.step();                            // 1 prefilled (6), 2 admitted, 2 tokens of it
   h.step();
   ASSERT_NE(h.find(1), nullptr);
   EXPECT_FALSE(h.find(1)->output.empty());
