@@ -1,6 +1,7 @@
 // deepinfer make-model: writes a random-weight model in Hugging Face layout (model/make_model.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,13 @@ std::string presets_help() {
   return s;
 }
 
+std::string format_count(int64_t n) {
+  const double x = static_cast<double>(n);
+  if (x >= 1e9) return fmt::format("{:.3f} B", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f} M", x / 1e6);
+  return fmt::format("{:.1f} k", x / 1e3);
+}
+
 int run_make_model(const MakeModelArgs& args) {
   model::MakeModelOptions opts;
   opts.arch = args.arch;
@@ -56,10 +64,10 @@ int run_make_model(const MakeModelArgs& args) {
     return 2;
   }
   model::MakeModelReport r = model::make_model(opts);
-  const std::string what = fmt::format(
-      "{} / {}{}: {} tensors, {:.3f} B params, {} in {} file(s)", args.arch, args.preset,
-      r.spec.fp8 ? " (fp8)" : "", r.num_tensors, static_cast<double>(r.num_params) / 1e9,
-      model::format_bytes(r.data_bytes), r.shards.size());
+  const std::string what =
+      fmt::format("{} / {}{}: {} tensors, {} params, {} in {} file(s)", args.arch, args.preset,
+                  r.spec.fp8 ? " (fp8)" : "", r.num_tensors, format_count(r.num_params),
+                  model::format_bytes(r.data_bytes), r.shards.size());
   if (opts.dry_run) {
     fmt::print("{} (dry run, nothing written)\n", what);
     for (const auto& s : r.shards) {
@@ -69,8 +77,8 @@ int run_make_model(const MakeModelArgs& args) {
     return 0;
   }
   fmt::print("wrote {} to {} in {:.1f} s ({}/s)\n", what, args.out, r.seconds,
-             model::format_bytes(
-                 static_cast<uint64_t>(static_cast<double>(r.data_bytes) / std::max(r.seconds, 1e-6))));
+             model::format_bytes(static_cast<uint64_t>(static_cast<double>(r.data_bytes) /
+                                                       std::max(r.seconds, 1e-6))));
   return 0;
 }
 
@@ -83,7 +91,8 @@ CommandRegistration reg(
           ->check(CLI::IsMember(model::supported_archs()));
       app.add_option("--preset", args->preset, "Size preset (see below; depends on --arch)")
           ->required();
-      app.add_option("--out", args->out, "Output directory (created; earlier model files replaced)");
+      app.add_option("--out", args->out,
+                     "Output directory (created; earlier model files replaced)");
       app.add_option("--seed", args->seed, "Seed of the weights (same seed, same bytes)")
           ->capture_default_str();
       app.add_option("--dtype", args->dtype, "Storage type of non-FP8 tensors")
@@ -95,7 +104,8 @@ CommandRegistration reg(
                      "Split into model-0000K-of-0000N.safetensors above this size (MB)")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
-      app.add_flag("--dry-run", args->dry_run, "Print tensor count, size and shards; write nothing");
+      app.add_flag("--dry-run", args->dry_run,
+                   "Print tensor count, size and shards; write nothing");
       app.add_flag("--no-progress", args->no_progress, "No progress bar on stderr");
       app.footer(presets_help());
       return [args] { return run_make_model(*args); };

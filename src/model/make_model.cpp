@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -12,7 +13,6 @@
 #include <future>
 #include <map>
 #include <numbers>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -221,7 +221,8 @@ Result<ModelSpec> model_spec(std::string_view arch, std::string_view preset) {
   return s;
 }
 
-// ---- config.json ----------------------------------------------------------------------------------
+// ---- config.json
+// ----------------------------------------------------------------------------------
 
 ojson hf_config(const ModelSpec& s, DType dtype) {
   const char* torch_dtype = dtype == DType::kF32 ? "float32" : "bfloat16";
@@ -351,7 +352,8 @@ ojson hf_generation_config(const ModelSpec& s) {
           {"eos_token_id", s.eos_token_id}};
 }
 
-// ---- tensor plan ----------------------------------------------------------------------------------
+// ---- tensor plan
+// ----------------------------------------------------------------------------------
 
 namespace {
 
@@ -363,9 +365,8 @@ class Planner {
   Planner(const ModelSpec& s, DType dtype) : s_(s), dtype_(dtype) {}
 
   std::vector<TensorPlan> run() {
-    const float embed_std = s_.tie_word_embeddings
-                                ? static_cast<float>(std::pow(s_.hidden_size, -0.25))
-                                : 1.0f;
+    const float embed_std =
+        s_.tie_word_embeddings ? static_cast<float>(std::pow(s_.hidden_size, -0.25)) : 1.0f;
     values("model.embed_tokens.weight", {s_.vocab_size, s_.hidden_size}, 0.0f, embed_std);
     for (int64_t i = 0; i < s_.num_hidden_layers; ++i) decoder_layer(i);
     norm("model.norm.weight", s_.hidden_size);
@@ -404,8 +405,8 @@ class Planner {
     values(prefix + ".weight", {out, in}, 0.0f, inv_sqrt(in), DType::kFP8E4M3).kind =
         TensorPlan::Kind::kFp8Weight;
     auto blocks = [](int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; };
-    TensorPlan& scale = values(prefix + ".weight_scale_inv", {blocks(out), blocks(in)}, 0.0f, 0.0f,
-                               DType::kF32);
+    TensorPlan& scale =
+        values(prefix + ".weight_scale_inv", {blocks(out), blocks(in)}, 0.0f, 0.0f, DType::kF32);
     scale.kind = TensorPlan::Kind::kFp8ScaleInv;
     scale.rng_name = prefix + ".weight";
   }
@@ -542,7 +543,8 @@ struct ChunkFiller {
   // Fills rows [row_begin, row_end) of `t` into `dst`, in parallel.
   void fill(const TensorPlan& t, int64_t row_begin, int64_t row_end, std::byte* dst) {
     // Elements per row (dim 0); 1 for vectors.
-    const int64_t cols = t.shape.size() >= 2 && t.shape[0] > 0 ? shape_numel(t.shape) / t.shape[0] : 1;
+    const int64_t cols =
+        t.shape.size() >= 2 && t.shape[0] > 0 ? shape_numel(t.shape) / t.shape[0] : 1;
     const uint64_t key = stream_key(seed, t.rng_name);
     switch (t.kind) {
       case TensorPlan::Kind::kValues: {
@@ -714,7 +716,8 @@ MakeModelReport make_model(const MakeModelOptions& options) {
     sr.file = shards.size() == 1
                   ? "model.safetensors"
                   : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
-    for (size_t i = shards[k].first; i < shards[k].second; ++i) sr.data_bytes += tensor_bytes(plan[i]);
+    for (size_t i = shards[k].first; i < shards[k].second; ++i)
+      sr.data_bytes += tensor_bytes(plan[i]);
     sr.num_tensors = static_cast<int64_t>(shards[k].second - shards[k].first);
     report.shards.push_back(sr);
   }
@@ -759,7 +762,8 @@ MakeModelReport make_model(const MakeModelOptions& options) {
       const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
       const uint64_t row_bytes = rows == 0 ? 0 : tensor_bytes(t) / static_cast<uint64_t>(rows);
       int64_t rows_per_chunk =
-          row_bytes == 0 ? rows : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
+          row_bytes == 0 ? rows
+                         : std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row_bytes));
       if (t.kind == TensorPlan::Kind::kFp8Weight) {
         rows_per_chunk = std::max<int64_t>(1, rows_per_chunk / kFp8BlockSize) * kFp8BlockSize;
       }

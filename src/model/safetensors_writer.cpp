@@ -12,13 +12,20 @@ namespace di::model {
 
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kFP8E4M3: return "F8_E4M3";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kFP8E4M3:
+      return "F8_E4M3";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
   }
   DI_FAIL("unknown dtype {}", static_cast<int>(dtype));
 }
@@ -43,7 +50,8 @@ std::string safetensors_header(std::span<const SafetensorsEntry> tensors,
   json.append((8 - json.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   std::string out(8, '\0');
   uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + json;
 }
 

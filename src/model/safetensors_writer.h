@@ -25,9 +25,7 @@ struct SafetensorsEntry {
   DType dtype;
   Shape shape;
 
-  uint64_t nbytes() const {
-    return static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
-  }
+  uint64_t nbytes() const { return static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype); }
 };
 
 // "F32", "BF16", "F16", "F8_E4M3", "I32", "I64", "U8".

@@ -24,7 +24,9 @@ bool canonical_less(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
 }
 
-bool usable(float x) { return !std::isnan(x) && x != kNegInf; }
+bool usable(float x) {
+  return !std::isnan(x) && x != kNegInf;
+}
 
 void check_ids(std::span<const int32_t> ids, size_t vocab, const char* what) {
   for (int32_t id : ids) {
@@ -51,8 +53,7 @@ std::vector<TokenLogprob> raw_top_logprobs(std::span<const float> logits, double
     if (usable(logits[i])) c.push_back({logits[i], static_cast<int32_t>(i)});
   }
   size_t k = std::min(c.size(), static_cast<size_t>(n));
-  std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(k), c.end(),
-                    canonical_less);
+  std::partial_sort(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(k), c.end(), canonical_less);
   std::vector<TokenLogprob> out;
   out.reserve(k);
   for (size_t i = 0; i < k; ++i) {
@@ -209,8 +210,8 @@ SampleResult sample(std::span<const float> logits, const SamplingParams& params,
   }
   if (!processed) {
     const double log_z = log_sum_exp(logits);
-    result.logprob = static_cast<float>(
-        static_cast<double>(logits[static_cast<size_t>(result.token)]) - log_z);
+    result.logprob =
+        static_cast<float>(static_cast<double>(logits[static_cast<size_t>(result.token)]) - log_z);
     if (params.top_logprobs > 0) {
       result.top_logprobs = raw_top_logprobs(logits, log_z, params.top_logprobs);
     }
@@ -234,8 +235,8 @@ std::vector<SampleResult> sample_batch(std::span<const float> logits, int64_t vo
     for (int64_t r = begin; r < end; ++r) {
       const auto i = static_cast<size_t>(r);
       try {
-        auto row_logits = logits.subspan(i * static_cast<size_t>(vocab_size),
-                                         static_cast<size_t>(vocab_size));
+        auto row_logits =
+            logits.subspan(i * static_cast<size_t>(vocab_size), static_cast<size_t>(vocab_size));
         out[i] = sample(row_logits, *rows[i].params, rows[i].position, rows[i].prompt_ids,
                         rows[i].output_ids);
       } catch (...) {

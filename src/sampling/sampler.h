@@ -4,11 +4,11 @@
 //   logits ─► penalties ─► greedy? argmax ─► temperature ─► top-k ─► top-p ─► min-p ─► draw
 //             (repetition over prompt+output, frequency/presence over output)
 //
-// The draw is one uniform u = sampling_uniform(seed, position) (philox.h) mapped through the inverse
-// CDF of the kept tokens in *canonical order*: probability descending, token id ascending on ties.
-// So the token depends only on (logits, params, position, history) — never on the batch, the row
-// order or the thread count. Greedy takes the argmax, lowest token id on ties. -inf logits (masked
-// tokens) are never sampled; NaN logits are treated as -inf.
+// The draw is one uniform u = sampling_uniform(seed, position) (philox.h) mapped through the
+// inverse CDF of the kept tokens in *canonical order*: probability descending, token id ascending
+// on ties. So the token depends only on (logits, params, position, history) — never on the batch,
+// the row order or the thread count. Greedy takes the argmax, lowest token id on ties. -inf logits
+// (masked tokens) are never sampled; NaN logits are treated as -inf.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -25,7 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// ---- an independent minimal safetensors reader ----------------------------------------------------
+// ---- an independent minimal safetensors reader
+// ----------------------------------------------------
 
 struct StTensor {
   std::string dtype;
@@ -143,7 +144,8 @@ std::vector<float> values_of(const StTensor& t) {
   return v;
 }
 
-// ---- the expected checkpoint, derived from config.json --------------------------------------------
+// ---- the expected checkpoint, derived from config.json
+// --------------------------------------------
 
 enum class Role { kEmbed, kLmHead, kProj, kNorm, kRouter, kBias, kScale };
 
@@ -317,8 +319,12 @@ void check_values(const std::string& name, const Expected& e, const StTensor& t,
   };
   switch (e.role) {
     case Role::kProj:
-    case Role::kRouter: expect_std(1.0 / std::sqrt(double(e.fan_in))); break;
-    case Role::kLmHead: expect_std(1.0 / std::sqrt(double(h))); break;
+    case Role::kRouter:
+      expect_std(1.0 / std::sqrt(double(e.fan_in)));
+      break;
+    case Role::kLmHead:
+      expect_std(1.0 / std::sqrt(double(h)));
+      break;
     case Role::kEmbed:
       expect_std(config.at("tie_word_embeddings").get<bool>() ? std::pow(double(h), -0.25) : 1.0);
       break;
@@ -331,7 +337,8 @@ void check_values(const std::string& name, const Expected& e, const StTensor& t,
       EXPECT_GT(s.std, 0.01) << name;
       EXPECT_LT(s.max_abs, 0.3f) << name;
       break;
-    case Role::kScale: break;
+    case Role::kScale:
+      break;
   }
 }
 
@@ -407,8 +414,8 @@ TEST_P(TinyPreset, MatchesHfLayoutAndScales) {
   if (arch == "llama") {
     EXPECT_EQ(c.at("architectures")[0], "LlamaForCausalLM");
     EXPECT_EQ(c.at("rope_scaling").at("rope_type"), "llama3");
-    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor",
-                          "original_max_position_embeddings"}) {
+    for (const char* k :
+         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
       EXPECT_TRUE(c.at("rope_scaling").contains(k)) << k;
     }
     EXPECT_LT(c.at("num_key_value_heads").get<int64_t>(), heads);
@@ -434,8 +441,8 @@ TEST_P(TinyPreset, MatchesHfLayoutAndScales) {
     EXPECT_EQ(c.at("q_lora_rank").is_null(), !v3);
     for (const char* k : {"kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                           "n_routed_experts", "n_shared_experts", "num_experts_per_tok",
-                          "moe_intermediate_size", "first_k_dense_replace", "n_group",
-                          "topk_group", "routed_scaling_factor", "norm_topk_prob"}) {
+                          "moe_intermediate_size", "first_k_dense_replace", "n_group", "topk_group",
+                          "routed_scaling_factor", "norm_topk_prob"}) {
       EXPECT_TRUE(c.contains(k)) << k;
     }
     EXPECT_TRUE(got.count("model.layers.0.mlp.down_proj.weight"));  // first_k_dense_replace
@@ -608,18 +615,17 @@ TEST(MakeModel, DryRunReportsRealCheckpointSizesWithoutWriting) {
   EXPECT_LT(v3.data_bytes, 5'000'000'000u);
 }
 
-// ---- the writer on its own ------------------------------------------------------------------------
+// ---- the writer on its own
+// ------------------------------------------------------------------------
 
 TEST(SafetensorsWriter, StreamsChunksAndChecksBoundaries) {
   TempDir dir("writer");
   fs::create_directories(dir.path());
   const fs::path p = dir.path() / "t.safetensors";
   {
-    SafetensorsWriter w(p,
-                        {{"a", DType::kF32, {2, 3}},
-                         {"empty", DType::kBF16, {0, 4}},
-                         {"b", DType::kU8, {5}}},
-                        {{"format", "pt"}});
+    SafetensorsWriter w(
+        p, {{"a", DType::kF32, {2, 3}}, {"empty", DType::kBF16, {0, 4}}, {"b", DType::kU8, {5}}},
+        {{"format", "pt"}});
     std::vector<float> a = {1, 2, 3, 4, 5, 6};
     auto bytes = std::as_bytes(std::span<const float>(a));
     w.append(bytes.subspan(0, 10));

@@ -192,11 +192,11 @@ TEST(Penalties, RepetitionFrequencyPresence) {
   std::vector<int32_t> prompt = {0, 0};
   std::vector<int32_t> output = {1, 3, 1};
   apply_penalties(l, p, prompt, output);
-  EXPECT_FLOAT_EQ(l[0], 1.0f);                       // prompt only: 2 / 2
+  EXPECT_FLOAT_EQ(l[0], 1.0f);                      // prompt only: 2 / 2
   EXPECT_FLOAT_EQ(l[1], -2.0f - 2 * 0.5f - 0.25f);  // -1 * 2, then twice in the output
-  EXPECT_FLOAT_EQ(l[2], 0.5f);                       // unseen
-  EXPECT_FLOAT_EQ(l[3], 1.5f - 0.5f - 0.25f);        // 3 / 2, once in the output
-  EXPECT_FLOAT_EQ(l[4], 1.0f);                       // unseen
+  EXPECT_FLOAT_EQ(l[2], 0.5f);                      // unseen
+  EXPECT_FLOAT_EQ(l[3], 1.5f - 0.5f - 0.25f);       // 3 / 2, once in the output
+  EXPECT_FLOAT_EQ(l[4], 1.0f);                      // unseen
 
   // Greedy sees the penalised logits: the argmax moves from token 3 to token 0.
   std::vector<float> raw = {2.0f, -1.0f, 0.5f, 3.0f, 1.0f};
@@ -237,7 +237,8 @@ double chi_square(const std::map<int32_t, int64_t>& counts, const std::vector<To
 }
 
 TEST(Sampler, EmpiricalDistributionMatchesFilteredSoftmax) {
-  std::vector<float> l = {0.3f, 2.0f, -0.5f, 1.7f, 1.1f, -2.0f, 0.9f, 1.4f, -1.0f, 0.0f, 1.9f, 0.6f};
+  std::vector<float> l = {0.3f, 2.0f, -0.5f, 1.7f, 1.1f, -2.0f,
+                          0.9f, 1.4f, -1.0f, 0.0f, 1.9f, 0.6f};
   SamplingParams p;
   p.temperature = 0.8f;
   p.top_k = 8;
@@ -298,7 +299,7 @@ TEST(Sampler, SameSeedAndPositionGiveSameTokenAndDifferentPositionsVary) {
 TEST(Logprobs, RawModeReportsLogSoftmaxOfModelLogits) {
   std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f};
   SamplingParams p;
-  p.top_k = 1;              // filters do not change raw logprobs
+  p.top_k = 1;               // filters do not change raw logprobs
   p.repetition_penalty = 3;  // nor do penalties
   p.top_logprobs = 3;
   std::vector<int32_t> out = {1};
@@ -372,12 +373,12 @@ TEST(SampleBatch, RowResultDoesNotDependOnBatchCompositionOrOrder) {
   std::vector<float> rev_logits(logits.size());
   std::vector<SamplingRow> rev_rows(rows.rbegin(), rows.rend());
   for (int64_t r = 0; r < num_rows; ++r) {
-    std::copy_n(logits.begin() + (num_rows - 1 - r) * vocab, vocab,
-                rev_logits.begin() + r * vocab);
+    std::copy_n(logits.begin() + (num_rows - 1 - r) * vocab, vocab, rev_logits.begin() + r * vocab);
   }
   std::vector<SampleResult> rev = sample_batch(rev_logits, vocab, rev_rows);
   for (int64_t r = 0; r < num_rows; ++r) {
-    EXPECT_EQ(rev[static_cast<size_t>(num_rows - 1 - r)].token, batch[static_cast<size_t>(r)].token);
+    EXPECT_EQ(rev[static_cast<size_t>(num_rows - 1 - r)].token,
+              batch[static_cast<size_t>(r)].token);
   }
   // Not all rows agree (the test would be vacuous if every row picked the same token).
   int32_t first = batch[1].token;
