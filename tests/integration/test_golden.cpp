@@ -21,7 +21,9 @@ constexpr double kLogitTolerance = 1e-4;
 TEST(Golden, FixturesCoverEveryArchitecture) {
   std::set<std::string> archs;
   for (const auto& dir : golden_model_dirs()) {
-    std::ifstream f(dir + "/config.json");
+    std::ifstream g(dir + "/golden.json");
+    auto golden = nlohmann::json::parse(g);
+    std::ifstream f(testing::golden_model_path(dir, golden.value("model_dir", "")) + "/config.json");
     auto j = nlohmann::json::parse(f);
     archs.insert(j["architectures"][0].get<std::string>());
   }
@@ -38,7 +40,7 @@ TEST_P(GoldenModel, LogitsAndGreedyMatchTransformers) {
   std::ifstream f(dir + "/golden.json");
   auto golden = nlohmann::json::parse(f);
   auto backend = make_cpu_backend();
-  auto model = load_model(dir, *backend);
+  auto model = load_model(testing::golden_model_path(dir, golden.value("model_dir", "")), *backend);
   const auto prompts = golden["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto logits = golden["last_logits"].get<std::vector<std::vector<float>>>();
   const auto greedy = golden["greedy"].get<std::vector<std::vector<int32_t>>>();
