@@ -58,12 +58,16 @@ TEST_P(GoldenModel, LogitsAndGreedyMatchTransformers) {
   }
   Generator gen(*model, *backend, GeneratorOptions{});
   auto results = gen.generate(reqs);
+  double worst = 0.0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     double err = max_rel_error(logits[i], results[i].last_prompt_logits);
+    worst = std::max(worst, err);
     EXPECT_LE(err, kLogitTolerance) << dir << " prompt " << i << " (" << prompts[i].size()
                                     << " tokens): last-position logits differ";
     EXPECT_EQ(results[i].output, greedy[i]) << dir << " prompt " << i << ": greedy continuation";
   }
+  std::printf("%s: max relative logit error vs HF %.2e\n", dir.c_str(), worst);
+  RecordProperty("max_rel_error", std::to_string(worst));
 }
 
 std::string name_of(const ::testing::TestParamInfo<std::string>& info) {
