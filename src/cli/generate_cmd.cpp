@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/generator.h"
+#include "model/default_model.h"
 #include "model/model.h"
 
 namespace di::cli {
@@ -57,9 +58,10 @@ int run_generate(const GenerateOptions& o) {
   DI_CHECK(!prompt.empty(), "give a prompt with --prompt-ids 1,2,3");
   DI_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0, got {}", o.max_tokens);
   DI_CHECK(o.temperature >= 0.0f, "--temperature must be >= 0, got {}", o.temperature);
+  const std::string model_dir = o.model.empty() ? find_default_model_dir().value() : o.model;
   auto backend = make_backend(o.backend);
   auto t0 = std::chrono::steady_clock::now();
-  auto model = load_model(o.model, *backend);
+  auto model = load_model(model_dir, *backend);
   auto t1 = std::chrono::steady_clock::now();
   GeneratorOptions gopts;
   gopts.block_size = o.block_size;
@@ -97,8 +99,9 @@ int run_generate(const GenerateOptions& o) {
 CommandRegistration reg("generate", "Generate tokens from a model directory (offline, no server)",
                         [](CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
-  app.add_option("--model", o->model, "Hugging Face model directory (config.json + safetensors)")
-      ->required();
+  app.add_option("--model", o->model,
+                 "Hugging Face model directory (config.json + safetensors); default: the shipped "
+                 "demo model, models/deepinfer-demo-code");
   app.add_option("--prompt-ids", o->prompt_ids, "Prompt token ids, comma-separated: 1,2,3");
   app.add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
   app.add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();
