@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup_deps.sh
 scripts/build.sh
 # "def fibonacci(n):" in the demo model's tokenizer, after BOS.
-exec build/bin/deepinfer generate --prompt-ids 0,1354,223,19,3465,77,28,23 --max-tokens 48 --json "$@"
+exec build/bin/deepinfer generate --prompt-ids 0,3465,285,686,265,439,895,3913,2605 --max-tokens 48 --json "$@"
