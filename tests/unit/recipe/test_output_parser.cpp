@@ -239,7 +239,7 @@ TEST_P(DsmlParser, StreamsArgumentsAsJsonAtEverySplit) {
                                                finish(FinishReason::kToolCalls)};
     EXPECT_EQ(events, expected) << dump(events);
     ASSERT_FALSE(events.size() < 4);
-    EXPECT_NO_THROW((void)nlohmann::json::parse(events[3].text)) << events[3].text;
+    EXPECT_TRUE(nlohmann::json::accept(events[3].text)) << events[3].text;
   }
 }
 
