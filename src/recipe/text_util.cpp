@@ -187,10 +187,14 @@ std::string sanitize_utf8(std::string_view s) {
     if (ok) {
       out.append(s.substr(i, len));
       i += len;
-    } else {
-      out += kReplacement;
-      ++i;
+      continue;
     }
+    // One U+FFFD per maximal ill-formed subpart (as Python's "replace"): a lead byte and the
+    // continuation bytes that follow it, up to the length the lead announces.
+    out += kReplacement;
+    size_t k = 1;
+    while (len > 1 && k < len && i + k < s.size() && (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80) ++k;
+    i += k;
   }
   return out;
 }
