@@ -3,11 +3,11 @@
 // window_steps engine steps: the input of the EPLB planner.
 //
 // Counts are kept per bucket of steps_per_bucket steps in a ring of window_steps / steps_per_bucket
-// buckets, plus a running sum over the ring, so memory is independent of the window length in
-// steps: decode's 1000-step window in 10-step buckets is 100 x layers x experts x 8 B (61 layers x
-// 256 experts: 12.5 MB). loads() covers exactly the last num_buckets *completed* buckets; the
-// bucket being filled counts only once complete, so a rebalance at a bucket boundary sees exactly
-// the last window_steps steps.
+// buckets, plus a running sum over the ring, so memory grows with the number of buckets, not of
+// steps: decode's 1000-step window in 10-step buckets is 100 x layers x experts x 8 B (58 MoE
+// layers x 256 experts: 11.9 MB). loads() covers exactly the last num_buckets *completed* buckets;
+// the bucket being filled counts only once complete, so a rebalance at a bucket boundary sees
+// exactly the last window_steps steps.
 //
 // One window per rank records that rank's routing; the EP group all-reduces loads() before
 // planning so every rank plans from the same numbers (the planner is deterministic).
