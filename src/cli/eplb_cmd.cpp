@@ -11,6 +11,7 @@ namespace di::cli {
 namespace {
 
 int run_eplb_sim(const parallel::EplbSimOptions& o) {
+  const auto layers = parallel::simulate_eplb(o);
   fmt::print(
       "eplb-sim: {} experts top-{}, {} ranks, {} redundant slot(s) per rank, Zipf s={}, {} tokens "
       "per trace, {} layers, seed {}\n",
@@ -21,7 +22,6 @@ int run_eplb_sim(const parallel::EplbSimOptions& o) {
       "measured on a fresh one\n");
   fmt::print("{:>5} {:>8} {:>14} {:>14} {:>14} {:>9} {:>9}\n", "layer", "hottest", "before (RR)",
              "after (window)", "after (fresh)", "max reps", "plan ms");
-  const auto layers = parallel::simulate_eplb(o);
   double sum_before = 0, sum_after = 0;
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& r = layers[l];
