@@ -27,6 +27,14 @@ class CudaAllocator {
   // cudaFree's every cached (unused) block.
   void release_cached();
 
+  // A private pool for CUDA graph capture: between begin_private() and end_private(), freed
+  // blocks are kept for reuse by later allocations of the same capture only, and end_private()
+  // hands all of them to the returned owner, which gives them back to the cache when the graph
+  // that baked their addresses in is destroyed. Without it, a block freed during capture could
+  // be handed to a live tensor that the next replay would overwrite.
+  void begin_private();
+  std::shared_ptr<void> end_private();
+
   size_t bytes_in_use() const;
   size_t bytes_cached() const;
 

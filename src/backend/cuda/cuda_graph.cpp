@@ -7,6 +7,7 @@
 namespace di::cuda {
 
 CudaGraph::~CudaGraph() {
+  if (be_) cudaStreamSynchronize(be_->stream());  // no replay may still use the private blocks
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
 }
@@ -16,14 +17,17 @@ void CudaGraph::capture(CudaBackend& be, const std::function<void()>& enqueue) {
   be_ = &be;
   // Relaxed: cudaMalloc from the caching allocator is allowed while capturing.
   CUDA_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeRelaxed));
+  be.allocator().begin_private();
   try {
     enqueue();
   } catch (...) {
+    private_blocks_ = be.allocator().end_private();
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(be.stream(), &g);
     if (g) cudaGraphDestroy(g);
     throw;
   }
+  private_blocks_ = be.allocator().end_private();
   CUDA_CHECK(cudaStreamEndCapture(be.stream(), &graph_));
   CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
 }
@@ -116,6 +120,11 @@ void DecodeGraph::capture() {
 
 const Tensor& DecodeGraph::run(const DecodeStepInputs& in) {
   fill(in);
+  graph_.replay();
+  return logits_;
+}
+
+const Tensor& DecodeGraph::replay() {
   graph_.replay();
   return logits_;
 }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -28,12 +29,14 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
+  // Temporaries freed during the capture stay private to this graph (CudaAllocator::begin_private).
   void capture(CudaBackend& be, const std::function<void()>& enqueue);
   void replay();
   bool captured() const { return exec_ != nullptr; }
 
  private:
   CudaBackend* be_ = nullptr;
+  std::shared_ptr<void> private_blocks_;  // released after the graph (declared first)
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };
@@ -59,6 +62,8 @@ class DecodeGraph {
   // Refreshes the metadata and replays; returns the logits of all bucket rows (rows >= n are
   // padding). Valid until the next run().
   const Tensor& run(const DecodeStepInputs& in);
+  // Replays with the metadata of the last run() (benchmarks: times the graph alone).
+  const Tensor& replay();
   // The same step without the graph, through identical device buffers (for tests).
   Tensor run_eager(const DecodeStepInputs& in);
   int32_t bucket() const { return bucket_; }
