@@ -14,7 +14,8 @@ JOBS=${JOBS:-2}
 cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=OFF \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=(test_backend_ops test_cuda_golden)
-if ninja -C build-cuda -t targets all 2>/dev/null | grep -q '^bench_cuda_llama:'; then
+all_targets=$(ninja -C build-cuda -t targets all 2>/dev/null || true)
+if grep -q '^bench_cuda_llama:' <<<"$all_targets"; then
   targets+=(bench_cuda_llama)
 fi
 ninja -C build-cuda -j"$JOBS" "${targets[@]}"
