@@ -401,7 +401,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     add(new TestMoeRoute("sigmoid_bias_v3_e256_k8", v3, 65, true));
   }
   add(new TestMoeExperts(19, 256, 128, 8, 2));
-  add(new TestMoeExperts(1, 2048, 1408, 64, 6));
+  add(new TestMoeExperts(3, 1024, 512, 16, 6));
   add(new TestMoeExperts(64, 512, 256, 16, 4));
   return c;
 }
