@@ -48,6 +48,21 @@ run_step() {  # name timeout_s command...
 }
 
 run_step ops 110 .gpu_bin/test_backend_ops --gtest_color=no
+# A kernel fault (illegal address) is sticky for the whole process: rerun each failed op test
+# alone so one bad kernel does not hide the others' results.
+if [ "${rcs[0]}" != 0 ]; then
+  failed=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\).*(.*/\1/p' "$OUT/ops.log" | head -60)
+  : >"$OUT/ops_isolated.log"
+  t0=$(date +%s)
+  for t in $failed; do
+    [ $(($(date +%s) - t0)) -gt 60 ] && break
+    if timeout 20 .gpu_bin/test_backend_ops --gtest_color=no --gtest_filter="$t" >>"$OUT/ops_isolated.log" 2>&1; then
+      echo "ALONE-PASS $t" >>"$OUT/ops_isolated.log"
+    else
+      echo "ALONE-FAIL $t" >>"$OUT/ops_isolated.log"
+    fi
+  done
+fi
 run_step golden 90 .gpu_bin/test_cuda_golden --gtest_color=no
 if [ -x .gpu_bin/bench_cuda_llama ]; then
   run_step bench 200 .gpu_bin/bench_cuda_llama
@@ -78,6 +93,11 @@ for i in "${!names[@]}"; do
   [ "${rcs[$i]}" = 124 ] || [ "${rcs[$i]}" = 137 ] && res="TIMEOUT; $res"
   printf '%-8s %5s %6s  %s\n' "$n" "${rcs[$i]}" "${secs[$i]}" "$res"
 done
+if [ -s "$OUT/ops_isolated.log" ]; then
+  echo "---- failed op tests rerun alone: $(grep -c ALONE-PASS "$OUT/ops_isolated.log") pass, $(grep -c ALONE-FAIL "$OUT/ops_isolated.log") fail ----"
+  grep -h '^ALONE-FAIL' "$OUT/ops_isolated.log" | head -15
+  grep -h 'FAIL$' "$OUT/ops_isolated.log" | head -15
+fi
 echo "---- failing ops (first 25) ----"
 grep -h 'FAIL$' "$OUT/ops.log" 2>/dev/null | head -25
 grep -h '^\[sample\]' "$OUT/ops.log" 2>/dev/null | head -5
