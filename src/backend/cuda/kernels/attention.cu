@@ -12,6 +12,7 @@
 // 557 K FMA -> about 2.2 K FMA per thread: close to balanced on CUDA cores at 132 SMs.
 // Prefill on CUDA cores is compute-bound (about 20-30 TFLOP/s expected): the tensor-core version
 // is TODO(#5).
+#include <cstdlib>
 #include <cfloat>
 
 #include "backend/cuda/kernels/attention.h"
@@ -282,8 +283,14 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
   // size of 256 tokens (doubled while the workspace would exceed 512 MB).
   plan.split_size = 1 << 30;  // one split covers any context
   plan.num_splits = 1;
-  if (num_tokens <= 8 * num_seqs && kv > 256) {
-    int32_t split = 256;
+  // DEEPINFER_ATTN_SPLIT overrides the split size (a fixed value keeps batch invariance).
+  static const int32_t kSplit = [] {
+    const char* env = std::getenv("DEEPINFER_ATTN_SPLIT");
+    const int v = env ? std::atoi(env) : 0;
+    return v >= 16 ? v : 256;
+  }();
+  if (num_tokens <= 8 * num_seqs && kv > kSplit) {
+    int32_t split = kSplit;
     auto bytes = [&](int32_t sp) {
       const int64_t splits = (kv + sp - 1) / sp;
       return static_cast<size_t>(splits) * num_tokens * num_q_heads * (head_dim_v + 2) * 4;
