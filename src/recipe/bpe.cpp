@@ -2,7 +2,7 @@
 
 #include <atomic>
 #include <cstring>
-#include <queue>
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -202,7 +202,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<TokenId>& out) c
     out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
     return;
   }
-  if (piece.size() > kSmallWord) {
+  if (piece.size() > kMaxCachedPiece) {
     merge_heap(piece, out);
     return;
   }
@@ -216,7 +216,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<TokenId>& out) c
     return;
   }
   size_t first = out.size();
-  merge_small(piece, out);
+  merge_piece(piece, out);
   if (cache.map.size() >= PieceCache::kMaxEntries) cache.map.clear();
   cache.map.emplace(std::string(piece), std::vector<TokenId>(out.begin() + first, out.end()));
 }
@@ -264,35 +264,46 @@ void BpeModel::merge_small(std::string_view piece, std::vector<TokenId>& out) co
 void BpeModel::merge_heap(std::string_view piece, std::vector<TokenId>& out) const {
   struct Symbol {
     TokenId id;
-    int32_t prev, next;  // -1 at the ends
-    bool alive;
+    int32_t prev, next;  // -1 at the ends; a merged-away symbol has id -1
   };
   struct Candidate {
     uint32_t rank;
     int32_t pos;  // the left symbol
     TokenId merged;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  // Min-heap on (rank, pos): the lowest rank first, the leftmost among equals.
+  auto later = [](const Candidate& a, const Candidate& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  // Per-thread scratch: long pieces are common in CJK text (DeepSeek keeps a whole run of Han/kana as
+  // one piece), and two allocations per piece cost as much as the merges.
+  thread_local std::vector<Symbol> syms;
+  thread_local std::vector<Candidate> heap;
   const int32_t n = static_cast<int32_t>(piece.size());
-  std::vector<Symbol> syms(n);
-  for (int32_t i = 0; i < n; ++i) syms[i] = {byte_ids_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  syms.resize(n);
+  heap.clear();
+  for (int32_t i = 0; i < n; ++i) syms[i] = {byte_ids_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
   auto push = [&](int32_t left) {
     if (left < 0 || syms[left].next < 0) return;
-    if (const Merge* m = find_merge(syms[left].id, syms[syms[left].next].id)) heap.push({m->rank, left, m->id});
+    if (const Merge* m = find_merge(syms[left].id, syms[syms[left].next].id)) {
+      heap.push_back({m->rank, left, m->id});
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
   };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    if (const Merge* m = find_merge(syms[i].id, syms[i + 1].id)) heap.push_back({m->rank, i, m->id});
+  }
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Candidate c = heap.back();
+    heap.pop_back();
     Symbol& left = syms[c.pos];
-    if (!left.alive || left.next < 0) continue;
+    if (left.id < 0 || left.next < 0) continue;
     // Stale if either side changed since the candidate was pushed (HF compares the merged id).
     const Merge* m = find_merge(left.id, syms[left.next].id);
     if (m == nullptr || m->id != c.merged) continue;
     Symbol& right = syms[left.next];
     left.id = c.merged;
-    right.alive = false;
+    right.id = -1;
     left.next = right.next;
     if (right.next >= 0) syms[right.next].prev = c.pos;
     push(left.prev);

@@ -4,7 +4,9 @@
 // Works on raw bytes: vocabulary strings are converted from the GPT-2 byte alphabet at load, so a
 // piece is encoded without re-spelling it. Merges are applied lowest rank first, leftmost first
 // (what HF `tokenizers` does with its priority queue). Pieces up to kSmallWord bytes use a simple
-// O(n^2) scan over a stack array; longer ones (long CJK or whitespace runs) use a heap.
+// O(n^2) scan over a stack array; longer ones (CJK runs, whitespace runs) use a heap, which is
+// faster from ~24 bytes on (measured on DeepSeek CJK: 17 vs 25 ns/byte at 48 bytes, 18 vs 55 at 96).
+// Pieces up to kMaxCachedPiece bytes go through a per-thread cache (HF caches words < 256 chars).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,7 +24,8 @@ using TokenId = int32_t;
 
 class BpeModel {
  public:
-  static constexpr size_t kSmallWord = 48;
+  static constexpr size_t kSmallWord = 24;
+  static constexpr size_t kMaxCachedPiece = 256;
 
   // `node` is tokenizer.json's "model" (type BPE).
   static Result<BpeModel> from_json(const nlohmann::json& node);

@@ -83,8 +83,8 @@ std::string translate_onig_pattern(std::string_view p) {
 
 Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
   std::string translated = literal ? std::string(pattern) : translate_onig_pattern(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | PCRE2_USE_OFFSET_LIMIT;
-  if (literal) options |= PCRE2_LITERAL;
+  uint32_t options = PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_USE_OFFSET_LIMIT;
+  options |= literal ? PCRE2_LITERAL : PCRE2_UCP;  // PCRE2_LITERAL rejects PCRE2_UCP
   int error = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),

@@ -77,7 +77,12 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return ids;
   }
 
-  std::vector<TokenId> encode_ordinary_parallel(std::string_view text) const override;
+  std::vector<TokenId> encode_ordinary_parallel(std::string_view text) const override {
+    ThreadPool& pool = ThreadPool::global();
+    if (text.size() < kParallelMinBytes || pool.num_threads() < 2) return encode_ordinary(text);
+    return encode_ordinary_parallel(text, pool.num_threads());
+  }
+  std::vector<TokenId> encode_ordinary_parallel(std::string_view text, int num_chunks) const override;
 
   std::string decode(const std::vector<TokenId>& ids, bool skip_special) const override {
     std::string out;
@@ -217,12 +222,11 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 //                the serial scan steps on until they agree;
 //   C (parallel) contiguous groups of first-stage pieces run the later stages and BPE.
 // The ids equal encode_ordinary's for any cut positions; cuts only affect speed.
-std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string_view text) const {
+std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string_view text, int num_chunks) const {
+  DI_CHECK(num_chunks >= 1, "num_chunks must be positive, got {}", num_chunks);
   ThreadPool& pool = ThreadPool::global();
   const PreTokenizer& pre = core_->pre_tokenizer;
-  if (text.size() < kParallelMinBytes || pool.num_threads() < 2 || !pre.can_split_in_parallel()) {
-    return encode_ordinary(text);
-  }
+  if (num_chunks == 1 || !pre.can_split_in_parallel()) return encode_ordinary(text);
   std::unique_lock lock(g_pool_mutex, std::try_to_lock);
   if (!lock.owns_lock()) return encode_ordinary(text);
 
@@ -231,11 +235,10 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   const size_t n = t.size();
   DI_CHECK(n < (uint64_t{1} << 32), "text of {} bytes is too long to encode", n);
 
-  // Cuts at character boundaries, roughly equal chunks, one per thread.
+  // Cuts at character boundaries, roughly equal chunks.
   std::vector<size_t> cuts{0};
-  const size_t num_chunks = static_cast<size_t>(pool.num_threads());
-  for (size_t k = 1; k < num_chunks; ++k) {
-    size_t c = n * k / num_chunks;
+  for (size_t k = 1; k < static_cast<size_t>(num_chunks); ++k) {
+    size_t c = n * k / static_cast<size_t>(num_chunks);
     while (c < n && (static_cast<unsigned char>(t[c]) & 0xC0) == 0x80) ++c;
     if (c > cuts.back() && c < n) cuts.push_back(c);
   }
