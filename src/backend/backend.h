@@ -1,0 +1,142 @@
+#pragma once
+// The op interface every backend implements. The CPU backend (cpu/) is the fp32 reference that
+// every other backend is tested against (tests/ops). Model code (model/) drives a Backend only
+// through these ops, so the same model code runs on every backend.
+//
+// Conventions: activations are row-major [tokens, features]; "T" is the number of tokens in the
+// batch; weights of linear layers are [out_features, in_features] as in Hugging Face checkpoints.
+// Integer metadata (positions, block tables) are i32 tensors on the backend's device.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace di {
+
+// Paged KV pool layout (design.md §3): block-major, all layers of a block contiguous, so a block
+// moves between tiers as one chunk.   pool = [num_blocks][num_layers][block_size][entry_size]
+// entry_size is the per-token, per-layer width in elements: 2 * kv_heads * head_dim for GQA
+// (K then V), kv_lora_rank + qk_rope_head_dim for MLA (the compressed latent, then the rope key).
+struct KvLayout {
+  int32_t num_blocks = 0;
+  int32_t num_layers = 0;
+  int32_t block_size = 64;
+  int32_t entry_size = 0;
+  int64_t block_stride() const { return int64_t{num_layers} * block_size * entry_size; }
+  int64_t layer_offset(int32_t layer) const { return int64_t{layer} * block_size * entry_size; }
+  size_t pool_elems() const { return static_cast<size_t>(num_blocks) * block_stride(); }
+};
+
+// The batch's paged-KV view, shared by every layer (CSR over sequences). All i32 on the device.
+struct PagedBatch {
+  Tensor positions;     // [T] absolute position of each new token in its sequence
+  Tensor slot_mapping;  // [T] block_id * block_size + offset where each new token's KV goes
+  Tensor qo_indptr;     // [S + 1] new tokens of sequence s are rows [qo_indptr[s], qo_indptr[s+1])
+  Tensor kv_indptr;     // [S + 1] blocks of sequence s are kv_indices[kv_indptr[s] .. kv_indptr[s+1])
+  Tensor kv_indices;    // block ids, concatenated per sequence
+  Tensor kv_last_len;   // [S] valid tokens in each sequence's last block (1..block_size)
+  int32_t num_seqs = 0;
+  int32_t num_tokens = 0;
+  int32_t max_kv_len = 0;  // host-side hint for kernels that size work by context length
+};
+
+// One attention call over the paged cache: for every new token, causal attention over cache
+// positions [0, position]. Keys and values are read from the pool with explicit offsets so GQA
+// (separate K and V heads) and MLA (K = [latent, rope], V = latent, one shared head) use one op.
+struct PagedAttentionParams {
+  const Tensor* q = nullptr;  // [T, num_q_heads, head_dim_qk]
+  Tensor* out = nullptr;      // [T, num_q_heads, head_dim_v]
+  const Tensor* pool = nullptr;  // the KV pool, KvLayout order
+  KvLayout layout;
+  int32_t layer = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;  // q head h reads kv head h / (num_q_heads / num_kv_heads)
+  int32_t head_dim_qk = 0;
+  int32_t head_dim_v = 0;
+  int32_t k_offset = 0;       // elements from the start of a token's entry to K of kv head 0
+  int32_t v_offset = 0;       // elements from the start of a token's entry to V of kv head 0
+  int32_t kv_head_stride = 0; // elements between consecutive kv heads (for K and for V)
+  float scale = 1.0f;         // softmax scale applied to q·k
+  const PagedBatch* batch = nullptr;
+};
+
+// Router of a mixture-of-experts layer: scores, optional group limit, top-k, weights.
+struct MoeRoutingParams {
+  enum class Scoring { kSoftmax, kSigmoid };
+  enum class GroupScore { kMax, kTopTwoSum };
+  Scoring scoring = Scoring::kSoftmax;
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  int32_t num_groups = 1;   // experts split into groups of num_experts / num_groups
+  int32_t topk_groups = 1;  // only experts of the best topk_groups groups are eligible
+  GroupScore group_score = GroupScore::kMax;
+  const Tensor* correction_bias = nullptr;  // [E] f32, added to scores for selection only (V3)
+  bool renormalize = false;  // divide the top-k weights by their sum (+ renorm_eps)
+  float renorm_eps = 0.0f;
+  float scaling = 1.0f;      // routed_scaling_factor, applied after renormalisation
+};
+
+// Stacked expert weights. gate_up[e] = [gate_proj; up_proj] of expert e.
+struct ExpertWeights {
+  Tensor gate_up;  // [E, 2 * I, H]
+  Tensor down;     // [E, H, I]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual Device device() const = 0;
+  // The dtype activations and the KV cache use on this backend (f32 on the CPU).
+  virtual DType compute_dtype() const = 0;
+
+  virtual Tensor empty(const Shape& shape, DType dtype) = 0;
+  virtual Tensor zeros(const Shape& shape, DType dtype) = 0;
+  // Copies a host tensor to the device, converting to `dtype` (weights, metadata).
+  virtual Tensor upload(const Tensor& host, DType dtype) = 0;
+  // Copies a device tensor to a host f32 (or i32) tensor.
+  virtual Tensor download(const Tensor& t) = 0;
+  virtual void synchronize() = 0;
+
+  // out[t] = table[ids[t]]                           ids [T] i32, table [V, H], out [T, H]
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // y = x · wᵀ (+ bias)                              x [M, K], w [N, K], y [M, N]
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // y = x / rms(x) * w over the last dim            x, y [..., D], w [D]; may alias
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
+  // residual += x; y = rms_norm(residual)           the fused pre-norm of the next block
+  virtual void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& w, float eps,
+                            Tensor& y) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;  // may alias
+  // out = silu(gate) * up, with gate_up = [gate | up] along the last dim.   [T, 2I] -> [T, I]
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // Rotary embedding in place on x [T, heads, row] for dims [rot_begin, rot_begin + rot_dim) of
+  // each head row. cos_sin [max_pos, rot_dim]: cos of the rot_dim/2 frequencies, then sin.
+  // interleaved: pairs (2i, 2i+1) rotate by frequency i (DeepSeek); else pairs (i, i + rot_dim/2).
+  virtual void rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tensor& positions,
+                    const Tensor& cos_sin, bool interleaved) = 0;
+  // Copies columns [col_begin, col_begin + w) of each row of src [R, C] into dst (R·w values, any shape).
+  virtual void copy_columns(const Tensor& src, int32_t col_begin, Tensor& dst) = 0;
+  // Writes src (R·w values, any shape) into columns [col_begin, col_begin + w) of dst [R, C].
+  virtual void write_columns(const Tensor& src, Tensor& dst, int32_t col_begin) = 0;
+  // Writes src [T, width] into the pool entries of the batch's new tokens, at `entry_offset`
+  // elements into each entry of layer `layer`.
+  virtual void store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout, int32_t layer,
+                        int32_t entry_offset, const PagedBatch& batch) = 0;
+  virtual void paged_attention(const PagedAttentionParams& p) = 0;
+  // y[t, h] = w[h] · x[t, h]                        x [T, Hd, K], w [Hd, N, K], y [T, Hd, N]
+  virtual void head_linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // Router: logits [T, E] f32 -> topk_ids [T, k] i32 and topk_weights [T, k] f32.
+  virtual void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
+                         Tensor& topk_weights) = 0;
+  // out[t] = Σ_j topk_weights[t, j] · expert_{topk_ids[t, j]}(x[t])      x, out [T, H]
+  virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const ExpertWeights& w, Tensor& out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// "cpu" or "cuda" (when built with CUDA); throws with the list of available backends otherwise.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+}  // namespace di

@@ -1,0 +1,110 @@
+#pragma once
+// Engine: the serving engine's public face. One engine thread owns the model, the KV pool, the
+// scheduler and the sampler; HTTP workers talk to it only through typed messages:
+//
+//   worker ──submit(EngineRequest, sink)──► [inbox] ──► engine loop: schedule → forward → sample
+//   worker ◄──── sink(TokenEvent) ◄──────────────────────────┘   (called on the engine thread)
+//
+// The engine sees token ids and sampling settings only: no JSON, no text, no chat templates
+// (those stay in protocol/ and server/). Stop strings are matched by the caller on detokenized
+// text, which then calls finish().
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "sampling/sampling_params.h"
+
+namespace di {
+
+enum class EngineFinish : uint8_t { kNone, kStop, kLength, kAbort, kError };
+
+struct EngineRequest {
+  RequestId id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;  // temperature, top-k/p, min-p, penalties, seed, logprobs
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  int32_t n = 1;            // parallel samples sharing the prompt's KV blocks
+  int32_t priority = 0;     // lower = more urgent
+  std::string cache_salt;   // isolates prefix-cache entries (mixed into block 0's hash)
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives
+};
+
+// One event per new token of one sample; the last event of a sample has finish != kNone and
+// carries the usage numbers. An error event (finish == kError) carries a message.
+struct TokenEvent {
+  RequestId id;
+  int32_t sample_idx = 0;
+  int32_t token = -1;  // -1 when the event only finishes (abort, error)
+  TokenLogprob logprob;  // filled when sampling.top_logprobs or logprobs were asked for
+  EngineFinish finish = EngineFinish::kNone;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int32_t num_output_tokens = 0;
+  std::string error;
+};
+
+using TokenSink = std::function<void(const TokenEvent&)>;  // must not block: queue and return
+
+struct EngineConfig {
+  std::string model_dir;
+  std::string backend = "cpu";
+  int32_t block_size = 64;
+  int32_t num_blocks = 0;            // 0 = from kv_cache_bytes
+  int64_t kv_cache_bytes = 256 << 20;
+  int32_t max_model_len = 0;         // 0 = min(model max positions, pool capacity)
+  int32_t max_batched_tokens = 8192; // per-step token budget (chunked prefill)
+  int32_t max_running = 256;
+  bool enable_prefix_caching = true;
+};
+
+// Counters and gauges for /metrics; a consistent snapshot.
+struct EngineStats {
+  uint64_t requests_finished = 0;
+  uint64_t requests_aborted = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_prompt_tokens = 0;  // prefix-cache hit tokens
+  uint64_t generated_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  int32_t num_waiting = 0;
+  int32_t num_running = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_cached = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model and starts the engine thread.
+  static Result<std::unique_ptr<Engine>> start(const EngineConfig& config);
+  virtual ~Engine() = default;  // stops the thread; unfinished requests get kAbort events
+
+  virtual int64_t vocab_size() const = 0;
+  virtual int32_t max_model_len() const = 0;
+  virtual const std::string& model_dir() const = 0;
+
+  // Validates (empty prompt, ids outside the vocabulary, prompt + max_tokens over max_model_len,
+  // bad sampling settings, duplicate id) and queues. Errors are returned, never thrown; the sink is
+  // then never called.
+  virtual Status submit(EngineRequest request, TokenSink sink) = 0;
+  // Ends a request early: abort (client gone) frees its blocks; finish (stop string) ends it as
+  // kStop. Both are no-ops for unknown or finished ids.
+  virtual void abort(RequestId id) = 0;
+  virtual void finish(RequestId id) = 0;
+
+  virtual EngineStats stats() const = 0;
+  // Recomputes every scheduler / KV invariant from scratch (tests and debug builds).
+  virtual void check_integrity() const = 0;
+};
+
+}  // namespace di

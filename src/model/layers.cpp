@@ -1,0 +1,62 @@
+#include "model/layers.h"
+
+namespace di {
+
+Mlp Mlp::load(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t inter) {
+  Mlp m;
+  m.inter = inter;
+  m.gate_up = w.load_concat_rows({prefix + "gate_proj.weight", prefix + "up_proj.weight"},
+                                 {{inter, hidden}, {inter, hidden}});
+  m.down = w.load(prefix + "down_proj.weight", {hidden, inter});
+  return m;
+}
+
+void Mlp::forward(Backend& be, const Tensor& x, Tensor& out) const {
+  const int64_t t = x.size(0);
+  Tensor gu = be.empty({t, 2 * inter}, be.compute_dtype());
+  be.linear(x, gate_up, nullptr, gu);
+  Tensor act = be.empty({t, inter}, be.compute_dtype());
+  be.silu_mul(gu, act);
+  be.linear(act, down, nullptr, out);
+}
+
+void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
+  const int64_t t = x.size(0), e = gate.size(0), k = routing.top_k;
+  Tensor logits = be.empty({t, e}, DType::kF32);
+  be.linear(x, gate, nullptr, logits);
+  Tensor ids = be.empty({t, k}, DType::kI32);
+  Tensor weights = be.empty({t, k}, DType::kF32);
+  MoeRoutingParams p = routing;
+  p.correction_bias = correction_bias.is_null() ? nullptr : &correction_bias;
+  be.moe_route(logits, p, ids, weights);
+  be.moe_experts(x, ids, weights, experts, out);
+  if (has_shared) {
+    Tensor s = be.empty(out.shape(), be.compute_dtype());
+    shared.forward(be, x, s);
+    be.add(out, s, out);
+  }
+}
+
+DecoderEnds DecoderEnds::load(WeightLoader& w, const ModelConfig& c) {
+  DecoderEnds d;
+  d.embed = w.load("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  d.norm = w.load("model.norm.weight", {c.hidden_size});
+  if (c.tie_word_embeddings && !w.has("lm_head.weight")) {
+    d.lm_head = d.embed;
+  } else {
+    d.lm_head = w.load("lm_head.weight", {c.vocab_size, c.hidden_size});
+  }
+  return d;
+}
+
+Tensor DecoderEnds::logits(Backend& be, const Tensor& x, const Tensor& rows, float eps) const {
+  const int64_t r = rows.numel(), h = x.size(1);
+  Tensor picked = be.empty({r, h}, be.compute_dtype());
+  be.embedding(rows, x, picked);  // a row gather
+  be.rms_norm(picked, norm, eps, picked);
+  Tensor out = be.empty({r, lm_head.size(0)}, DType::kF32);
+  be.linear(picked, lm_head, nullptr, out);
+  return out;
+}
+
+}  // namespace di

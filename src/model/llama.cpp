@@ -1,0 +1,148 @@
+// The grouped-query-attention family: LlamaForCausalLM (incl. Llama 3 rope scaling),
+// Qwen3ForCausalLM (RMSNorm on q and k per head) and Qwen3MoeForCausalLM (sparse MoE MLPs).
+//
+// Per layer:  h = norm(x);  q,k,v = split(h · Wqkvᵀ);  [q,k = head_norm(q,k)];  rope(q, k)
+//             store k,v → paged pool;  x += o_proj(attention(q, pool));  x += ffn(norm(x))
+// KV entry per token and layer: [K: kv_heads × head_dim | V: kv_heads × head_dim].
+#include "model/architectures.h"
+#include "model/layers.h"
+#include "model/rope.h"
+
+namespace di {
+namespace {
+
+struct GqaLayer {
+  Tensor input_norm, post_norm;
+  Tensor qkv, qkv_bias;  // [(Hq + 2·Hkv)·D, H], bias optional
+  Tensor o_proj, o_bias;
+  Tensor q_norm, k_norm;  // [D] (Qwen3)
+  FeedForward ffn;
+};
+
+class GqaModel final : public Model {
+ public:
+  GqaModel(ModelConfig config, Backend& backend, const Checkpoint& ck, const LoadOptions& opts)
+      : Model(std::move(config), backend) {
+    const ModelConfig& c = config_;
+    WeightLoader w(ck, backend, c);
+    const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
+                  hkv = c.num_key_value_heads;
+    ends_ = DecoderEnds::load(w, c);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      GqaLayer L;
+      L.input_norm = w.load(p + "input_layernorm.weight", {hidden});
+      L.post_norm = w.load(p + "post_attention_layernorm.weight", {hidden});
+      L.qkv = w.load_concat_rows(
+          {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+          {{hq * d, hidden}, {hkv * d, hidden}, {hkv * d, hidden}});
+      if (w.has(p + "self_attn.q_proj.bias")) {
+        Tensor qb = w.load_host_f32(p + "self_attn.q_proj.bias", {hq * d});
+        Tensor kb = w.load_host_f32(p + "self_attn.k_proj.bias", {hkv * d});
+        Tensor vb = w.load_host_f32(p + "self_attn.v_proj.bias", {hkv * d});
+        Tensor all = Tensor::empty({(hq + 2 * hkv) * d}, DType::kF32);
+        std::copy(qb.f32(), qb.f32() + qb.numel(), all.f32());
+        std::copy(kb.f32(), kb.f32() + kb.numel(), all.f32() + hq * d);
+        std::copy(vb.f32(), vb.f32() + vb.numel(), all.f32() + (hq + hkv) * d);
+        L.qkv_bias = w.upload(all);
+      }
+      L.o_proj = w.load(p + "self_attn.o_proj.weight", {hidden, hq * d});
+      L.o_bias = w.load_optional(p + "self_attn.o_proj.bias", {hidden});
+      if (c.arch != Arch::kLlama) {
+        L.q_norm = w.load(p + "self_attn.q_norm.weight", {d});
+        L.k_norm = w.load(p + "self_attn.k_norm.weight", {d});
+      }
+      if (c.is_moe_layer(l)) {
+        L.ffn.is_moe = true;
+        MoeBlock& m = L.ffn.moe;
+        m.gate = w.load(p + "mlp.gate.weight", {c.num_experts, hidden});
+        m.experts = w.load_experts(p + "mlp.experts.", c.num_experts, hidden, c.moe_intermediate_size);
+        m.routing.scoring = MoeRoutingParams::Scoring::kSoftmax;
+        m.routing.num_experts = static_cast<int32_t>(c.num_experts);
+        m.routing.top_k = static_cast<int32_t>(c.num_experts_per_tok);
+        m.routing.renormalize = c.norm_topk_prob;
+      } else {
+        L.ffn.mlp = Mlp::load(w, p + "mlp.", hidden, c.intermediate_size);
+      }
+      layers_.push_back(std::move(L));
+    }
+    max_context_ = opts.max_context > 0 ? opts.max_context : c.max_position_embeddings;
+    cos_sin_ = w.upload(make_cos_sin_table(compute_rope(c.rope, d, c.max_position_embeddings), max_context_));
+  }
+
+  int32_t kv_entry_size() const override {
+    return static_cast<int32_t>(2 * config_.num_key_value_heads * config_.head_dim);
+  }
+
+  Tensor forward(const Tensor& token_ids, const PagedBatch& batch, Tensor& pool,
+                 const Tensor& logit_rows) override {
+    Backend& be = backend_;
+    const ModelConfig& c = config_;
+    const DType dt = be.compute_dtype();
+    const int64_t t = token_ids.numel(), hidden = c.hidden_size, d = c.head_dim,
+                  hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    const KvLayout layout = kv_layout(static_cast<int32_t>(pool.size(0)), static_cast<int32_t>(pool.size(2)));
+
+    Tensor x = be.empty({t, hidden}, dt);
+    be.embedding(token_ids, ends_.embed, x);
+    Tensor h = be.empty({t, hidden}, dt);
+    Tensor qkv = be.empty({t, (hq + 2 * hkv) * d}, dt);
+    Tensor q = be.empty({t, hq, d}, dt);
+    Tensor k = be.empty({t, hkv, d}, dt);
+    Tensor v = be.empty({t, hkv * d}, dt);
+    Tensor attn = be.empty({t, hq, d}, dt);
+    Tensor o = be.empty({t, hidden}, dt);
+    be.rms_norm(x, layers_[0].input_norm, eps, h);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const GqaLayer& L = layers_[l];
+      be.linear(h, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias, qkv);
+      be.copy_columns(qkv, 0, q);
+      be.copy_columns(qkv, static_cast<int32_t>(hq * d), k);
+      be.copy_columns(qkv, static_cast<int32_t>((hq + hkv) * d), v);
+      if (!L.q_norm.is_null()) {
+        be.rms_norm(q, L.q_norm, eps, q);
+        be.rms_norm(k, L.k_norm, eps, k);
+      }
+      be.rope(q, 0, static_cast<int32_t>(d), batch.positions, cos_sin_, false);
+      be.rope(k, 0, static_cast<int32_t>(d), batch.positions, cos_sin_, false);
+      be.store_kv(k, pool, layout, static_cast<int32_t>(l), 0, batch);
+      be.store_kv(v, pool, layout, static_cast<int32_t>(l), static_cast<int32_t>(hkv * d), batch);
+      PagedAttentionParams ap;
+      ap.q = &q;
+      ap.out = &attn;
+      ap.pool = &pool;
+      ap.layout = layout;
+      ap.layer = static_cast<int32_t>(l);
+      ap.num_q_heads = static_cast<int32_t>(hq);
+      ap.num_kv_heads = static_cast<int32_t>(hkv);
+      ap.head_dim_qk = ap.head_dim_v = static_cast<int32_t>(d);
+      ap.k_offset = 0;
+      ap.v_offset = static_cast<int32_t>(hkv * d);
+      ap.kv_head_stride = static_cast<int32_t>(d);
+      ap.scale = static_cast<float>(c.attention_scale());
+      ap.batch = &batch;
+      be.paged_attention(ap);
+      be.linear(attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias, o);
+      be.add_rms_norm(o, x, L.post_norm, eps, h);
+      L.ffn.forward(be, h, o);
+      const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : ends_.norm;
+      be.add_rms_norm(o, x, next_norm, eps, h);
+    }
+    return ends_.logits(be, x, logit_rows, eps);
+  }
+
+ private:
+  DecoderEnds ends_;
+  std::vector<GqaLayer> layers_;
+  Tensor cos_sin_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gqa_model(const ModelConfig& config, Backend& backend,
+                                      const Checkpoint& ck, const LoadOptions& opts) {
+  return std::make_unique<GqaModel>(config, backend, ck, opts);
+}
+
+}  // namespace di

@@ -1,0 +1,56 @@
+#pragma once
+// A loaded model: weights on a backend and a forward pass over a paged batch.
+//
+//   auto model = load_model("/models/tiny", backend, {});
+//   KvLayout layout = model->kv_layout(num_blocks, 64);
+//   Tensor logits = model->forward(token_ids, batch, pool, logit_rows);   // [R, vocab]
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace di {
+
+struct LoadOptions {
+  // Longest context the engine will run; sizes the rope tables. 0 = max_position_embeddings.
+  int64_t max_context = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+  int64_t max_context() const { return max_context_; }
+
+  // Per-token, per-layer width of a KV entry in elements (GQA: 2·kv_heads·head_dim; MLA:
+  // kv_lora_rank + qk_rope_head_dim).
+  virtual int32_t kv_entry_size() const = 0;
+  KvLayout kv_layout(int32_t num_blocks, int32_t block_size) const {
+    return KvLayout{num_blocks, static_cast<int32_t>(config_.num_hidden_layers), block_size,
+                    kv_entry_size()};
+  }
+
+  // Runs every layer over the batch's new tokens, writing their KV into `pool`, and returns the
+  // logits [R, vocab] of the token rows listed in `logit_rows` ([R] i32 on the device).
+  virtual Tensor forward(const Tensor& token_ids, const PagedBatch& batch, Tensor& pool,
+                         const Tensor& logit_rows) = 0;
+
+  // Whether the checkpoint carried DeepSeek's multi-token-prediction layers (loaded, for the
+  // speculative decoder).
+  virtual int64_t num_mtp_layers() const { return 0; }
+
+ protected:
+  Model(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+  ModelConfig config_;
+  Backend& backend_;
+  int64_t max_context_ = 0;
+};
+
+// Loads config.json + safetensors from `model_dir` onto `backend`. Throws di::Error naming the
+// file and tensor on missing or unexpected tensors, shape mismatches, unsupported architectures
+// or dtypes, and truncated or corrupt files.
+std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend,
+                                  const LoadOptions& options = {});
+
+}  // namespace di

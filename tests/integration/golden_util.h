@@ -1,0 +1,37 @@
+#pragma once
+// Helpers for the golden-model tests: locate fixtures and compare logits.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace di::testing {
+
+inline std::string source_dir() {
+  const char* s = std::getenv("DI_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+// Every directory under tests/fixtures/golden holding a golden.json.
+inline std::vector<std::string> golden_model_dirs() {
+  std::vector<std::string> dirs;
+  const auto root = std::filesystem::path(source_dir()) / "tests/fixtures/golden";
+  if (!std::filesystem::exists(root)) return dirs;
+  for (const auto& e : std::filesystem::directory_iterator(root))
+    if (std::filesystem::exists(e.path() / "golden.json")) dirs.push_back(e.path().string());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+// max |a - b| / max |a|: the relative error of a logit vector.
+inline double max_rel_error(const std::vector<float>& ref, const std::vector<float>& got) {
+  double max_ref = 0.0, max_diff = 0.0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[i] - got[i])));
+  }
+  return max_ref > 0.0 ? max_diff / max_ref : max_diff;
+}
+
+}  // namespace di::testing
