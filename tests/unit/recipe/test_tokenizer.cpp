@@ -44,18 +44,12 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& name) {
 
 // ---- reference ids from HF tokenizers ------------------------------------------------------------
 
-class HfRefs : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(HfRefs, IdsMatchHuggingFaceTokenizers) {
-  const std::string name = GetParam();
-  const std::string path = source_dir() + "/tests/fixtures/tokenizer/refs_" + name + ".json";
-  ASSERT_TRUE(std::filesystem::exists(path))
-      << "missing " << path << ": run `python3 scripts/gen_tokenizer_refs.py` where HF tokenizers is "
-      << "installed (the GPU machine) and commit tests/fixtures/tokenizer/refs_*.json";
-  const json refs = json::parse(read_file(path));
-  const std::string corpus_bytes = read_file(testing::corpus_path());
+// Checks every case of a refs file written by scripts/gen_tokenizer_refs.py.
+void check_refs(const std::string& name, const std::string& corpus_file, const std::string& refs_path) {
+  const json refs = json::parse(read_file(refs_path));
+  const std::string corpus_bytes = read_file(corpus_file);
   ASSERT_EQ(refs.at("corpus_sha256").get<std::string>(), sha256_hex(corpus_bytes))
-      << "refs were generated from another corpus.json: regenerate them";
+      << refs_path << " was generated from another " << corpus_file << ": regenerate it";
   const std::vector<std::string> texts = json::parse(corpus_bytes).get<std::vector<std::string>>();
   const json& cases = refs.at("cases");
   ASSERT_EQ(cases.size(), texts.size());
@@ -91,6 +85,32 @@ TEST_P(HfRefs, IdsMatchHuggingFaceTokenizers) {
         << name << " case " << i;
   }
 }
+
+std::string fixture(const std::string& file) { return source_dir() + "/tests/fixtures/tokenizer/" + file; }
+
+class HfRefs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfRefs, IdsMatchHuggingFaceTokenizers) {
+  const std::string path = fixture("refs_" + GetParam() + ".json");
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << "missing " << path << ": run `python3 scripts/gen_tokenizer_refs.py` where HF tokenizers is "
+      << "installed (the GPU machine) and commit tests/fixtures/tokenizer/refs_*.json";
+  check_refs(GetParam(), fixture("corpus.json"), path);
+}
+
+// Short random mixes of U+0085 / U+FEFF / U+180E, marks, contractions and control spellings, where
+// regex engines disagree (we follow Oniguruma's \s, as HF does).
+class HfEdgeRefs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfEdgeRefs, IdsMatchHuggingFaceTokenizers) {
+  const std::string path = fixture("refs_edge_" + GetParam() + ".json");
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << "MISSING " << path << ": run `python3 scripts/gen_tokenizer_refs.py` on the GPU machine";
+  }
+  check_refs(GetParam(), fixture("corpus_edge.json"), path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, HfEdgeRefs, ::testing::Values("deepseek_v3", "qwen3", "llama3"));
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, HfRefs,
                          ::testing::Values("deepseek_v3", "qwen3", "llama3", "deepseek_v3_1", "deepseek_v3_2"));
