@@ -51,6 +51,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       : core_(std::move(core)), added_(std::move(added)) {
     build_added();
   }
+  // The matchers point into added_.
+  ByteLevelBpeTokenizer(const ByteLevelBpeTokenizer&) = delete;
+  ByteLevelBpeTokenizer& operator=(const ByteLevelBpeTokenizer&) = delete;
 
   std::vector<TokenId> encode_ordinary(std::string_view text) const override {
     std::string repaired, normalized;
@@ -108,9 +111,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   std::optional<TokenId> token_to_id(std::string_view token) const override {
-    for (const AddedToken& t : added_) {
-      if (t.content == token) return t.id;
-    }
+    if (auto it = added_by_content_.find(token); it != added_by_content_.end()) return it->second;
     return core_->model.id_of_token(token);
   }
 
@@ -162,6 +163,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     for (size_t i = 0; i < added_.size(); ++i) {
       const AddedToken& t = added_[i];
       added_index_[t.id] = i;
+      added_by_content_.emplace(t.content, t.id);
       // ByteLevel decoder: alphabet spellings map back to bytes, anything else is emitted as is.
       auto bytes = byte_level::token_to_bytes(t.content);
       added_bytes_.push_back(bytes ? *bytes : t.content);
@@ -223,6 +225,11 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;
   std::vector<std::string> added_bytes_;
   std::unordered_map<TokenId, size_t> added_index_;
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> added_by_content_;
   AddedTokenMatcher raw_matcher_, normalized_matcher_;
 };
 

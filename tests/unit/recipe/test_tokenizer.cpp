@@ -5,6 +5,7 @@
 #include <openssl/sha.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "recipe/bpe.h"
 #include "recipe/control_tokens.h"
@@ -210,6 +211,29 @@ TEST_P(RealTokenizer, InvalidUtf8IsRepairedNotACrash) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizer,
                          ::testing::Values("deepseek_v3", "qwen3", "llama3"));
+
+TEST(Tokenizer, ConcurrentCallersGetTheSameIds) {
+  // Per-thread regex state and piece caches; the pool serves one parallel caller, the others encode
+  // serially.
+  auto tok = base_tokenizer("deepseek_v3");
+  const std::string text = testing::bench_text(96 * 1024);
+  const auto expected = tok->encode_ordinary(text);
+  const auto expected_special = tok->encode_with_special(text);
+  std::vector<int> ok(6, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        bool same = t % 3 == 0   ? tok->encode_ordinary_parallel(text) == expected
+                    : t % 3 == 1 ? tok->encode_ordinary(text) == expected
+                                 : tok->encode_with_special(text) == expected_special;
+        ok[t] += same;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, std::vector<int>(6, 3));
+}
 
 TEST(Tokenizer, KnownIds) {
   EXPECT_EQ(base_tokenizer("qwen3")->encode_ordinary("Hello world"),
