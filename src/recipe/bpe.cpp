@@ -1,8 +1,8 @@
 #include "recipe/bpe.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <queue>
 
 #include <nlohmann/json.hpp>
 
@@ -41,8 +41,8 @@ size_t table_capacity(size_t n) {
   return cap;
 }
 
-// Recently encoded pieces of one thread, for one model at a time. Typical text repeats a small set of
-// words, so most pieces skip the merge loop.
+// Recently encoded pieces of one thread, for one model at a time. Typical text repeats a small set
+// of words, so most pieces skip the merge loop.
 struct PieceCache {
   static constexpr size_t kMaxEntries = 1 << 16;
   struct Hash {
@@ -90,17 +90,22 @@ void BpeModel::BytesTable::init(size_t n) {
 
 Result<BpeModel> BpeModel::from_json(const nlohmann::json& node) {
   using nlohmann::json;
-  auto invalid = [](std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); };
+  auto invalid = [](std::string msg) {
+    return Status(StatusCode::kInvalidArgument, std::move(msg));
+  };
   try {
     if (node.value("type", "BPE") != "BPE") {
       return invalid(fmt::format("unsupported model type {:?} (only BPE)", node.value("type", "")));
     }
-    if (node.contains("byte_fallback") && node.at("byte_fallback").is_boolean() && node.at("byte_fallback").get<bool>()) {
+    if (node.contains("byte_fallback") && node.at("byte_fallback").is_boolean() &&
+        node.at("byte_fallback").get<bool>()) {
       return invalid("BPE byte_fallback is not supported (byte-level BPE only)");
     }
-    if (node.contains("dropout") && !node.at("dropout").is_null()) return invalid("BPE dropout is not supported");
+    if (node.contains("dropout") && !node.at("dropout").is_null())
+      return invalid("BPE dropout is not supported");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      if (node.contains(key) && !node.at(key).is_null() && !node.at(key).get<std::string>().empty()) {
+      if (node.contains(key) && !node.at(key).is_null() &&
+          !node.at(key).get<std::string>().empty()) {
         return invalid(fmt::format("BPE {} is not supported", key));
       }
     }
@@ -109,7 +114,8 @@ Result<BpeModel> BpeModel::from_json(const nlohmann::json& node) {
     m.ignore_merges_ = node.value("ignore_merges", false);
     const json& vocab = node.at("vocab");
     TokenId max_id = -1;
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) max_id = std::max(max_id, it.value().get<TokenId>());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it)
+      max_id = std::max(max_id, it.value().get<TokenId>());
     m.tokens_.resize(max_id + 1);
     m.bytes_.resize(max_id + 1);
     m.by_token_.reserve(vocab.size());
@@ -145,20 +151,24 @@ Result<BpeModel> BpeModel::from_json(const nlohmann::json& node) {
         const std::string& s = merge.get_ref<const std::string&>();
         size_t space = s.find(' ');
         if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-          return invalid(fmt::format("merge {} {:?} is not two tokens separated by one space", rank, s));
+          return invalid(
+              fmt::format("merge {} {:?} is not two tokens separated by one space", rank, s));
         }
         a = s.substr(0, space);
         b = s.substr(space + 1);
       } else {
-        if (!merge.is_array() || merge.size() != 2) return invalid(fmt::format("merge {} is not a pair", rank));
+        if (!merge.is_array() || merge.size() != 2)
+          return invalid(fmt::format("merge {} is not a pair", rank));
         a = merge[0].get<std::string>();
         b = merge[1].get<std::string>();
       }
       auto ia = m.id_of_token(a), ib = m.id_of_token(b), ic = m.id_of_token(a + b);
       if (!ia || !ib || !ic) {
-        return invalid(fmt::format("merge {} ({:?}, {:?}) uses a token outside the vocab", rank, a, b));
+        return invalid(
+            fmt::format("merge {} ({:?}, {:?}) uses a token outside the vocab", rank, a, b));
       }
-      m.merges_.insert((uint64_t(uint32_t(*ia)) << 32) | uint32_t(*ib), Merge{static_cast<uint32_t>(rank), *ic});
+      m.merges_.insert((uint64_t(uint32_t(*ia)) << 32) | uint32_t(*ib),
+                       Merge{static_cast<uint32_t>(rank), *ic});
     }
     return m;
   } catch (const json::exception& e) {
@@ -202,7 +212,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<TokenId>& out) c
     out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
     return;
   }
-  if (piece.size() > kSmallWord) {
+  if (piece.size() > kMaxCachedPiece) {
     merge_heap(piece, out);
     return;
   }
@@ -216,12 +226,13 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<TokenId>& out) c
     return;
   }
   size_t first = out.size();
-  merge_small(piece, out);
+  merge_piece(piece, out);
   if (cache.map.size() >= PieceCache::kMaxEntries) cache.map.clear();
   cache.map.emplace(std::string(piece), std::vector<TokenId>(out.begin() + first, out.end()));
 }
 
-void BpeModel::merge_piece(std::string_view piece, std::vector<TokenId>& out, bool force_heap) const {
+void BpeModel::merge_piece(std::string_view piece, std::vector<TokenId>& out,
+                           bool force_heap) const {
   if (piece.empty()) return;
   if (force_heap || piece.size() > kSmallWord) {
     merge_heap(piece, out);
@@ -264,35 +275,50 @@ void BpeModel::merge_small(std::string_view piece, std::vector<TokenId>& out) co
 void BpeModel::merge_heap(std::string_view piece, std::vector<TokenId>& out) const {
   struct Symbol {
     TokenId id;
-    int32_t prev, next;  // -1 at the ends
-    bool alive;
+    int32_t prev, next;  // -1 at the ends; a merged-away symbol has id -1
   };
   struct Candidate {
     uint32_t rank;
     int32_t pos;  // the left symbol
     TokenId merged;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  // Min-heap on (rank, pos): the lowest rank first, the leftmost among equals.
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  // Per-thread scratch: long pieces are common in CJK text (DeepSeek keeps a whole run of Han/kana
+  // as one piece), and two allocations per piece cost as much as the merges.
+  thread_local std::vector<Symbol> syms;
+  thread_local std::vector<Candidate> heap;
   const int32_t n = static_cast<int32_t>(piece.size());
-  std::vector<Symbol> syms(n);
-  for (int32_t i = 0; i < n; ++i) syms[i] = {byte_ids_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, true};
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  syms.resize(n);
+  heap.clear();
+  for (int32_t i = 0; i < n; ++i)
+    syms[i] = {byte_ids_[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
   auto push = [&](int32_t left) {
     if (left < 0 || syms[left].next < 0) return;
-    if (const Merge* m = find_merge(syms[left].id, syms[syms[left].next].id)) heap.push({m->rank, left, m->id});
+    if (const Merge* m = find_merge(syms[left].id, syms[syms[left].next].id)) {
+      heap.push_back({m->rank, left, m->id});
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
   };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    if (const Merge* m = find_merge(syms[i].id, syms[i + 1].id))
+      heap.push_back({m->rank, i, m->id});
+  }
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Candidate c = heap.back();
+    heap.pop_back();
     Symbol& left = syms[c.pos];
-    if (!left.alive || left.next < 0) continue;
+    if (left.id < 0 || left.next < 0) continue;
     // Stale if either side changed since the candidate was pushed (HF compares the merged id).
     const Merge* m = find_merge(left.id, syms[left.next].id);
     if (m == nullptr || m->id != c.merged) continue;
     Symbol& right = syms[left.next];
     left.id = c.merged;
-    right.alive = false;
+    right.id = -1;
     left.next = right.next;
     if (right.next >= 0) syms[right.next].prev = c.pos;
     push(left.prev);

@@ -15,7 +15,9 @@ struct Alphabet {
   Alphabet() {
     to_byte.fill(-1);
     // Printable Latin-1 bytes spell themselves; the other 68 map to U+0100.. in byte order.
-    auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); };
+    auto printable = [](int b) {
+      return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    };
     char32_t next = 0x100;
     for (int b = 0; b < 256; ++b) {
       to_char[b] = printable(b) ? static_cast<char32_t>(b) : next++;
@@ -31,7 +33,9 @@ const Alphabet& alphabet() {
 
 }  // namespace
 
-char32_t byte_to_char(uint8_t byte) { return alphabet().to_char[byte]; }
+char32_t byte_to_char(uint8_t byte) {
+  return alphabet().to_char[byte];
+}
 
 std::optional<std::string> token_to_bytes(std::string_view token) {
   const Alphabet& a = alphabet();

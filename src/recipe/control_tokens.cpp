@@ -7,12 +7,14 @@ namespace {
 
 // `<think>` is not special: R1-style outputs keep it when special tokens are skipped, and reasoning
 // parsers find it by id. `｜DSML｜` is a fragment of text markup, never skipped.
-constexpr std::array kThink = {ControlTokenAddition{"<think>", false}, ControlTokenAddition{"</think>", false}};
-constexpr std::array kThinkDsml = {ControlTokenAddition{"<think>", false}, ControlTokenAddition{"</think>", false},
+constexpr std::array kThink = {ControlTokenAddition{"<think>", false},
+                               ControlTokenAddition{"</think>", false}};
+constexpr std::array kThinkDsml = {ControlTokenAddition{"<think>", false},
+                                   ControlTokenAddition{"</think>", false},
                                    ControlTokenAddition{"｜DSML｜", false}};
-constexpr std::array kV4 = {ControlTokenAddition{"<think>", false}, ControlTokenAddition{"</think>", false},
-                            ControlTokenAddition{"｜DSML｜", false},
-                            ControlTokenAddition{"<｜latest_reminder｜>", true}};
+constexpr std::array kV4 = {
+    ControlTokenAddition{"<think>", false}, ControlTokenAddition{"</think>", false},
+    ControlTokenAddition{"｜DSML｜", false}, ControlTokenAddition{"<｜latest_reminder｜>", true}};
 
 struct FamilyInfo {
   ModelFamily family;
@@ -38,7 +40,9 @@ const FamilyInfo& info(ModelFamily family) {
 
 }  // namespace
 
-std::span<const ControlTokenAddition> control_token_additions(ModelFamily family) { return info(family).additions; }
+std::span<const ControlTokenAddition> control_token_additions(ModelFamily family) {
+  return info(family).additions;
+}
 
 std::optional<ModelFamily> model_family_from_name(std::string_view name) {
   for (const FamilyInfo& f : kFamilies) {
@@ -47,9 +51,12 @@ std::optional<ModelFamily> model_family_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view model_family_name(ModelFamily family) { return info(family).name; }
+std::string_view model_family_name(ModelFamily family) {
+  return info(family).name;
+}
 
-Result<std::shared_ptr<const Tokenizer>> make_family_tokenizer(const Tokenizer& base, ModelFamily family) {
+Result<std::shared_ptr<const Tokenizer>> make_family_tokenizer(const Tokenizer& base,
+                                                               ModelFamily family) {
   std::vector<AddedToken> tokens;
   for (const ControlTokenAddition& a : control_token_additions(family)) {
     AddedToken t;

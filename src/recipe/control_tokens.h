@@ -4,8 +4,8 @@
 // The npm DeepSeek V3 tokenizer.json (the base of the V3 family) has neither `<think>` / `</think>`
 // (V3.1 hybrid thinking) nor `｜DSML｜` (the V3.2 / V4 tool-call markup marker, always followed by
 // text such as "function_calls" or "invoke"). Variants are built by adding them after the current
-// maximum id (DeepSeek V3: 128815, 128816, ...). Real V3.1+ checkpoints ship their own tokenizer.json
-// with these ids fixed; always read ids from the tokenizer, never hard-code them.
+// maximum id (DeepSeek V3: 128815, 128816, ...). Real V3.1+ checkpoints ship their own
+// tokenizer.json with these ids fixed; always read ids from the tokenizer, never hard-code them.
 //
 // scripts/gen_tokenizer_refs.py mirrors this table to produce reference ids; keep them equal.
 #include <memory>
@@ -32,6 +32,7 @@ std::optional<ModelFamily> model_family_from_name(std::string_view name);  // "d
 std::string_view model_family_name(ModelFamily family);
 
 // The base tokenizer plus the family's additions (tokens it already has are kept as they are).
-Result<std::shared_ptr<const Tokenizer>> make_family_tokenizer(const Tokenizer& base, ModelFamily family);
+Result<std::shared_ptr<const Tokenizer>> make_family_tokenizer(const Tokenizer& base,
+                                                               ModelFamily family);
 
 }  // namespace di::recipe

@@ -7,12 +7,15 @@ namespace di::recipe {
 IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tokenizer)
     : IncrementalDetokenizer(std::move(tokenizer), Options{}) {}
 
-IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tokenizer, Options options)
+IncrementalDetokenizer::IncrementalDetokenizer(std::shared_ptr<const Tokenizer> tokenizer,
+                                               Options options)
     : tokenizer_(std::move(tokenizer)), options_(options) {
   DI_CHECK(tokenizer_ != nullptr, "IncrementalDetokenizer needs a tokenizer");
 }
 
-std::string IncrementalDetokenizer::push(TokenId id) { return push(std::span<const TokenId>(&id, 1)); }
+std::string IncrementalDetokenizer::push(TokenId id) {
+  return push(std::span<const TokenId>(&id, 1));
+}
 
 std::string IncrementalDetokenizer::push(std::span<const TokenId> ids) {
   for (TokenId id : ids) {

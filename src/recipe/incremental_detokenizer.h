@@ -40,7 +40,8 @@ class IncrementalDetokenizer {
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   Options options_;
-  std::string held_;  // undecided bytes: at most one incomplete character (<= 3 bytes) between calls
+  std::string
+      held_;  // undecided bytes: at most one incomplete character (<= 3 bytes) between calls
 };
 
 }  // namespace di::recipe

@@ -36,9 +36,9 @@ Status PreTokenizer::add_stage(const nlohmann::json& node, std::vector<Stage>& s
   if (type == "Split") {
     const auto& pattern = node.at("pattern");
     bool literal = pattern.contains("String");
-    auto regex = Regex::compile(literal ? pattern.at("String").get<std::string>()
-                                        : pattern.at("Regex").get<std::string>(),
-                                literal);
+    auto regex = Regex::compile(
+        literal ? pattern.at("String").get<std::string>() : pattern.at("Regex").get<std::string>(),
+        literal);
     if (!regex) return regex.status();
     auto behavior = parse_behavior(node.at("behavior").get<std::string>());
     if (!behavior) return behavior.status();
@@ -93,7 +93,8 @@ void PreTokenizer::scan(const Stage& stage, std::string_view subject, size_t sta
     size_t mb = 0, me = 0;
     size_t max_start = stop >= subject.size() ? std::string_view::npos : stop - 1;
     if (!stage.regex->find(subject, search, &mb, &me, max_start)) {
-      // No match starts before `stop`: the gap runs at least to `stop` (to the end if stop == size).
+      // No match starts before `stop`: the gap runs at least to `stop` (to the end if stop ==
+      // size).
       size_t end = std::min(stop, subject.size());
       out.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(end), false});
       pos = end;
@@ -116,8 +117,8 @@ void PreTokenizer::scan(const Stage& stage, std::string_view subject, size_t sta
   *resume = pos;
 }
 
-void PreTokenizer::apply_behavior(const Stage& stage, const std::vector<Segment>& segments, uint32_t base,
-                                  std::vector<Span>& out) {
+void PreTokenizer::apply_behavior(const Stage& stage, const std::vector<Segment>& segments,
+                                  uint32_t base, std::vector<Span>& out) {
   auto emit = [&](uint32_t b, uint32_t e) {
     if (e > b) out.push_back({base + b, base + e});
   };
@@ -192,8 +193,10 @@ void PreTokenizer::run_stage(const Stage& stage, std::string_view text, const st
   }
 }
 
-std::string_view PreTokenizer::split(std::string_view text, std::string& storage, std::vector<Span>& out) const {
-  DI_CHECK(text.size() < (uint64_t{1} << 32), "text of {} bytes is too long to pre-tokenize", text.size());
+std::string_view PreTokenizer::split(std::string_view text, std::string& storage,
+                                     std::vector<Span>& out) const {
+  DI_CHECK(text.size() < (uint64_t{1} << 32), "text of {} bytes is too long to pre-tokenize",
+           text.size());
   std::vector<Span> current{{0, static_cast<uint32_t>(text.size())}};
   std::vector<Span> next;
   std::vector<Segment> scratch;
@@ -229,7 +232,8 @@ size_t PreTokenizer::scan_first_stage(std::string_view text, size_t start, size_
   return resume;
 }
 
-void PreTokenizer::finish_first_stage(const std::vector<Segment>& segments, std::vector<Span>& out) const {
+void PreTokenizer::finish_first_stage(const std::vector<Segment>& segments,
+                                      std::vector<Span>& out) const {
   apply_behavior(stages_[first_split_], segments, 0, out);
 }
 

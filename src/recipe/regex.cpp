@@ -8,7 +8,8 @@ namespace {
 
 // Unicode White_Space, which is Oniguruma's (and Rust's) `\s`.
 constexpr std::string_view kWhiteSpaceMembers =
-    "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+    "\\t\\n\\x0B\\f\\r "
+    "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
 // Per-thread matching state: PCRE2 match data and a JIT stack large enough for long whitespace runs
 // (`\s+(?!\S)` backtracks over the whole run).
@@ -83,12 +84,12 @@ std::string translate_onig_pattern(std::string_view p) {
 
 Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
   std::string translated = literal ? std::string(pattern) : translate_onig_pattern(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | PCRE2_USE_OFFSET_LIMIT;
-  if (literal) options |= PCRE2_LITERAL;
+  uint32_t options = PCRE2_UTF | PCRE2_NO_UTF_CHECK | PCRE2_USE_OFFSET_LIMIT;
+  options |= literal ? PCRE2_LITERAL : PCRE2_UCP;  // PCRE2_LITERAL rejects PCRE2_UCP
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                   options, &error, &error_offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
+                                   translated.size(), options, &error, &error_offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
@@ -100,8 +101,9 @@ Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
   holder->code = code;
   int jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   if (jit != 0) {
-    return make_status(StatusCode::kUnavailable, "PCRE2 JIT is unavailable for regex {:?} (error {})",
-                       std::string(pattern), jit);
+    return make_status(StatusCode::kUnavailable,
+                       "PCRE2 JIT is unavailable for regex {:?} (error {})", std::string(pattern),
+                       jit);
   }
   re.code_ = std::move(holder);
   re.pattern_ = std::string(pattern);
@@ -112,10 +114,11 @@ bool Regex::find(std::string_view subject, size_t start, size_t* match_begin, si
                  size_t max_start) const {
   ThreadState& ts = thread_state();
   pcre2_set_offset_limit(ts.context, max_start == std::string_view::npos ? PCRE2_UNSET : max_start);
-  int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), start,
-                       PCRE2_NO_UTF_CHECK, ts.match_data, ts.context);
+  int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(),
+                       start, PCRE2_NO_UTF_CHECK, ts.match_data, ts.context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
-  DI_CHECK(rc >= 0, "regex {:?} failed with PCRE2 error {} on {} bytes", pattern_, rc, subject.size());
+  DI_CHECK(rc >= 0, "regex {:?} failed with PCRE2 error {} on {} bytes", pattern_, rc,
+           subject.size());
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ts.match_data);
   *match_begin = ov[0];
   *match_end = ov[1];

@@ -2,7 +2,8 @@
 // A compiled PCRE2 pattern (UTF + Unicode properties + JIT) for the pre-tokenizer splits.
 //
 // Patterns in tokenizer.json are written for Oniguruma, which HF `tokenizers` uses. PCRE2 agrees on
-// the syntax these files use, with one difference that matters: PCRE2's `\s` also matches U+180E, so
+// the syntax these files use, with one difference that matters: PCRE2's `\s` also matches U+180E,
+// so
 // `\s` and `\S` are rewritten to the Unicode White_Space set that Oniguruma uses.
 #include <cstddef>
 #include <memory>

@@ -1,7 +1,9 @@
 // The tokenizer pipeline, as HF `tokenizers` runs it for byte-level BPE files:
 //
-//   text ─► added tokens (raw) ─► normalizer ─► added tokens (normalized) ─► pre-tokenizer ─► BPE ─► ids
-//            special mode only                   special mode only            regex splits      per piece
+//   text ─► added tokens (raw) ─► normalizer ─► added tokens (normalized) ─► pre-tokenizer ─► BPE
+//   ─► ids
+//            special mode only                   special mode only            regex splits      per
+//            piece
 //
 // encode_ordinary skips both added-token steps, so text spelling a control token yields the ids of
 // its characters. decode is the ByteLevel decoder: each id's bytes, concatenated.
@@ -9,8 +11,8 @@
 
 #include <algorithm>
 #include <exception>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -49,6 +51,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
       : core_(std::move(core)), added_(std::move(added)) {
     build_added();
   }
+  // The matchers point into added_.
+  ByteLevelBpeTokenizer(const ByteLevelBpeTokenizer&) = delete;
+  ByteLevelBpeTokenizer& operator=(const ByteLevelBpeTokenizer&) = delete;
 
   std::vector<TokenId> encode_ordinary(std::string_view text) const override {
     std::string repaired, normalized;
@@ -77,7 +82,13 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return ids;
   }
 
-  std::vector<TokenId> encode_ordinary_parallel(std::string_view text) const override;
+  std::vector<TokenId> encode_ordinary_parallel(std::string_view text) const override {
+    ThreadPool& pool = ThreadPool::global();
+    if (text.size() < kParallelMinBytes || pool.num_threads() < 2) return encode_ordinary(text);
+    return encode_ordinary_parallel(text, pool.num_threads());
+  }
+  std::vector<TokenId> encode_ordinary_parallel(std::string_view text,
+                                                int num_chunks) const override;
 
   std::string decode(const std::vector<TokenId>& ids, bool skip_special) const override {
     std::string out;
@@ -94,14 +105,13 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   std::string id_to_token(TokenId id) const override {
-    if (auto it = added_index_.find(id); it != added_index_.end()) return added_[it->second].content;
+    if (auto it = added_index_.find(id); it != added_index_.end())
+      return added_[it->second].content;
     return core_->model.token(id);
   }
 
   std::optional<TokenId> token_to_id(std::string_view token) const override {
-    for (const AddedToken& t : added_) {
-      if (t.content == token) return t.id;
-    }
+    if (auto it = added_by_content_.find(token); it != added_by_content_.end()) return it->second;
     return core_->model.id_of_token(token);
   }
 
@@ -118,25 +128,31 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     return max_id + 1;
   }
 
-  Result<std::shared_ptr<const Tokenizer>> with_added_tokens(std::vector<AddedToken> tokens) const override {
+  Result<std::shared_ptr<const Tokenizer>> with_added_tokens(
+      std::vector<AddedToken> tokens) const override {
     std::vector<AddedToken> added = added_;
     int32_t next_id = vocab_size();
     for (AddedToken& t : tokens) {
-      if (t.content.empty()) return Status(StatusCode::kInvalidArgument, "an added token cannot be empty");
-      auto existing = std::find_if(added.begin(), added.end(), [&](const AddedToken& a) { return a.content == t.content; });
+      if (t.content.empty())
+        return Status(StatusCode::kInvalidArgument, "an added token cannot be empty");
+      auto existing = std::find_if(added.begin(), added.end(),
+                                   [&](const AddedToken& a) { return a.content == t.content; });
       if (existing != added.end()) continue;
       if (auto vocab_id = core_->model.id_of_token(t.content)) {
         t.id = *vocab_id;
       } else if (t.id < 0) {
         t.id = next_id++;
-      } else if (added_index_.count(t.id) || (t.id <= core_->model.max_id() && !core_->model.token(t.id).empty())) {
-        return make_status(StatusCode::kAlreadyExists, "id {} of added token {:?} is taken", t.id, t.content);
+      } else if (added_index_.count(t.id) ||
+                 (t.id <= core_->model.max_id() && !core_->model.token(t.id).empty())) {
+        return make_status(StatusCode::kAlreadyExists, "id {} of added token {:?} is taken", t.id,
+                           t.content);
       } else {
         next_id = std::max(next_id, t.id + 1);
       }
       added.push_back(std::move(t));
     }
-    return std::shared_ptr<const Tokenizer>(std::make_shared<ByteLevelBpeTokenizer>(core_, std::move(added)));
+    return std::shared_ptr<const Tokenizer>(
+        std::make_shared<ByteLevelBpeTokenizer>(core_, std::move(added)));
   }
 
  private:
@@ -147,6 +163,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     for (size_t i = 0; i < added_.size(); ++i) {
       const AddedToken& t = added_[i];
       added_index_[t.id] = i;
+      added_by_content_.emplace(t.content, t.id);
       // ByteLevel decoder: alphabet spellings map back to bytes, anything else is emitted as is.
       auto bytes = byte_level::token_to_bytes(t.content);
       added_bytes_.push_back(bytes ? *bytes : t.content);
@@ -166,7 +183,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   }
 
   // Valid UTF-8, normalized: what the pre-tokenizer sees in ordinary mode.
-  std::string_view prepare(std::string_view text, std::string& repaired, std::string& normalized) const {
+  std::string_view prepare(std::string_view text, std::string& repaired,
+                           std::string& normalized) const {
     std::string_view t = text;
     if (!unicode::is_valid(t)) t = repaired = unicode::repair(t);
     if (!core_->normalizer.is_identity()) t = normalized = core_->normalizer.apply(t);
@@ -199,30 +217,36 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
     std::string storage;
     std::vector<Span> spans;
     std::string_view view = core_->pre_tokenizer.split(t, storage, spans);
-    for (const Span& s : spans) core_->model.encode_piece(view.substr(s.begin, s.end - s.begin), ids);
+    for (const Span& s : spans)
+      core_->model.encode_piece(view.substr(s.begin, s.end - s.begin), ids);
   }
 
   std::shared_ptr<const Core> core_;
   std::vector<AddedToken> added_;
   std::vector<std::string> added_bytes_;
   std::unordered_map<TokenId, size_t> added_index_;
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> added_by_content_;
   AddedTokenMatcher raw_matcher_, normalized_matcher_;
 };
 
 // Parallel ordinary encoding. Only the first pre-tokenizer stage looks across piece boundaries, so:
 //   A (parallel) each chunk scans the first stage's regex from its cut over the whole text;
 //   B (serial)   the chunk scans are stitched into exactly the serial scan: where the previous
-//                chunk's scan stands inside this chunk's scan at a match start, a match end or inside
-//                a gap, the two agree from there on (the regex sees the same subject); inside a match
-//                the serial scan steps on until they agree;
+//                chunk's scan stands inside this chunk's scan at a match start, a match end or
+//                inside a gap, the two agree from there on (the regex sees the same subject);
+//                inside a match the serial scan steps on until they agree;
 //   C (parallel) contiguous groups of first-stage pieces run the later stages and BPE.
 // The ids equal encode_ordinary's for any cut positions; cuts only affect speed.
-std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string_view text) const {
+std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string_view text,
+                                                                     int num_chunks) const {
+  DI_CHECK(num_chunks >= 1, "num_chunks must be positive, got {}", num_chunks);
   ThreadPool& pool = ThreadPool::global();
   const PreTokenizer& pre = core_->pre_tokenizer;
-  if (text.size() < kParallelMinBytes || pool.num_threads() < 2 || !pre.can_split_in_parallel()) {
-    return encode_ordinary(text);
-  }
+  if (num_chunks == 1 || !pre.can_split_in_parallel()) return encode_ordinary(text);
   std::unique_lock lock(g_pool_mutex, std::try_to_lock);
   if (!lock.owns_lock()) return encode_ordinary(text);
 
@@ -231,11 +255,10 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   const size_t n = t.size();
   DI_CHECK(n < (uint64_t{1} << 32), "text of {} bytes is too long to encode", n);
 
-  // Cuts at character boundaries, roughly equal chunks, one per thread.
+  // Cuts at character boundaries, roughly equal chunks.
   std::vector<size_t> cuts{0};
-  const size_t num_chunks = static_cast<size_t>(pool.num_threads());
-  for (size_t k = 1; k < num_chunks; ++k) {
-    size_t c = n * k / num_chunks;
+  for (size_t k = 1; k < static_cast<size_t>(num_chunks); ++k) {
+    size_t c = n * k / static_cast<size_t>(num_chunks);
     while (c < n && (static_cast<unsigned char>(t[c]) & 0xC0) == 0x80) ++c;
     if (c > cuts.back() && c < n) cuts.push_back(c);
   }
@@ -261,7 +284,9 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   // A: first-stage scans per chunk.
   std::vector<std::vector<Segment>> scans(k_chunks);
   std::vector<size_t> resumes(k_chunks);
-  run_parallel(k_chunks, [&](size_t k) { resumes[k] = pre.scan_first_stage(t, cuts[k], cuts[k + 1], scans[k]); });
+  run_parallel(k_chunks, [&](size_t k) {
+    resumes[k] = pre.scan_first_stage(t, cuts[k], cuts[k + 1], scans[k]);
+  });
 
   // B: stitch.
   std::vector<Segment> all;
@@ -279,7 +304,8 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
     while (cur < resumes[k]) {
       auto it = std::upper_bound(scan.begin(), scan.end(), cur,
                                  [](size_t pos, const Segment& s) { return pos < s.begin; });
-      const size_t j = static_cast<size_t>(it - scan.begin()) - 1;  // scan[j].begin <= cur < scan[j].end
+      const size_t j =
+          static_cast<size_t>(it - scan.begin()) - 1;  // scan[j].begin <= cur < scan[j].end
       const Segment& s = scan[j];
       if (!s.is_match || s.begin == cur) {
         push({static_cast<uint32_t>(cur), s.end, s.is_match});
@@ -309,9 +335,11 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   std::vector<std::vector<TokenId>> ids(k_chunks);
   run_parallel(k_chunks, [&](size_t g) {
     std::vector<Span> pieces;
-    pre.split_after_first(t, first.data() + group_begin[g], group_begin[g + 1] - group_begin[g], pieces);
+    pre.split_after_first(t, first.data() + group_begin[g], group_begin[g + 1] - group_begin[g],
+                          pieces);
     ids[g].reserve((pieces.empty() ? 0 : pieces.back().end - pieces.front().begin) / 3 + 8);
-    for (const Span& s : pieces) core_->model.encode_piece(t.substr(s.begin, s.end - s.begin), ids[g]);
+    for (const Span& s : pieces)
+      core_->model.encode_piece(t.substr(s.begin, s.end - s.begin), ids[g]);
   });
   std::vector<TokenId> out;
   size_t total = 0;
@@ -333,7 +361,8 @@ Result<std::vector<AddedToken>> parse_added_tokens(const nlohmann::json& root) {
     t.rstrip = node.value("rstrip", false);
     t.normalized = node.value("normalized", !t.special);
     t.single_word = node.value("single_word", false);
-    if (t.content.empty()) return make_status(StatusCode::kInvalidArgument, "added token {} is empty", t.id);
+    if (t.content.empty())
+      return make_status(StatusCode::kInvalidArgument, "added token {} is empty", t.id);
     added.push_back(std::move(t));
   }
   return added;
@@ -343,7 +372,8 @@ Status check_decoder(const nlohmann::json& root) {
   const auto& decoder = root.contains("decoder") ? root.at("decoder") : nlohmann::json();
   std::string type = decoder.is_null() ? "null" : decoder.value("type", "");
   if (type != "ByteLevel") {
-    return make_status(StatusCode::kUnimplemented, "unsupported decoder {:?}: only ByteLevel", type);
+    return make_status(StatusCode::kUnimplemented, "unsupported decoder {:?}: only ByteLevel",
+                       type);
   }
   return Status::ok();
 }
@@ -355,16 +385,19 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(std::string_view j
   try {
     root = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    return make_status(StatusCode::kInvalidArgument, "tokenizer.json is not valid JSON: {}", e.what());
+    return make_status(StatusCode::kInvalidArgument, "tokenizer.json is not valid JSON: {}",
+                       e.what());
   }
   if (!root.is_object() || !root.contains("model")) {
     return Status(StatusCode::kInvalidArgument, "tokenizer.json has no \"model\"");
   }
   auto core = std::make_shared<Core>();
-  auto normalizer = Normalizer::from_json(root.contains("normalizer") ? root.at("normalizer") : nlohmann::json());
+  auto normalizer =
+      Normalizer::from_json(root.contains("normalizer") ? root.at("normalizer") : nlohmann::json());
   if (!normalizer) return normalizer.status();
   core->normalizer = std::move(normalizer.value());
-  auto pre = PreTokenizer::from_json(root.contains("pre_tokenizer") ? root.at("pre_tokenizer") : nlohmann::json());
+  auto pre = PreTokenizer::from_json(root.contains("pre_tokenizer") ? root.at("pre_tokenizer")
+                                                                    : nlohmann::json());
   if (!pre) return pre.status();
   core->pre_tokenizer = std::move(pre.value());
   DI_RETURN_IF_ERROR(check_decoder(root));
@@ -379,7 +412,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(std::string_view j
     }
   }();
   if (!added) return added.status();
-  return std::shared_ptr<const Tokenizer>(std::make_shared<ByteLevelBpeTokenizer>(std::move(core), std::move(added.value())));
+  return std::shared_ptr<const Tokenizer>(
+      std::make_shared<ByteLevelBpeTokenizer>(std::move(core), std::move(added.value())));
 }
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_file(const std::string& path) {
@@ -391,7 +425,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_file(const std::string&
   std::stringstream buffer;
   buffer << in.rdbuf();
   auto tok = from_json(buffer.str());
-  if (!tok) return Status(tok.status().code(), fmt::format("{}: {}", p.string(), tok.status().message()));
+  if (!tok)
+    return Status(tok.status().code(), fmt::format("{}: {}", p.string(), tok.status().message()));
   return tok;
 }
 

@@ -44,6 +44,10 @@ class Tokenizer {
   // Splits long text into independent pieces and encodes them on the thread pool; the ids are
   // exactly those of encode_ordinary.
   virtual std::vector<TokenId> encode_ordinary_parallel(std::string_view text) const = 0;
+  // The same with an explicit number of chunks (>= 1), even for short text: the chunks' cut points
+  // move with `num_chunks`, which is how tests exercise many seams.
+  virtual std::vector<TokenId> encode_ordinary_parallel(std::string_view text,
+                                                        int num_chunks) const = 0;
 
   // Bytes of the decoded ids (may end inside a UTF-8 character; see IncrementalDetokenizer).
   virtual std::string decode(const std::vector<TokenId>& ids, bool skip_special = false) const = 0;
@@ -59,7 +63,8 @@ class Tokenizer {
   // id < 0 gets the next id after the current maximum; one whose content is already an added token
   // keeps it; one spelled like a vocabulary entry takes that entry's id (as HF `add_tokens` does).
   // Shares the vocabulary and merges with this tokenizer.
-  virtual Result<std::shared_ptr<const Tokenizer>> with_added_tokens(std::vector<AddedToken> tokens) const = 0;
+  virtual Result<std::shared_ptr<const Tokenizer>> with_added_tokens(
+      std::vector<AddedToken> tokens) const = 0;
 };
 
 }  // namespace di::recipe

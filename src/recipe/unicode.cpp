@@ -12,7 +12,8 @@ namespace t = unicode_tables;
 
 constexpr char32_t kHangulS = 0xAC00, kHangulL = 0x1100, kHangulV = 0x1161, kHangulT = 0x11A7;
 constexpr int kHangulLCount = 19, kHangulVCount = 21, kHangulTCount = 28;
-constexpr int kHangulNCount = kHangulVCount * kHangulTCount, kHangulSCount = kHangulLCount * kHangulNCount;
+constexpr int kHangulNCount = kHangulVCount * kHangulTCount,
+              kHangulSCount = kHangulLCount * kHangulNCount;
 
 uint8_t ccc(char32_t cp) {
   if (cp < 0x300) return 0;
@@ -47,7 +48,8 @@ void decompose(char32_t cp, std::vector<char32_t>& out) {
 
 // 0 when the pair does not compose.
 char32_t compose_pair(char32_t a, char32_t b) {
-  if (a >= kHangulL && a < kHangulL + kHangulLCount && b >= kHangulV && b < kHangulV + kHangulVCount) {
+  if (a >= kHangulL && a < kHangulL + kHangulLCount && b >= kHangulV &&
+      b < kHangulV + kHangulVCount) {
     return kHangulS + ((a - kHangulL) * kHangulVCount + (b - kHangulV)) * kHangulTCount;
   }
   if (a >= kHangulS && a < kHangulS + kHangulSCount && (a - kHangulS) % kHangulTCount == 0 &&
@@ -180,11 +182,15 @@ size_t valid_prefix_length(std::string_view s) {
   return i;
 }
 
-// Length of the maximal prefix of s[0..n) that starts a well-formed sequence (1 for a bad lead byte).
+// Length of the maximal prefix of s[0..n) that starts a well-formed sequence (1 for a bad lead
+// byte).
 static size_t maximal_subpart(const char* s, size_t n) {
   auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
   unsigned char c0 = b(0);
-  size_t need = c0 >= 0xC2 && c0 < 0xE0 ? 2 : c0 >= 0xE0 && c0 < 0xF0 ? 3 : c0 >= 0xF0 && c0 < 0xF5 ? 4 : 0;
+  size_t need = c0 >= 0xC2 && c0 < 0xE0   ? 2
+                : c0 >= 0xE0 && c0 < 0xF0 ? 3
+                : c0 >= 0xF0 && c0 < 0xF5 ? 4
+                                          : 0;
   if (need == 0) return 1;
   size_t i = 1;
   for (; i < need && i < n; ++i) {
@@ -250,8 +256,8 @@ std::string nfc(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 8);
   std::vector<char32_t> cps;
-  // Split into segments that each start at a code point that is NFC-safe (ccc 0, NFC_QC Yes): NFC of
-  // the concatenation is the concatenation of the NFC of the segments.
+  // Split into segments that each start at a code point that is NFC-safe (ccc 0, NFC_QC Yes): NFC
+  // of the concatenation is the concatenation of the NFC of the segments.
   size_t seg_begin = 0;
   auto flush = [&](size_t end) {
     std::string_view seg = s.substr(seg_begin, end - seg_begin);
@@ -290,7 +296,14 @@ std::string nfd(std::string_view s) {
 bool is_whitespace(char32_t cp) {
   if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
   switch (cp) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
