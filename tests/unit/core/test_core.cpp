@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "core/error.h"
 #include "core/ids.h"
@@ -101,6 +102,24 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
     });
     for (auto& h : hits) EXPECT_EQ(h.load(), 1);
   }
+}
+
+TEST(ThreadPool, ConcurrentAndNestedCallersAreSafe) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep) {
+        pool.parallel_for(100, 1, [&](int64_t b, int64_t e) {
+          // A nested call from inside a job runs serially instead of deadlocking.
+          pool.parallel_for(e - b, 1, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
+        });
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 50 * 100);
 }
 
 }  // namespace
