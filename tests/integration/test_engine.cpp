@@ -159,9 +159,10 @@ class EngineGolden : public ::testing::TestWithParam<std::string> {};
 // All golden prompts submitted at once; tokens must equal HF's greedy continuation and the
 // Generator's; the first token's raw logprob must equal log_softmax of the Generator's logits.
 TEST_P(EngineGolden, GreedyEqualsGeneratorAndTransformers) {
-  const std::string dir = GetParam();
-  std::ifstream f(dir + "/golden.json");
+  std::ifstream f(GetParam() + "/golden.json");
   auto golden = nlohmann::json::parse(f);
+  // The fixture's model: the directory itself, or "model_dir" (the shipped demo model).
+  const std::string dir = testing::golden_model_path(GetParam(), golden.value("model_dir", ""));
   const auto prompts = golden["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto greedy = golden["greedy"].get<std::vector<std::vector<int32_t>>>();
   ASSERT_FALSE(prompts.empty());
