@@ -123,7 +123,8 @@ class EpNcclTest : public ::testing::Test {
     if (!missing_.empty()) return;
     try {
       comm_ = std::make_unique<EpComm>(EpCommConfig{});
-      CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      // A blocking stream: it also orders against the test's plain cudaMemcpy/cudaMemset.
+      CUDA_CHECK(cudaStreamCreate(&stream_));
     } catch (const std::exception& e) {
       init_error_ = e.what();
     }
@@ -163,6 +164,7 @@ class EpNcclTest : public ::testing::Test {
                           cudaMemcpyHostToDevice));
     // Poison the output so a token the combine skips shows up.
     CUDA_CHECK(cudaMemset(out.data(), 0x7F, std::max<size_t>(n * elem, 1)));
+    CUDA_CHECK(cudaDeviceSynchronize());  // uploads and the poison land before the layer runs
     const EpMoeStats s =
         layer.forward(placement, EpMoeInput{x.data(), batch.topk_ids, w.as<float>(), num_tokens},
                       device_expert(identity, hidden, dtype), out.data());
@@ -444,6 +446,7 @@ TEST_F(EpNcclTest, TimingDispatchCombineWorld1) {
     CUDA_CHECK(cudaMemset(x.data(), 0, static_cast<size_t>(num_tokens) * rb));
     CUDA_CHECK(cudaMemcpy(w.data(), batch.topk_weights.data(), batch.topk_weights.size() * 4,
                           cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
     const DeviceExpertFn expert = device_expert(true, hidden, dtype);
     std::vector<double> forward_ms;
     for (int i = 0; i < 10; ++i) {
