@@ -53,43 +53,49 @@ void DeviceBuffer::reserve(size_t bytes) {
   capacity_ = bytes;
 }
 
-void all_to_all_rows(ncclComm_t comm, int32_t num_ranks, const void* send,
-                     std::span<const int32_t> send_indptr, void* recv,
-                     std::span<const int32_t> recv_indptr, int64_t row_bytes,
+void all_to_all_rows(ncclComm_t comm, int32_t num_ranks, const AllToAllRows& op,
                      cudaStream_t stream) {
-  DI_CHECK(send_indptr.size() == static_cast<size_t>(num_ranks) + 1 &&
-               recv_indptr.size() == static_cast<size_t>(num_ranks) + 1,
+  DI_CHECK(op.send_indptr.size() == static_cast<size_t>(num_ranks) + 1 &&
+               op.recv_indptr.size() == static_cast<size_t>(num_ranks) + 1,
            "all_to_all_rows: send_indptr has {} and recv_indptr {} entries, expected {} ranks + 1",
-           send_indptr.size(), recv_indptr.size(), num_ranks);
-  DI_CHECK(row_bytes > 0, "all_to_all_rows: row_bytes {}", row_bytes);
-  const auto* send_bytes = static_cast<const char*>(send);
-  auto* recv_bytes = static_cast<char*>(recv);
+           op.send_indptr.size(), op.recv_indptr.size(), num_ranks);
+  DI_CHECK(op.row_bytes > 0, "all_to_all_rows: row_bytes {}", op.row_bytes);
+  const auto* send_bytes = static_cast<const char*>(op.send);
+  auto* recv_bytes = static_cast<char*>(op.recv);
   NCCL_CHECK(ncclGroupStart());
   for (int32_t q = 0; q < num_ranks; ++q) {
-    const int64_t num_send = send_indptr[q + 1] - send_indptr[q];
-    const int64_t num_recv = recv_indptr[q + 1] - recv_indptr[q];
+    const int64_t num_send = op.send_indptr[q + 1] - op.send_indptr[q];
+    const int64_t num_recv = op.recv_indptr[q + 1] - op.recv_indptr[q];
     if (num_send > 0) {
-      NCCL_CHECK(ncclSend(send_bytes + send_indptr[q] * row_bytes,
-                          static_cast<size_t>(num_send * row_bytes), ncclUint8, q, comm, stream));
+      NCCL_CHECK(ncclSend(send_bytes + op.send_indptr[q] * op.row_bytes,
+                          static_cast<size_t>(num_send * op.row_bytes), ncclUint8, q, comm,
+                          stream));
     }
     if (num_recv > 0) {
-      NCCL_CHECK(ncclRecv(recv_bytes + recv_indptr[q] * row_bytes,
-                          static_cast<size_t>(num_recv * row_bytes), ncclUint8, q, comm, stream));
+      NCCL_CHECK(ncclRecv(recv_bytes + op.recv_indptr[q] * op.row_bytes,
+                          static_cast<size_t>(num_recv * op.row_bytes), ncclUint8, q, comm,
+                          stream));
     }
   }
   NCCL_CHECK(ncclGroupEnd());
 }
 
-EpMoeCuda::EpMoeCuda(const EpComm& comm, int32_t hidden, int32_t top_k, RowDtype dtype,
+void NcclTransport::all_to_all(std::span<const AllToAllRows> ops, cudaStream_t stream) {
+  NCCL_CHECK(ncclGroupStart());
+  for (const AllToAllRows& op : ops) all_to_all_rows(comm_.get(), comm_.num_ranks(), op, stream);
+  NCCL_CHECK(ncclGroupEnd());
+}
+
+EpMoeCuda::EpMoeCuda(EpTransport& transport, int32_t hidden, int32_t top_k, RowDtype dtype,
                      cudaStream_t stream)
-    : comm_(comm), hidden_(hidden), top_k_(top_k), dtype_(dtype), stream_(stream) {
+    : transport_(transport), hidden_(hidden), top_k_(top_k), dtype_(dtype), stream_(stream) {
   DI_CHECK(hidden > 0 && top_k > 0, "EpMoeCuda: hidden {} top_k {}", hidden, top_k);
 }
 
 EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput& input,
                               const DeviceExpertFn& expert, void* out) {
-  const int32_t n = comm_.num_ranks();
-  const int32_t rank = comm_.rank_idx();
+  const int32_t n = transport_.num_ranks();
+  const int32_t rank = transport_.rank_idx();
   const int32_t slots = placement.slots_per_rank();
   DI_CHECK(placement.num_ranks() == n, "placement has {} ranks, the EP group {}",
            placement.num_ranks(), n);
@@ -118,12 +124,11 @@ EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput
   int32_t* recv_counts_dev = send_counts_dev + n;
   CUDA_CHECK(cudaMemcpyAsync(send_counts_dev, send_counts.data(), n * sizeof(int32_t),
                              cudaMemcpyHostToDevice, stream_));
-  NCCL_CHECK(ncclGroupStart());
-  for (int32_t q = 0; q < n; ++q) {
-    NCCL_CHECK(ncclSend(send_counts_dev + q, 1, ncclInt32, q, comm_.get(), stream_));
-    NCCL_CHECK(ncclRecv(recv_counts_dev + q, 1, ncclInt32, q, comm_.get(), stream_));
-  }
-  NCCL_CHECK(ncclGroupEnd());
+  count_indptr_.resize(n + 1);
+  for (int32_t q = 0; q <= n; ++q) count_indptr_[q] = q;
+  const AllToAllRows count_op{send_counts_dev, count_indptr_, recv_counts_dev, count_indptr_,
+                              sizeof(int32_t)};
+  transport_.all_to_all({&count_op, 1}, stream_);
   recv_counts_host_.assign(n, 0);
   CUDA_CHECK(cudaMemcpyAsync(recv_counts_host_.data(), recv_counts_dev, n * sizeof(int32_t),
                              cudaMemcpyDeviceToHost, stream_));
@@ -139,12 +144,11 @@ EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput
   recv_rows_.reserve(static_cast<size_t>(num_recv_rows) * rb);
   recv_local_slot_dev_.reserve(static_cast<size_t>(num_recv_rows) * top_k_ * sizeof(int32_t));
   const int64_t meta_bytes = static_cast<int64_t>(top_k_) * sizeof(int32_t);
-  NCCL_CHECK(ncclGroupStart());
-  all_to_all_rows(comm_.get(), n, send_rows_.data(), dispatch_.send_indptr, recv_rows_.data(),
-                  recv_indptr_, rb, stream_);
-  all_to_all_rows(comm_.get(), n, send_local_slot_.data(), dispatch_.send_indptr,
-                  recv_local_slot_dev_.data(), recv_indptr_, meta_bytes, stream_);
-  NCCL_CHECK(ncclGroupEnd());
+  const AllToAllRows dispatch_ops[] = {
+      {send_rows_.data(), dispatch_.send_indptr, recv_rows_.data(), recv_indptr_, rb},
+      {send_local_slot_.data(), dispatch_.send_indptr, recv_local_slot_dev_.data(), recv_indptr_,
+       meta_bytes}};
+  transport_.all_to_all(dispatch_ops, stream_);
   recv_local_slot_.assign(static_cast<size_t>(num_recv_rows) * top_k_, 0);
   if (!recv_local_slot_.empty()) {
     CUDA_CHECK(cudaMemcpyAsync(recv_local_slot_.data(), recv_local_slot_dev_.data(),
@@ -176,8 +180,9 @@ EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput
   // All-to-all #2 (reverse): each rank's returns for us, concatenated by rank = combine_buf.
   const int32_t num_entries_sent = dispatch_.num_entries_sent();
   combine_buf_.reserve(static_cast<size_t>(num_entries_sent) * rb);
-  all_to_all_rows(comm_.get(), n, return_rows_.data(), receive_.return_indptr,
-                  combine_buf_.data(), dispatch_.combine_indptr, rb, stream_);
+  const AllToAllRows combine_op{return_rows_.data(), receive_.return_indptr, combine_buf_.data(),
+                                dispatch_.combine_indptr, rb};
+  transport_.all_to_all({&combine_op, 1}, stream_);
 
   CUDA_CHECK(launch_combine(
       CombineParams{out, combine_buf_.data(), entry_return_idx_.as<const int32_t>(),

@@ -58,15 +58,44 @@ class DeviceBuffer {
 using DeviceExpertFn = std::function<void(int32_t expert_idx, const void* in, void* out,
                                           int32_t num_rows, cudaStream_t stream)>;
 
-// Grouped per-peer ncclSend/ncclRecv (an all-to-all-v of rows): rows [send_indptr[q],
-// send_indptr[q + 1]) of `send` go to rank q, rows from rank r land at [recv_indptr[r],
-// recv_indptr[r + 1]) of `recv`. Both indptr are host arrays [num_ranks + 1]; both sides know every
-// count (from the count exchange or the plans), so empty pairs are skipped on both sides.
-// World size 1 is a self send/recv.
-void all_to_all_rows(ncclComm_t comm, int32_t num_ranks, const void* send,
-                     std::span<const int32_t> send_indptr, void* recv,
-                     std::span<const int32_t> recv_indptr, int64_t row_bytes,
+// One all-to-all-v of rows: rows [send_indptr[q], send_indptr[q + 1]) of `send` go to rank q,
+// rows from rank r land at [recv_indptr[r], recv_indptr[r + 1]) of `recv`. Both indptr are host
+// arrays [num_ranks + 1]; the caller knows every count (from the count exchange or the plans).
+struct AllToAllRows {
+  const void* send;                     // device [send_indptr.back(), row_bytes]
+  std::span<const int32_t> send_indptr;
+  void* recv;                           // device [recv_indptr.back(), row_bytes]
+  std::span<const int32_t> recv_indptr;
+  int64_t row_bytes;
+};
+
+// Moves rows between the ranks of the EP group. NcclTransport is the real one; tests add an
+// in-process loopback to run N simulated ranks on one GPU.
+class EpTransport {
+ public:
+  virtual ~EpTransport() = default;
+  virtual int32_t rank_idx() const = 0;
+  virtual int32_t num_ranks() const = 0;
+  // Runs the exchanges as one group, enqueued on `stream` (every rank calls it with the same
+  // number of ops, in the same order).
+  virtual void all_to_all(std::span<const AllToAllRows> ops, cudaStream_t stream) = 0;
+};
+
+// Grouped per-peer ncclSend/ncclRecv; empty pairs are skipped on both sides (both know the
+// counts). World size 1 is a self send/recv.
+void all_to_all_rows(ncclComm_t comm, int32_t num_ranks, const AllToAllRows& op,
                      cudaStream_t stream);
+
+class NcclTransport final : public EpTransport {
+ public:
+  explicit NcclTransport(const EpComm& comm) : comm_(comm) {}
+  int32_t rank_idx() const override { return comm_.rank_idx(); }
+  int32_t num_ranks() const override { return comm_.num_ranks(); }
+  void all_to_all(std::span<const AllToAllRows> ops, cudaStream_t stream) override;
+
+ private:
+  const EpComm& comm_;
+};
 
 struct EpMoeInput {
   const void* x = nullptr;                // device [num_tokens, hidden], layer dtype
@@ -88,8 +117,8 @@ struct EpMoeStats {
 class EpMoeCuda {
  public:
   // The layer shape is fixed; the placement may change between calls (EPLB swaps whole tables).
-  // `comm` must outlive this object; `stream` is where every kernel and NCCL call is enqueued.
-  EpMoeCuda(const EpComm& comm, int32_t hidden, int32_t top_k, RowDtype dtype,
+  // `transport` must outlive this object; `stream` is where every kernel and exchange is enqueued.
+  EpMoeCuda(EpTransport& transport, int32_t hidden, int32_t top_k, RowDtype dtype,
             cudaStream_t stream);
 
   // Writes out [num_tokens, hidden] (device, layer dtype). Every rank of the group must call it
@@ -104,7 +133,7 @@ class EpMoeCuda {
  private:
   int64_t row_bytes() const { return static_cast<int64_t>(hidden_) * dtype_bytes(dtype_); }
 
-  const EpComm& comm_;
+  EpTransport& transport_;
   int32_t hidden_;
   int32_t top_k_;
   RowDtype dtype_;
@@ -115,6 +144,7 @@ class EpMoeCuda {
   std::vector<int32_t> recv_counts_host_;
   std::vector<int32_t> recv_indptr_;
   std::vector<int32_t> recv_local_slot_;
+  std::vector<int32_t> count_indptr_;  // [num_ranks + 1] = 0, 1, ..., num_ranks
 
   // Device plan arrays (int32) and row buffers (layer dtype).
   DeviceBuffer send_token_idx_, entry_return_idx_, send_local_slot_, recv_local_slot_dev_;

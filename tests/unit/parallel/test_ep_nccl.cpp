@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -106,6 +109,46 @@ RankBatch random_batch(int32_t num_tokens, int32_t top_k, int32_t num_experts, i
   return b;
 }
 
+// Runs the device path on `stream` and returns the output as floats (bf16 widened exactly).
+std::vector<float> run_on_stream(EpMoeCuda& layer, cudaStream_t stream,
+                                 const ExpertPlacement& placement, const RankBatch& batch,
+                                 int32_t top_k, int32_t hidden, RowDtype dtype, bool identity,
+                                 EpMoeStats* stats) {
+  const int32_t num_tokens = static_cast<int32_t>(batch.topk_ids.size()) / top_k;
+  const size_t n = batch.x.size();
+  const size_t elem = dtype_bytes(dtype);
+  DeviceBuffer x, w, out;
+  x.reserve(std::max<size_t>(n * elem, 1));
+  w.reserve(std::max<size_t>(batch.topk_weights.size() * 4, 1));
+  out.reserve(std::max<size_t>(n * elem, 1));
+  if (dtype == RowDtype::kFloat32) {
+    CUDA_CHECK(cudaMemcpy(x.data(), batch.x.data(), n * 4, cudaMemcpyHostToDevice));
+  } else {
+    std::vector<uint16_t> bits(n);
+    for (size_t i = 0; i < n; ++i) bits[i] = to_bf16(batch.x[i]);
+    CUDA_CHECK(cudaMemcpy(x.data(), bits.data(), n * 2, cudaMemcpyHostToDevice));
+  }
+  CUDA_CHECK(cudaMemcpy(w.data(), batch.topk_weights.data(), batch.topk_weights.size() * 4,
+                        cudaMemcpyHostToDevice));
+  // Poison the output so a token the combine skips shows up.
+  CUDA_CHECK(cudaMemset(out.data(), 0x7F, std::max<size_t>(n * elem, 1)));
+  CUDA_CHECK(cudaDeviceSynchronize());  // uploads and the poison land before the layer runs
+  const EpMoeStats s =
+      layer.forward(placement, EpMoeInput{x.data(), batch.topk_ids, w.as<float>(), num_tokens},
+                    device_expert(identity, hidden, dtype), out.data());
+  if (stats != nullptr) *stats = s;
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> result(n);
+  if (dtype == RowDtype::kFloat32) {
+    CUDA_CHECK(cudaMemcpy(result.data(), out.data(), n * 4, cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<uint16_t> bits(n);
+    CUDA_CHECK(cudaMemcpy(bits.data(), out.data(), n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) result[i] = from_bf16(bits[i]);
+  }
+  return result;
+}
+
 // ---- the fixture: one communicator and stream for the whole suite ---------------------------
 
 std::string gpu_missing_reason() {
@@ -123,6 +166,7 @@ class EpNcclTest : public ::testing::Test {
     if (!missing_.empty()) return;
     try {
       comm_ = std::make_unique<EpComm>(EpCommConfig{});
+      transport_ = std::make_unique<NcclTransport>(*comm_);
       // A blocking stream: it also orders against the test's plain cudaMemcpy/cudaMemset.
       CUDA_CHECK(cudaStreamCreate(&stream_));
     } catch (const std::exception& e) {
@@ -130,6 +174,7 @@ class EpNcclTest : public ::testing::Test {
     }
   }
   static void TearDownTestSuite() {
+    transport_.reset();
     comm_.reset();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     stream_ = nullptr;
@@ -141,49 +186,18 @@ class EpNcclTest : public ::testing::Test {
     ASSERT_TRUE(init_error_.empty()) << "NCCL/CUDA setup failed: " << init_error_;
   }
 
-  // Runs the NCCL path and returns the output as floats (bf16 outputs widened exactly).
   static std::vector<float> run_device(EpMoeCuda& layer, const ExpertPlacement& placement,
                                        const RankBatch& batch, int32_t top_k, int32_t hidden,
                                        RowDtype dtype, bool identity,
                                        EpMoeStats* stats = nullptr) {
-    const int32_t num_tokens = static_cast<int32_t>(batch.topk_ids.size()) / top_k;
-    const size_t n = batch.x.size();
-    const size_t elem = dtype_bytes(dtype);
-    DeviceBuffer x, w, out;
-    x.reserve(std::max<size_t>(n * elem, 1));
-    w.reserve(std::max<size_t>(batch.topk_weights.size() * 4, 1));
-    out.reserve(std::max<size_t>(n * elem, 1));
-    if (dtype == RowDtype::kFloat32) {
-      CUDA_CHECK(cudaMemcpy(x.data(), batch.x.data(), n * 4, cudaMemcpyHostToDevice));
-    } else {
-      std::vector<uint16_t> bits(n);
-      for (size_t i = 0; i < n; ++i) bits[i] = to_bf16(batch.x[i]);
-      CUDA_CHECK(cudaMemcpy(x.data(), bits.data(), n * 2, cudaMemcpyHostToDevice));
-    }
-    CUDA_CHECK(cudaMemcpy(w.data(), batch.topk_weights.data(), batch.topk_weights.size() * 4,
-                          cudaMemcpyHostToDevice));
-    // Poison the output so a token the combine skips shows up.
-    CUDA_CHECK(cudaMemset(out.data(), 0x7F, std::max<size_t>(n * elem, 1)));
-    CUDA_CHECK(cudaDeviceSynchronize());  // uploads and the poison land before the layer runs
-    const EpMoeStats s =
-        layer.forward(placement, EpMoeInput{x.data(), batch.topk_ids, w.as<float>(), num_tokens},
-                      device_expert(identity, hidden, dtype), out.data());
-    if (stats != nullptr) *stats = s;
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<float> result(n);
-    if (dtype == RowDtype::kFloat32) {
-      CUDA_CHECK(cudaMemcpy(result.data(), out.data(), n * 4, cudaMemcpyDeviceToHost));
-    } else {
-      std::vector<uint16_t> bits(n);
-      CUDA_CHECK(cudaMemcpy(bits.data(), out.data(), n * 2, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < n; ++i) result[i] = from_bf16(bits[i]);
-    }
-    return result;
+    return run_on_stream(layer, stream_, placement, batch, top_k, hidden, dtype, identity, stats);
   }
+
 
   static inline std::string missing_;
   static inline std::string init_error_;
   static inline std::unique_ptr<EpComm> comm_;
+  static inline std::unique_ptr<NcclTransport> transport_;
   static inline cudaStream_t stream_ = nullptr;
 };
 
@@ -236,7 +250,7 @@ TEST_F(EpNcclTest, Fp32MatchesReferenceBitForBit) {
                               : shuffled_placement(c.num_experts, c.slots, rng);
       const RankBatch batch = random_batch(c.num_tokens, c.top_k, c.num_experts, c.hidden, rng,
                                            c.drop, c.skew);
-      EpMoeCuda layer(*comm_, c.hidden, c.top_k, RowDtype::kFloat32, stream_);
+      EpMoeCuda layer(*transport_, c.hidden, c.top_k, RowDtype::kFloat32, stream_);
       for (const bool identity : {false, true}) {
         SCOPED_TRACE(::testing::Message()
                      << "tokens " << c.num_tokens << " hidden " << c.hidden << " top_k "
@@ -260,7 +274,7 @@ TEST_F(EpNcclTest, ReusedLayerGrowsAndShrinksBuffers) {
   std::mt19937 rng(7);
   const int32_t hidden = 96, top_k = 4, num_experts = 12;
   const ExpertPlacement placement = shuffled_placement(num_experts, 16, rng);
-  EpMoeCuda layer(*comm_, hidden, top_k, RowDtype::kFloat32, stream_);
+  EpMoeCuda layer(*transport_, hidden, top_k, RowDtype::kFloat32, stream_);
   for (const int32_t num_tokens : {5, 700, 0, 3, 1200, 1}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << num_tokens);
     const RankBatch batch = random_batch(num_tokens, top_k, num_experts, hidden, rng, 0.1);
@@ -274,7 +288,7 @@ TEST_F(EpNcclTest, EmptyInputs) {
   std::mt19937 rng(99);
   const int32_t hidden = 40, top_k = 4, num_experts = 8;
   const ExpertPlacement placement = shuffled_placement(num_experts, 10, rng);
-  EpMoeCuda layer(*comm_, hidden, top_k, RowDtype::kFloat32, stream_);
+  EpMoeCuda layer(*transport_, hidden, top_k, RowDtype::kFloat32, stream_);
 
   // No tokens at all: nothing is sent, nothing computed, nothing written.
   const RankBatch none = random_batch(0, top_k, num_experts, hidden, rng);
@@ -298,7 +312,7 @@ TEST_F(EpNcclTest, EmptyInputs) {
 TEST_F(EpNcclTest, SkewedRouting) {
   std::mt19937 rng(5);
   const int32_t hidden = 128, top_k = 8, num_experts = 64;
-  EpMoeCuda layer(*comm_, hidden, top_k, RowDtype::kFloat32, stream_);
+  EpMoeCuda layer(*transport_, hidden, top_k, RowDtype::kFloat32, stream_);
   for (const double skew : {0.9, 1.0}) {
     SCOPED_TRACE(::testing::Message() << "skew " << skew);
     const ExpertPlacement placement = shuffled_placement(num_experts, 72, rng);
@@ -320,7 +334,7 @@ TEST_F(EpNcclTest, SkewedRouting) {
   const ExpertPlacement placement = ExpertPlacement::round_robin(num_experts, 1);
   RankBatch one = random_batch(999, 1, num_experts, hidden, rng);
   std::fill(one.topk_ids.begin(), one.topk_ids.end(), 17);
-  EpMoeCuda layer1(*comm_, hidden, 1, RowDtype::kFloat32, stream_);
+  EpMoeCuda layer1(*transport_, hidden, 1, RowDtype::kFloat32, stream_);
   EXPECT_TRUE(same_bits(run_device(layer1, placement, one, 1, hidden, RowDtype::kFloat32, false),
                         reference(placement, one, 1, hidden, false)));
 }
@@ -336,7 +350,7 @@ TEST_F(EpNcclTest, Bf16IdentityMatchesReferenceBitForBit) {
     RankBatch batch = random_batch(hidden == 2048 ? 300 : 777, top_k, num_experts, hidden, rng,
                                    0.1);
     for (float& v : batch.x) v = from_bf16(to_bf16(v));
-    EpMoeCuda layer(*comm_, hidden, top_k, RowDtype::kBfloat16, stream_);
+    EpMoeCuda layer(*transport_, hidden, top_k, RowDtype::kBfloat16, stream_);
     const std::vector<float> got =
         run_device(layer, placement, batch, top_k, hidden, RowDtype::kBfloat16, true);
     std::vector<float> want = reference(placement, batch, top_k, hidden, true);
@@ -352,7 +366,7 @@ TEST_F(EpNcclTest, Bf16AffineWithinTolerance) {
   const ExpertPlacement placement = shuffled_placement(num_experts, 32, rng);
   RankBatch batch = random_batch(500, top_k, num_experts, hidden, rng);
   for (float& v : batch.x) v = from_bf16(to_bf16(v));
-  EpMoeCuda layer(*comm_, hidden, top_k, RowDtype::kBfloat16, stream_);
+  EpMoeCuda layer(*transport_, hidden, top_k, RowDtype::kBfloat16, stream_);
   const std::vector<float> got =
       run_device(layer, placement, batch, top_k, hidden, RowDtype::kBfloat16, false);
   const std::vector<float> want = reference(placement, batch, top_k, hidden, false);
@@ -372,17 +386,198 @@ TEST_F(EpNcclTest, CommFromUniqueIdFile) {
   EpCommConfig config;
   config.unique_id_path = path.string();
   EpComm comm(config);
+  NcclTransport transport(comm);
   EXPECT_STREQ(comm.init_path(), "ncclCommInitRank");
   EXPECT_EQ(std::filesystem::file_size(path), sizeof(ncclUniqueId));
   std::mt19937 rng(3);
   const int32_t hidden = 48, top_k = 2;
   const ExpertPlacement placement = shuffled_placement(6, 8, rng);
   const RankBatch batch = random_batch(77, top_k, 6, hidden, rng);
-  EpMoeCuda layer(comm, hidden, top_k, RowDtype::kFloat32, stream_);
+  EpMoeCuda layer(transport, hidden, top_k, RowDtype::kFloat32, stream_);
   EXPECT_TRUE(same_bits(
       run_device(layer, placement, batch, top_k, hidden, RowDtype::kFloat32, false),
       reference(placement, batch, top_k, hidden, false)));
   std::filesystem::remove(path);
+}
+
+// ---- N simulated ranks on one GPU: the device path with an in-process transport --------------
+//
+// NCCL cannot put two ranks of one communicator on one GPU, so this replaces only the exchange:
+// every rank runs EpMoeCuda::forward on its own host thread and stream, and all_to_all copies rows
+// device to device between the ranks' buffers. Everything else (plans, uploads, gathers, experts,
+// combine) is the code the NCCL path runs; the placements have redundant replicas.
+
+// A generation barrier whose waits give up (throw) after a timeout or when a rank failed, so a
+// broken test fails instead of hanging.
+class LoopbackHub {
+ public:
+  explicit LoopbackHub(int32_t num_ranks) : num_ranks_(num_ranks), posted_(num_ranks) {}
+
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t generation = generation_;
+    if (++arrived_ == num_ranks_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const bool done = cv_.wait_for(lock, std::chrono::seconds(60), [&] {
+      return generation_ != generation || failed_;
+    });
+    DI_CHECK(done && !failed_, "loopback barrier: {}", failed_ ? "another rank failed" : "timeout");
+  }
+  void fail() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+  int32_t num_ranks() const { return num_ranks_; }
+  std::vector<std::span<const AllToAllRows>>& posted() { return posted_; }
+
+ private:
+  int32_t num_ranks_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int32_t arrived_ = 0;
+  int64_t generation_ = 0;
+  bool failed_ = false;
+  std::vector<std::span<const AllToAllRows>> posted_;  // [num_ranks] this round's ops
+};
+
+class LoopbackTransport final : public EpTransport {
+ public:
+  LoopbackTransport(LoopbackHub& hub, int32_t rank_idx) : hub_(hub), rank_idx_(rank_idx) {}
+  int32_t rank_idx() const override { return rank_idx_; }
+  int32_t num_ranks() const override { return hub_.num_ranks(); }
+
+  void all_to_all(std::span<const AllToAllRows> ops, cudaStream_t stream) override {
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // our send rows are ready
+    hub_.posted()[rank_idx_] = ops;
+    hub_.arrive_and_wait();
+    const int32_t q = rank_idx_;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      for (int32_t r = 0; r < num_ranks(); ++r) {
+        const std::span<const AllToAllRows> theirs = hub_.posted()[r];
+        DI_CHECK(theirs.size() == ops.size(), "rank {} posted {} ops, rank {} {}", r,
+                 theirs.size(), q, ops.size());
+        const AllToAllRows& src = theirs[i];
+        const int64_t rows = src.send_indptr[q + 1] - src.send_indptr[q];
+        DI_CHECK(rows == ops[i].recv_indptr[r + 1] - ops[i].recv_indptr[r] &&
+                     src.row_bytes == ops[i].row_bytes,
+                 "op {}: rank {} sends {} rows to rank {}, which expects {}", i, r, rows, q,
+                 ops[i].recv_indptr[r + 1] - ops[i].recv_indptr[r]);
+        if (rows == 0) continue;
+        CUDA_CHECK(cudaMemcpyAsync(
+            static_cast<char*>(ops[i].recv) + ops[i].recv_indptr[r] * ops[i].row_bytes,
+            static_cast<const char*>(src.send) + src.send_indptr[q] * src.row_bytes,
+            static_cast<size_t>(rows * src.row_bytes), cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    hub_.arrive_and_wait();  // nobody reuses a send buffer before every rank has copied it
+  }
+
+ private:
+  LoopbackHub& hub_;
+  int32_t rank_idx_;
+};
+
+// Every expert once in a random slot; the other slots get a random expert the rank lacks
+// (a redundant replica) or stay empty.
+ExpertPlacement redundant_placement(int32_t num_experts, int32_t num_ranks, int32_t slots,
+                                    std::mt19937& rng, double empty_fraction) {
+  std::vector<int32_t> table(static_cast<size_t>(num_ranks) * slots, kEmptySlot);
+  std::vector<int32_t> order(table.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int32_t e = 0; e < num_experts; ++e) table[order[e]] = e;
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  for (size_t i = num_experts; i < order.size(); ++i) {
+    const int32_t slot = order[i];
+    const auto rank_begin = table.begin() + (slot / slots) * slots;
+    if (coin(rng) < empty_fraction) continue;
+    std::vector<int32_t> lacking;
+    for (int32_t e = 0; e < num_experts; ++e) {
+      if (std::find(rank_begin, rank_begin + slots, e) == rank_begin + slots) lacking.push_back(e);
+    }
+    if (!lacking.empty()) table[slot] = lacking[rng() % lacking.size()];
+  }
+  return ExpertPlacement(num_experts, num_ranks, slots, table);
+}
+
+TEST_F(EpNcclTest, SimulatedRanksWithRedundantReplicasMatchReference) {
+  std::mt19937 rng(77);
+  struct MultiCase {
+    int32_t num_ranks, num_experts, slots, top_k, hidden;
+    RowDtype dtype;
+    double empty_fraction;  // of the slots left after one replica per expert
+  };
+  const MultiCase cases[] = {
+      {2, 8, 6, 2, 40, RowDtype::kFloat32, 0.0},   {3, 16, 7, 4, 33, RowDtype::kFloat32, 0.3},
+      {4, 16, 6, 8, 256, RowDtype::kFloat32, 0.0}, {4, 12, 5, 4, 64, RowDtype::kBfloat16, 0.0},
+  };
+  for (const MultiCase& c : cases) {
+    const bool identity = c.dtype == RowDtype::kBfloat16;  // bf16 exact only with identity
+    const ExpertPlacement placement =
+        redundant_placement(c.num_experts, c.num_ranks, c.slots, rng, c.empty_fraction);
+    int32_t num_redundant = 0;
+    for (int32_t e = 0; e < c.num_experts; ++e) num_redundant += placement.num_replicas(e) - 1;
+    SCOPED_TRACE(::testing::Message()
+                 << c.num_ranks << " ranks, " << c.num_experts << " experts, " << num_redundant
+                 << " redundant replicas, top_k " << c.top_k << " hidden " << c.hidden << " "
+                 << dtype_name(c.dtype));
+    // Without empty slots every slot past the first replicas is a redundant one.
+    if (c.empty_fraction == 0.0) {
+      EXPECT_EQ(num_redundant, c.num_ranks * c.slots - c.num_experts);
+    }
+    std::vector<RankBatch> batches;
+    for (int32_t r = 0; r < c.num_ranks; ++r) {
+      // Rank 1 has no tokens; the others differ in size; some entries dropped.
+      const int32_t num_tokens = r == 1 ? 0 : 50 + 97 * r;
+      batches.push_back(random_batch(num_tokens, c.top_k, c.num_experts, c.hidden, rng, 0.1,
+                                     r == 2 ? 0.8 : 0.0));
+      if (c.dtype == RowDtype::kBfloat16) {
+        for (float& v : batches.back().x) v = from_bf16(to_bf16(v));
+      }
+    }
+    std::vector<std::vector<float>> want =
+        run_ep_moe_reference(placement, batches, c.top_k, c.hidden,
+                             identity ? host_identity_expert() : host_affine_expert());
+    LoopbackHub hub(c.num_ranks);
+    std::vector<std::vector<float>> got(c.num_ranks);
+    std::vector<std::string> errors(c.num_ranks);
+    std::vector<std::thread> threads;
+    for (int32_t r = 0; r < c.num_ranks; ++r) {
+      threads.emplace_back([&, r] {
+        cudaStream_t stream = nullptr;
+        try {
+          CUDA_CHECK(cudaStreamCreate(&stream));
+          LoopbackTransport transport(hub, r);
+          EpMoeCuda layer(transport, c.hidden, c.top_k, c.dtype, stream);
+          got[r] = run_on_stream(layer, stream, placement, batches[r], c.top_k, c.hidden,
+                                 c.dtype, identity, nullptr);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          hub.fail();
+        }
+        if (stream != nullptr) cudaStreamDestroy(stream);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int32_t r = 0; r < c.num_ranks; ++r) {
+      SCOPED_TRACE(::testing::Message() << "rank " << r);
+      ASSERT_TRUE(errors[r].empty()) << errors[r];
+      if (c.dtype == RowDtype::kBfloat16) {
+        for (float& v : want[r]) v = from_bf16(to_bf16(v));
+      }
+      EXPECT_TRUE(same_bits(got[r], want[r]));
+      if (!identity) {
+        EXPECT_TRUE(same_bits(got[r], run_moe_reference(batches[r], c.top_k, c.hidden,
+                                                        host_affine_expert())));
+      }
+    }
+  }
 }
 
 // ---- timings (world size 1: the all-to-alls are NCCL self send/recv, i.e. device copies) ---
@@ -418,7 +613,7 @@ TEST_F(EpNcclTest, TimingDispatchCombineWorld1) {
   std::printf("[ep-bench] NCCL %s, world size 1 (self send/recv), %d tokens x hidden %d x top-%d\n",
               nccl_runtime_version().c_str(), num_tokens, hidden, top_k);
   for (const RowDtype dtype : {RowDtype::kFloat32, RowDtype::kBfloat16}) {
-    EpMoeCuda layer(*comm_, hidden, top_k, dtype, stream_);
+    EpMoeCuda layer(*transport_, hidden, top_k, dtype, stream_);
     EpMoeStats stats;
     // Correctness at this size too (identity experts: exact in fp32).
     const std::vector<float> got =
@@ -433,10 +628,10 @@ TEST_F(EpNcclTest, TimingDispatchCombineWorld1) {
     recv.reserve(static_cast<size_t>(rows_c) * rb);
     const std::vector<int32_t> indptr_d{0, rows_d}, indptr_c{0, rows_c};
     const float dispatch_ms = median_ms(stream_, 20, [&] {
-      all_to_all_rows(comm_->get(), 1, send.data(), indptr_d, recv.data(), indptr_d, rb, stream_);
+      all_to_all_rows(comm_->get(), 1, {send.data(), indptr_d, recv.data(), indptr_d, rb}, stream_);
     });
     const float combine_ms = median_ms(stream_, 20, [&] {
-      all_to_all_rows(comm_->get(), 1, send.data(), indptr_c, recv.data(), indptr_c, rb, stream_);
+      all_to_all_rows(comm_->get(), 1, {send.data(), indptr_c, recv.data(), indptr_c, rb}, stream_);
     });
     // The whole forward (plans on the host, two host syncs, gathers, experts, combine).
     DeviceBuffer x, w, out;
