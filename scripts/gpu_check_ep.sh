@@ -95,7 +95,7 @@ echo "== test_ep_nccl (EP world size 1, one GPU): rc=$rc in ${secs} s, log $LOG"
 grep -E '^\[ +(OK|FAILED|SKIPPED) +\] [A-Za-z].*\([0-9]+ ms\)' "$LOG" | sed -E 's/^\[ *([A-Z]+) *\] /\1\t/' |
   awk -F'\t' '{printf "  %-8s %s\n", $1, $2}'
 grep -E '^\[ep-bench\]' "$LOG" | sed 's/^/  /'
-grep -E 'Failure|rror|what\(\)|NCCL WARN|test_ep_nccl needs' "$LOG" | sort | uniq -c | sort -rn | head -8 |
+grep -E 'Failure|rror|what\(\)|NCCL WARN|needs one CUDA GPU' "$LOG" | sort | uniq -c | sort -rn | head -8 |
   sed 's/^/  > /'
 grep -E '^\[  (PASSED|FAILED) +\] [0-9]+ test' "$LOG" | sed 's/^/  /'
 if [ "$rc" != 0 ]; then

@@ -193,7 +193,6 @@ class EpNcclTest : public ::testing::Test {
     return run_on_stream(layer, stream_, placement, batch, top_k, hidden, dtype, identity, stats);
   }
 
-
   static inline std::string missing_;
   static inline std::string init_error_;
   static inline std::unique_ptr<EpComm> comm_;
@@ -506,7 +505,16 @@ ExpertPlacement redundant_placement(int32_t num_experts, int32_t num_ranks, int3
   return ExpertPlacement(num_experts, num_ranks, slots, table);
 }
 
-TEST_F(EpNcclTest, SimulatedRanksWithRedundantReplicasMatchReference) {
+// Needs a GPU but not NCCL.
+class EpLoopbackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string missing = gpu_missing_reason();
+    if (!missing.empty()) GTEST_SKIP() << "the loopback EP test needs one CUDA GPU: " << missing;
+  }
+};
+
+TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
   std::mt19937 rng(77);
   struct MultiCase {
     int32_t num_ranks, num_experts, slots, top_k, hidden;
