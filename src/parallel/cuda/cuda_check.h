@@ -6,18 +6,18 @@
 
 #include "core/error.h"
 
-#define CUDA_CHECK(call)                                                                   \
-  do {                                                                                     \
-    const cudaError_t di_cuda_err_ = (call);                                               \
-    if (di_cuda_err_ != cudaSuccess) [[unlikely]]                                          \
-      DI_FAIL("{} failed: {} ({})", #call, cudaGetErrorString(di_cuda_err_),               \
-              cudaGetErrorName(di_cuda_err_));                                             \
+#define CUDA_CHECK(call)                                                     \
+  do {                                                                       \
+    const cudaError_t di_cuda_err_ = (call);                                 \
+    if (di_cuda_err_ != cudaSuccess) [[unlikely]]                            \
+      DI_FAIL("{} failed: {} ({})", #call, cudaGetErrorString(di_cuda_err_), \
+              cudaGetErrorName(di_cuda_err_));                               \
   } while (0)
 
-#define NCCL_CHECK(call)                                                                   \
-  do {                                                                                     \
-    const ncclResult_t di_nccl_res_ = (call);                                              \
-    if (di_nccl_res_ != ncclSuccess) [[unlikely]]                                          \
-      DI_FAIL("{} failed: {} (ncclResult_t {}); NCCL_DEBUG=WARN says more", #call,         \
-              ncclGetErrorString(di_nccl_res_), static_cast<int>(di_nccl_res_));           \
+#define NCCL_CHECK(call)                                                           \
+  do {                                                                             \
+    const ncclResult_t di_nccl_res_ = (call);                                      \
+    if (di_nccl_res_ != ncclSuccess) [[unlikely]]                                  \
+      DI_FAIL("{} failed: {} (ncclResult_t {}); NCCL_DEBUG=WARN says more", #call, \
+              ncclGetErrorString(di_nccl_res_), static_cast<int>(di_nccl_res_));   \
   } while (0)

@@ -38,8 +38,7 @@ void write_unique_id(const std::string& path, const ncclUniqueId& id) {
 }
 
 ncclUniqueId read_unique_id(const std::string& path, double timeout_s) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   for (;;) {
     std::error_code ec;
     if (std::filesystem::file_size(path, ec) == sizeof(ncclUniqueId::internal) && !ec) break;
@@ -75,8 +74,8 @@ EpCommConfig ep_comm_config_from_env() {
 
 EpComm::EpComm(const EpCommConfig& config)
     : rank_idx_(config.rank_idx), num_ranks_(config.num_ranks), device_idx_(config.device_idx) {
-  DI_CHECK(num_ranks_ >= 1 && rank_idx_ >= 0 && rank_idx_ < num_ranks_,
-           "EP rank {} of world {}", rank_idx_, num_ranks_);
+  DI_CHECK(num_ranks_ >= 1 && rank_idx_ >= 0 && rank_idx_ < num_ranks_, "EP rank {} of world {}",
+           rank_idx_, num_ranks_);
   int num_devices = 0;
   CUDA_CHECK(cudaGetDeviceCount(&num_devices));
   DI_CHECK(device_idx_ < num_devices, "EP rank {} asks for CUDA device {}, this process sees {}",

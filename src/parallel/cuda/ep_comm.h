@@ -4,7 +4,8 @@
 // Launching N > 1 ranks (one process per GPU, same host or not):
 //   rm -f /shared/ep.id   # a fresh path per launch; a stale file from an old job would be read
 //   for r in 0..N-1:
-//     DI_EP_RANK=r DI_EP_WORLD=N DI_EP_DEVICE=<local gpu> DI_EP_UNIQUE_ID_FILE=/shared/ep.id <engine> &
+//     DI_EP_RANK=r DI_EP_WORLD=N DI_EP_DEVICE=<local gpu> DI_EP_UNIQUE_ID_FILE=/shared/ep.id
+//     <engine> &
 // Rank 0 creates the ncclUniqueId and publishes it by writing a temporary file and renaming it
 // onto DI_EP_UNIQUE_ID_FILE (so no reader sees a partial id); the other ranks poll for the file
 // (DI_EP_INIT_TIMEOUT_S, default 120 s) and then all call ncclCommInitRank. The path must be
@@ -20,8 +21,8 @@ namespace di::parallel::cuda {
 struct EpCommConfig {
   int32_t rank_idx = 0;
   int32_t num_ranks = 1;
-  int32_t device_idx = 0;        // CUDA device this process drives
-  std::string unique_id_path;    // required when num_ranks > 1; optional for 1 (then InitRank)
+  int32_t device_idx = 0;         // CUDA device this process drives
+  std::string unique_id_path;     // required when num_ranks > 1; optional for 1 (then InitRank)
   double init_timeout_s = 120.0;  // how long ranks > 0 wait for the id file
 };
 

@@ -16,18 +16,22 @@ template <typename Unit>
 __global__ void gather_rows_kernel(GatherRowsParams p) {
   const int64_t units_per_row = p.row_bytes / static_cast<int64_t>(sizeof(Unit));
   for (int64_t r = blockIdx.x; r < p.num_rows; r += gridDim.x) {
-    const Unit* src = reinterpret_cast<const Unit*>(static_cast<const char*>(p.src) +
-                                                    p.src_row[r] * p.row_bytes);
+    const Unit* src =
+        reinterpret_cast<const Unit*>(static_cast<const char*>(p.src) + p.src_row[r] * p.row_bytes);
     Unit* dst = reinterpret_cast<Unit*>(static_cast<char*>(p.dst) + r * p.row_bytes);
     for (int64_t u = threadIdx.x; u < units_per_row; u += blockDim.x) dst[u] = src[u];
   }
 }
 
-__device__ __forceinline__ float load_as_float(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_as_float(const float* p, int64_t i) {
+  return p[i];
+}
 __device__ __forceinline__ float load_as_float(const __nv_bfloat16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }
-__device__ __forceinline__ void store_from_float(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_from_float(float* p, int64_t i, float v) {
+  p[i] = v;
+}
 __device__ __forceinline__ void store_from_float(__nv_bfloat16* p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }

@@ -14,7 +14,9 @@ namespace di::parallel::cuda {
 // Element type of the hidden-state rows. The combine always accumulates in fp32.
 enum class RowDtype : int32_t { kFloat32 = 0, kBfloat16 = 1 };
 
-inline size_t dtype_bytes(RowDtype dtype) { return dtype == RowDtype::kFloat32 ? 4 : 2; }
+inline size_t dtype_bytes(RowDtype dtype) {
+  return dtype == RowDtype::kFloat32 ? 4 : 2;
+}
 inline const char* dtype_name(RowDtype dtype) {
   return dtype == RowDtype::kFloat32 ? "fp32" : "bf16";
 }
@@ -25,7 +27,7 @@ struct GatherRowsParams {
   const void* src;         // [>max(src_row) + 1, row_bytes]
   const int32_t* src_row;  // [num_rows] device
   int32_t num_rows;
-  int64_t row_bytes;       // > 0
+  int64_t row_bytes;  // > 0
 };
 cudaError_t launch_gather_rows(const GatherRowsParams& params, cudaStream_t stream);
 

@@ -12,8 +12,8 @@ namespace {
 void upload(DeviceBuffer& dst, std::span<const int32_t> src, cudaStream_t stream) {
   dst.reserve(src.size_bytes());
   if (src.empty()) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(), cudaMemcpyHostToDevice,
-                             stream));
+  CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(), cudaMemcpyHostToDevice, stream));
 }
 
 void gather_rows(void* dst, const void* src, const DeviceBuffer& src_row, int32_t num_rows,
@@ -184,10 +184,10 @@ EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput
                                 dispatch_.combine_indptr, rb};
   transport_.all_to_all({&combine_op, 1}, stream_);
 
-  CUDA_CHECK(launch_combine(
-      CombineParams{out, combine_buf_.data(), entry_return_idx_.as<const int32_t>(),
-                    input.topk_weights, input.num_tokens, top_k_, hidden_, dtype_},
-      stream_));
+  CUDA_CHECK(
+      launch_combine(CombineParams{out, combine_buf_.data(), entry_return_idx_.as<const int32_t>(),
+                                   input.topk_weights, input.num_tokens, top_k_, hidden_, dtype_},
+                     stream_));
 
   EpMoeStats stats;
   stats.num_send_rows = dispatch_.num_send_rows();

@@ -45,7 +45,9 @@ class DeviceBuffer {
   void reserve(size_t bytes);
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t capacity() const { return capacity_; }
 
  private:
@@ -62,9 +64,9 @@ using DeviceExpertFn = std::function<void(int32_t expert_idx, const void* in, vo
 // rows from rank r land at [recv_indptr[r], recv_indptr[r + 1]) of `recv`. Both indptr are host
 // arrays [num_ranks + 1]; the caller knows every count (from the count exchange or the plans).
 struct AllToAllRows {
-  const void* send;                     // device [send_indptr.back(), row_bytes]
+  const void* send;  // device [send_indptr.back(), row_bytes]
   std::span<const int32_t> send_indptr;
-  void* recv;                           // device [recv_indptr.back(), row_bytes]
+  void* recv;  // device [recv_indptr.back(), row_bytes]
   std::span<const int32_t> recv_indptr;
   int64_t row_bytes;
 };
@@ -98,20 +100,20 @@ class NcclTransport final : public EpTransport {
 };
 
 struct EpMoeInput {
-  const void* x = nullptr;                // device [num_tokens, hidden], layer dtype
-  std::span<const int32_t> topk_ids;      // host [num_tokens * top_k] logical expert or kNoExpert
-  const float* topk_weights = nullptr;    // device [num_tokens * top_k]
+  const void* x = nullptr;              // device [num_tokens, hidden], layer dtype
+  std::span<const int32_t> topk_ids;    // host [num_tokens * top_k] logical expert or kNoExpert
+  const float* topk_weights = nullptr;  // device [num_tokens * top_k]
   int32_t num_tokens = 0;
 };
 
 // What one forward moved, for bandwidth numbers and tests.
 struct EpMoeStats {
-  int32_t num_send_rows = 0;        // dispatch rows this rank sent (incl. to itself)
-  int32_t num_recv_rows = 0;        // dispatch rows this rank received
-  int32_t num_entries = 0;          // expert rows this rank computed (= return rows it sent)
-  int32_t num_entries_sent = 0;     // combine rows this rank received
-  int64_t dispatch_bytes = 0;       // rows + metadata this rank sent in all-to-all #1
-  int64_t combine_bytes = 0;        // rows this rank sent in all-to-all #2
+  int32_t num_send_rows = 0;     // dispatch rows this rank sent (incl. to itself)
+  int32_t num_recv_rows = 0;     // dispatch rows this rank received
+  int32_t num_entries = 0;       // expert rows this rank computed (= return rows it sent)
+  int32_t num_entries_sent = 0;  // combine rows this rank received
+  int64_t dispatch_bytes = 0;    // rows + metadata this rank sent in all-to-all #1
+  int64_t combine_bytes = 0;     // rows this rank sent in all-to-all #2
 };
 
 class EpMoeCuda {

@@ -28,8 +28,12 @@ namespace {
 
 // ---- experts: one host and one device definition that round identically --------------------
 
-float expert_scale(int32_t e) { return 1.0f + 0.125f * static_cast<float>(e % 5); }
-float expert_shift(int32_t e) { return 0.03125f * static_cast<float>(e % 11) - 0.125f; }
+float expert_scale(int32_t e) {
+  return 1.0f + 0.125f * static_cast<float>(e % 5);
+}
+float expert_shift(int32_t e) {
+  return 0.03125f * static_cast<float>(e % 11) - 0.125f;
+}
 
 ExpertFn host_affine_expert() {
   return [](int32_t e, std::span<const float> in, std::span<float> out, int32_t) {
@@ -188,8 +192,7 @@ class EpNcclTest : public ::testing::Test {
 
   static std::vector<float> run_device(EpMoeCuda& layer, const ExpertPlacement& placement,
                                        const RankBatch& batch, int32_t top_k, int32_t hidden,
-                                       RowDtype dtype, bool identity,
-                                       EpMoeStats* stats = nullptr) {
+                                       RowDtype dtype, bool identity, EpMoeStats* stats = nullptr) {
     return run_on_stream(layer, stream_, placement, batch, top_k, hidden, dtype, identity, stats);
   }
 
@@ -208,9 +211,8 @@ class EpNcclTest : public ::testing::Test {
   }
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], 4) != 0) {
-      return ::testing::AssertionFailure()
-             << "first difference at element " << i << ": device " << got[i] << " reference "
-             << want[i];
+      return ::testing::AssertionFailure() << "first difference at element " << i << ": device "
+                                           << got[i] << " reference " << want[i];
     }
   }
   return ::testing::AssertionSuccess();
@@ -237,28 +239,27 @@ struct Case {
 TEST_F(EpNcclTest, Fp32MatchesReferenceBitForBit) {
   std::mt19937 rng(1234);
   const Case cases[] = {
-      {1, 1, 1, 1, 1, 0.0, 0.0},       {7, 7, 2, 4, 4, 0.0, 0.0},
-      {129, 64, 8, 16, 24, 0.2, 0.0},  {300, 33, 6, 64, 64, 0.0, 0.0},
+      {1, 1, 1, 1, 1, 0.0, 0.0},        {7, 7, 2, 4, 4, 0.0, 0.0},
+      {129, 64, 8, 16, 24, 0.2, 0.0},   {300, 33, 6, 64, 64, 0.0, 0.0},
       {1000, 256, 8, 32, 40, 0.1, 0.0}, {513, 2048, 4, 8, 8, 0.0, 0.0},
       {64, 130, 3, 3, 9, 0.5, 0.0},
   };
   for (const Case& c : cases) {
     for (int32_t placement_kind = 0; placement_kind < 2; ++placement_kind) {
-      const ExpertPlacement placement =
-          placement_kind == 0 ? ExpertPlacement::round_robin(c.num_experts, 1)
-                              : shuffled_placement(c.num_experts, c.slots, rng);
-      const RankBatch batch = random_batch(c.num_tokens, c.top_k, c.num_experts, c.hidden, rng,
-                                           c.drop, c.skew);
+      const ExpertPlacement placement = placement_kind == 0
+                                            ? ExpertPlacement::round_robin(c.num_experts, 1)
+                                            : shuffled_placement(c.num_experts, c.slots, rng);
+      const RankBatch batch =
+          random_batch(c.num_tokens, c.top_k, c.num_experts, c.hidden, rng, c.drop, c.skew);
       EpMoeCuda layer(*transport_, c.hidden, c.top_k, RowDtype::kFloat32, stream_);
       for (const bool identity : {false, true}) {
         SCOPED_TRACE(::testing::Message()
-                     << "tokens " << c.num_tokens << " hidden " << c.hidden << " top_k "
-                     << c.top_k << " experts " << c.num_experts << " slots "
-                     << placement.slots_per_rank() << " drop " << c.drop << " identity "
-                     << identity);
+                     << "tokens " << c.num_tokens << " hidden " << c.hidden << " top_k " << c.top_k
+                     << " experts " << c.num_experts << " slots " << placement.slots_per_rank()
+                     << " drop " << c.drop << " identity " << identity);
         const std::vector<float> want = reference(placement, batch, c.top_k, c.hidden, identity);
-        const std::vector<float> got = run_device(layer, placement, batch, c.top_k, c.hidden,
-                                                  RowDtype::kFloat32, identity);
+        const std::vector<float> got =
+            run_device(layer, placement, batch, c.top_k, c.hidden, RowDtype::kFloat32, identity);
         EXPECT_TRUE(same_bits(got, want));
         // The reference itself equals the single-device MoE; so must we.
         const std::vector<float> single = run_moe_reference(
@@ -277,9 +278,9 @@ TEST_F(EpNcclTest, ReusedLayerGrowsAndShrinksBuffers) {
   for (const int32_t num_tokens : {5, 700, 0, 3, 1200, 1}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << num_tokens);
     const RankBatch batch = random_batch(num_tokens, top_k, num_experts, hidden, rng, 0.1);
-    EXPECT_TRUE(same_bits(
-        run_device(layer, placement, batch, top_k, hidden, RowDtype::kFloat32, false),
-        reference(placement, batch, top_k, hidden, false)));
+    EXPECT_TRUE(
+        same_bits(run_device(layer, placement, batch, top_k, hidden, RowDtype::kFloat32, false),
+                  reference(placement, batch, top_k, hidden, false)));
   }
 }
 
@@ -292,8 +293,8 @@ TEST_F(EpNcclTest, EmptyInputs) {
   // No tokens at all: nothing is sent, nothing computed, nothing written.
   const RankBatch none = random_batch(0, top_k, num_experts, hidden, rng);
   EpMoeStats stats;
-  EXPECT_TRUE(run_device(layer, placement, none, top_k, hidden, RowDtype::kFloat32, false, &stats)
-                  .empty());
+  EXPECT_TRUE(
+      run_device(layer, placement, none, top_k, hidden, RowDtype::kFloat32, false, &stats).empty());
   EXPECT_EQ(stats.num_send_rows, 0);
   EXPECT_EQ(stats.num_entries, 0);
 
@@ -346,8 +347,8 @@ TEST_F(EpNcclTest, Bf16IdentityMatchesReferenceBitForBit) {
     SCOPED_TRACE(::testing::Message() << "hidden " << hidden);
     const int32_t top_k = 6, num_experts = 20;
     const ExpertPlacement placement = shuffled_placement(num_experts, 23, rng);
-    RankBatch batch = random_batch(hidden == 2048 ? 300 : 777, top_k, num_experts, hidden, rng,
-                                   0.1);
+    RankBatch batch =
+        random_batch(hidden == 2048 ? 300 : 777, top_k, num_experts, hidden, rng, 0.1);
     for (float& v : batch.x) v = from_bf16(to_bf16(v));
     EpMoeCuda layer(*transport_, hidden, top_k, RowDtype::kBfloat16, stream_);
     const std::vector<float> got =
@@ -393,9 +394,9 @@ TEST_F(EpNcclTest, CommFromUniqueIdFile) {
   const ExpertPlacement placement = shuffled_placement(6, 8, rng);
   const RankBatch batch = random_batch(77, top_k, 6, hidden, rng);
   EpMoeCuda layer(transport, hidden, top_k, RowDtype::kFloat32, stream_);
-  EXPECT_TRUE(same_bits(
-      run_device(layer, placement, batch, top_k, hidden, RowDtype::kFloat32, false),
-      reference(placement, batch, top_k, hidden, false)));
+  EXPECT_TRUE(
+      same_bits(run_device(layer, placement, batch, top_k, hidden, RowDtype::kFloat32, false),
+                reference(placement, batch, top_k, hidden, false)));
   std::filesystem::remove(path);
 }
 
@@ -421,9 +422,8 @@ class LoopbackHub {
       cv_.notify_all();
       return;
     }
-    const bool done = cv_.wait_for(lock, std::chrono::seconds(60), [&] {
-      return generation_ != generation || failed_;
-    });
+    const bool done = cv_.wait_for(lock, std::chrono::seconds(60),
+                                   [&] { return generation_ != generation || failed_; });
     DI_CHECK(done && !failed_, "loopback barrier: {}", failed_ ? "another rank failed" : "timeout");
   }
   void fail() {
@@ -458,8 +458,8 @@ class LoopbackTransport final : public EpTransport {
     for (size_t i = 0; i < ops.size(); ++i) {
       for (int32_t r = 0; r < num_ranks(); ++r) {
         const std::span<const AllToAllRows> theirs = hub_.posted()[r];
-        DI_CHECK(theirs.size() == ops.size(), "rank {} posted {} ops, rank {} {}", r,
-                 theirs.size(), q, ops.size());
+        DI_CHECK(theirs.size() == ops.size(), "rank {} posted {} ops, rank {} {}", r, theirs.size(),
+                 q, ops.size());
         const AllToAllRows& src = theirs[i];
         const int64_t rows = src.send_indptr[q + 1] - src.send_indptr[q];
         DI_CHECK(rows == ops[i].recv_indptr[r + 1] - ops[i].recv_indptr[r] &&
@@ -522,8 +522,10 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
     double empty_fraction;  // of the slots left after one replica per expert
   };
   const MultiCase cases[] = {
-      {2, 8, 6, 2, 40, RowDtype::kFloat32, 0.0},   {3, 16, 7, 4, 33, RowDtype::kFloat32, 0.3},
-      {4, 16, 6, 8, 256, RowDtype::kFloat32, 0.0}, {4, 12, 5, 4, 64, RowDtype::kBfloat16, 0.0},
+      {2, 8, 6, 2, 40, RowDtype::kFloat32, 0.0},
+      {3, 16, 7, 4, 33, RowDtype::kFloat32, 0.3},
+      {4, 16, 6, 8, 256, RowDtype::kFloat32, 0.0},
+      {4, 12, 5, 4, 64, RowDtype::kBfloat16, 0.0},
   };
   for (const MultiCase& c : cases) {
     const bool identity = c.dtype == RowDtype::kBfloat16;  // bf16 exact only with identity
@@ -531,10 +533,9 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
         redundant_placement(c.num_experts, c.num_ranks, c.slots, rng, c.empty_fraction);
     int32_t num_redundant = 0;
     for (int32_t e = 0; e < c.num_experts; ++e) num_redundant += placement.num_replicas(e) - 1;
-    SCOPED_TRACE(::testing::Message()
-                 << c.num_ranks << " ranks, " << c.num_experts << " experts, " << num_redundant
-                 << " redundant replicas, top_k " << c.top_k << " hidden " << c.hidden << " "
-                 << dtype_name(c.dtype));
+    SCOPED_TRACE(::testing::Message() << c.num_ranks << " ranks, " << c.num_experts << " experts, "
+                                      << num_redundant << " redundant replicas, top_k " << c.top_k
+                                      << " hidden " << c.hidden << " " << dtype_name(c.dtype));
     // Without empty slots every slot past the first replicas is a redundant one.
     if (c.empty_fraction == 0.0) {
       EXPECT_EQ(num_redundant, c.num_ranks * c.slots - c.num_experts);
@@ -543,8 +544,8 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
     for (int32_t r = 0; r < c.num_ranks; ++r) {
       // Rank 1 has no tokens; the others differ in size; some entries dropped.
       const int32_t num_tokens = r == 1 ? 0 : 50 + 97 * r;
-      batches.push_back(random_batch(num_tokens, c.top_k, c.num_experts, c.hidden, rng, 0.1,
-                                     r == 2 ? 0.8 : 0.0));
+      batches.push_back(
+          random_batch(num_tokens, c.top_k, c.num_experts, c.hidden, rng, 0.1, r == 2 ? 0.8 : 0.0));
       if (c.dtype == RowDtype::kBfloat16) {
         for (float& v : batches.back().x) v = from_bf16(to_bf16(v));
       }
@@ -563,8 +564,8 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
           CUDA_CHECK(cudaStreamCreate(&stream));
           LoopbackTransport transport(hub, r);
           EpMoeCuda layer(transport, c.hidden, c.top_k, c.dtype, stream);
-          got[r] = run_on_stream(layer, stream, placement, batches[r], c.top_k, c.hidden,
-                                 c.dtype, identity, nullptr);
+          got[r] = run_on_stream(layer, stream, placement, batches[r], c.top_k, c.hidden, c.dtype,
+                                 identity, nullptr);
         } catch (const std::exception& e) {
           errors[r] = e.what();
           hub.fail();
@@ -581,8 +582,8 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
       }
       EXPECT_TRUE(same_bits(got[r], want[r]));
       if (!identity) {
-        EXPECT_TRUE(same_bits(got[r], run_moe_reference(batches[r], c.top_k, c.hidden,
-                                                        host_affine_expert())));
+        EXPECT_TRUE(same_bits(
+            got[r], run_moe_reference(batches[r], c.top_k, c.hidden, host_affine_expert())));
       }
     }
   }
@@ -658,8 +659,7 @@ TEST_F(EpNcclTest, TimingDispatchCombineWorld1) {
                     expert, out.data());
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       forward_ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-              .count());
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(forward_ms.begin(), forward_ms.end());
     const double d_bytes = static_cast<double>(rows_d) * rb;
