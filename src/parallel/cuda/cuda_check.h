@@ -1,18 +1,9 @@
 #pragma once
-// CUDA_CHECK / NCCL_CHECK: throw di::Error naming the failed call, the error string and the
+// CUDA_CHECK (core/cuda_check.h) plus NCCL_CHECK: throw di::Error naming the failed call, the error string and the
 // location (core/error.h). For C++20 host code; kernels (.cu, C++17) return cudaError_t instead.
-#include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "core/error.h"
-
-#define CUDA_CHECK(call)                                                     \
-  do {                                                                       \
-    const cudaError_t di_cuda_err_ = (call);                                 \
-    if (di_cuda_err_ != cudaSuccess) [[unlikely]]                            \
-      DI_FAIL("{} failed: {} ({})", #call, cudaGetErrorString(di_cuda_err_), \
-              cudaGetErrorName(di_cuda_err_));                               \
-  } while (0)
+#include "core/cuda_check.h"
 
 #define NCCL_CHECK(call)                                                           \
   do {                                                                             \
