@@ -280,14 +280,15 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
                                         plan.rows_per_tile + num_seqs);
   const int32_t kv = max_kv_len > 0 ? max_kv_len : 1;
   // Split the KV only for decode-like batches (few new tokens per sequence), with a fixed split
-  // size of 256 tokens (doubled while the workspace would exceed 512 MB).
+  // size of 64 tokens (doubled while the workspace would exceed 512 MB): 64 beat 128 and 256 at
+  // batch 1-8 on the H200 (docs/performance.md), at a 3-10% cost at batch 128-256.
   plan.split_size = 1 << 30;  // one split covers any context
   plan.num_splits = 1;
   // DEEPINFER_ATTN_SPLIT overrides the split size (a fixed value keeps batch invariance).
   static const int32_t kSplit = [] {
     const char* env = std::getenv("DEEPINFER_ATTN_SPLIT");
     const int v = env ? std::atoi(env) : 0;
-    return v >= 16 ? v : 256;
+    return v >= 16 ? v : 64;
   }();
   if (num_tokens <= 8 * num_seqs && kv > kSplit) {
     int32_t split = kSplit;
