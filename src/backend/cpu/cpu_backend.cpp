@@ -200,6 +200,22 @@ void CpuBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layou
   }
 }
 
+void CpuBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
+                             std::span<const std::pair<int32_t, int32_t>> src_dst) {
+  check_f32(pool, "pool");
+  const int64_t stride = layout.block_stride();
+  DI_CHECK(static_cast<size_t>(pool.numel()) == layout.pool_elems(),
+           "copy_blocks: pool {} does not match {} blocks of {} elements", pool.describe(),
+           layout.num_blocks, stride);
+  for (const auto& [src, dst] : src_dst) {
+    DI_CHECK(src >= 0 && src < layout.num_blocks && dst >= 0 && dst < layout.num_blocks &&
+                 src != dst,
+             "copy_blocks: block {} -> {} in a pool of {}", src, dst, layout.num_blocks);
+    std::memcpy(pool.f32() + dst * stride, pool.f32() + src * stride,
+                static_cast<size_t>(stride) * sizeof(float));
+  }
+}
+
 void CpuBackend::paged_attention(const PagedAttentionParams& p) {
   check_f32(*p.q, "q");
   check_f32(*p.out, "out");
