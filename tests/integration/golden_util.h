@@ -24,6 +24,13 @@ inline std::vector<std::string> golden_model_dirs() {
   return dirs;
 }
 
+// The model a golden fixture describes: its "model_dir" (relative to the source root) when the
+// weights live elsewhere (the shipped demo model), else the fixture directory itself.
+inline std::string golden_model_path(const std::string& fixture_dir, const std::string& model_dir_field) {
+  if (model_dir_field.empty()) return fixture_dir;
+  return (std::filesystem::path(source_dir()) / model_dir_field).string();
+}
+
 // max |a - b| / max |a|: the relative error of a logit vector.
 inline double max_rel_error(const std::vector<float>& ref, const std::vector<float>& got) {
   double max_ref = 0.0, max_diff = 0.0;

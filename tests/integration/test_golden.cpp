@@ -21,7 +21,9 @@ constexpr double kLogitTolerance = 1e-4;
 TEST(Golden, FixturesCoverEveryArchitecture) {
   std::set<std::string> archs;
   for (const auto& dir : golden_model_dirs()) {
-    std::ifstream f(dir + "/config.json");
+    std::ifstream g(dir + "/golden.json");
+    auto golden = nlohmann::json::parse(g);
+    std::ifstream f(testing::golden_model_path(dir, golden.value("model_dir", "")) + "/config.json");
     auto j = nlohmann::json::parse(f);
     archs.insert(j["architectures"][0].get<std::string>());
   }
@@ -38,7 +40,7 @@ TEST_P(GoldenModel, LogitsAndGreedyMatchTransformers) {
   std::ifstream f(dir + "/golden.json");
   auto golden = nlohmann::json::parse(f);
   auto backend = make_cpu_backend();
-  auto model = load_model(dir, *backend);
+  auto model = load_model(testing::golden_model_path(dir, golden.value("model_dir", "")), *backend);
   const auto prompts = golden["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto logits = golden["last_logits"].get<std::vector<std::vector<float>>>();
   const auto greedy = golden["greedy"].get<std::vector<std::vector<int32_t>>>();
@@ -56,12 +58,16 @@ TEST_P(GoldenModel, LogitsAndGreedyMatchTransformers) {
   }
   Generator gen(*model, *backend, GeneratorOptions{});
   auto results = gen.generate(reqs);
+  double worst = 0.0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     double err = max_rel_error(logits[i], results[i].last_prompt_logits);
+    worst = std::max(worst, err);
     EXPECT_LE(err, kLogitTolerance) << dir << " prompt " << i << " (" << prompts[i].size()
                                     << " tokens): last-position logits differ";
     EXPECT_EQ(results[i].output, greedy[i]) << dir << " prompt " << i << ": greedy continuation";
   }
+  std::printf("%s: max relative logit error vs HF %.2e\n", dir.c_str(), worst);
+  RecordProperty("max_rel_error", std::to_string(worst));
 }
 
 std::string name_of(const ::testing::TestParamInfo<std::string>& info) {

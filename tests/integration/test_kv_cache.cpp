@@ -1,6 +1,9 @@
 // KV-cache correctness on every golden model: prefill of N tokens then decode equals a full
 // recompute, for N in {1, 63, 64, 65, 200}; chunked prefill equals whole prefill; a request
 // alone equals the same request in a batch; block size 1 and 16 equal 64.
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 #include <random>
 
 #include "backend/backend.h"
@@ -15,6 +18,12 @@ using testing::golden_model_dirs;
 using testing::max_rel_error;
 
 constexpr double kTol = 1e-4;
+
+std::unique_ptr<Model> load_fixture_model(const std::string& dir, Backend& be) {
+  std::ifstream g(dir + "/golden.json");
+  auto golden = nlohmann::json::parse(g);
+  return load_model(testing::golden_model_path(dir, golden.value("model_dir", "")), be);
+}
 
 std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -37,7 +46,7 @@ class KvCache : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KvCache, DecodeEqualsFullRecompute) {
   auto be = make_cpu_backend();
-  auto model = load_model(GetParam(), *be);
+  auto model = load_fixture_model(GetParam(), *be);
   const int64_t vocab = model->config().vocab_size;
   for (int64_t n : {1, 63, 64, 65, 200}) {
     const int32_t steps = 4;
@@ -61,7 +70,7 @@ TEST_P(KvCache, DecodeEqualsFullRecompute) {
 
 TEST_P(KvCache, ChunkedPrefillAndBlockSizesEqualWhole) {
   auto be = make_cpu_backend();
-  auto model = load_model(GetParam(), *be);
+  auto model = load_fixture_model(GetParam(), *be);
   GenerateRequest r;
   r.prompt = random_prompt(150, model->config().vocab_size, 7);
   r.max_tokens = 6;
@@ -80,7 +89,7 @@ TEST_P(KvCache, ChunkedPrefillAndBlockSizesEqualWhole) {
 
 TEST_P(KvCache, AloneEqualsInBatch) {
   auto be = make_cpu_backend();
-  auto model = load_model(GetParam(), *be);
+  auto model = load_fixture_model(GetParam(), *be);
   std::vector<GenerateRequest> reqs;
   for (int i = 0; i < 6; ++i) {
     GenerateRequest r;
