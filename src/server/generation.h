@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "server/engine_api.h"
+#include "engine/engine.h"
 #include "protocol/completion.h"
 #include "protocol/request.h"
 #include "protocol/response.h"

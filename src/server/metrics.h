@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server/engine_api.h"
+#include "engine/engine.h"
 
 namespace di::server {
 
