@@ -1,8 +1,8 @@
 // deepinfer serve: the OpenAI- and Anthropic-compatible HTTP server over one engine in this process.
-#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -16,6 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kDefaultModel = "models/deepinfer-demo-code";
+int g_signal_pipe[2] = {-1, -1};
 
 struct ServeOptions {
   std::string model;
@@ -70,12 +71,21 @@ int run_serve(const ServeOptions& o) {
     return 2;
   }
 
-  // Signals go to one watcher thread: block them before any other thread starts.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGINT/SIGTERM: the handler only writes to a pipe (async-signal-safe); a watcher thread reads it
+  // and shuts down. A handler rather than sigwait, because worker threads that exist before main()
+  // (thread pools) would not have the signals blocked.
+  if (pipe(g_signal_pipe) != 0) {
+    std::perror("deepinfer serve: pipe");
+    return 2;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) {
+    const char b = static_cast<char>(sig);
+    [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
+  };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that vanished must fail a write, not kill the server
 
   auto model = server::load_served_model({model_dir, o.served_name, o.chat_family});
@@ -113,9 +123,11 @@ int run_serve(const ServeOptions& o) {
   }
 
   std::thread watcher([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    DI_LOG_INFO("signal {}: finishing in-flight requests (up to {} s), then stopping", sig, o.shutdown_grace_s);
+    char sig = 0;
+    while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (sig == 0) return;  // woken by run() returning
+    DI_LOG_INFO("signal {}: finishing in-flight requests (up to {} s), then stopping", int(sig), o.shutdown_grace_s);
     api.shutdown();
   });
 
@@ -127,7 +139,8 @@ int run_serve(const ServeOptions& o) {
   std::fflush(stdout);
   api.run();
   // run() also returns if listening failed; wake the watcher so it can be joined.
-  pthread_kill(watcher.native_handle(), SIGTERM);
+  const char zero = 0;
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &zero, 1);
   watcher.join();
   DI_LOG_INFO("stopped");
   return 0;
