@@ -93,6 +93,9 @@ ApiServer::ApiServer(ServerConfig config, std::shared_ptr<const ServedModel> mod
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(10, 0);
   http_->set_keep_alive_max_count(1000);
+  // cpp-httplib writes headers and body (and every SSE frame) in separate small sends; with Nagle on,
+  // each waits for the peer's delayed ACK: ~40-50 ms per response and per streamed token.
+  http_->set_tcp_nodelay(true);
   install_routes();
 }
 
