@@ -93,6 +93,10 @@ ApiServer::ApiServer(ServerConfig config, std::shared_ptr<const ServedModel> mod
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(10, 0);
   http_->set_keep_alive_max_count(1000);
+  // cpp-httplib also applies the keep-alive timeout to a new connection's *first* request: a busy
+  // client (1,000 streams in one Node process) that connects and writes its request 5 s later (the
+  // library's default) would be hung up on without an answer.
+  http_->set_keep_alive_timeout(30);
   // cpp-httplib writes headers and body (and every SSE frame) in separate small sends; with Nagle on,
   // each waits for the peer's delayed ACK: ~40-50 ms per response and per streamed token.
   http_->set_tcp_nodelay(true);
@@ -114,7 +118,11 @@ Result<int> ApiServer::bind() {
   return port;
 }
 
-void ApiServer::run() { http_->listen_after_bind(); }
+void ApiServer::run() {
+  run_started_ = true;
+  if (!shutting_down_.load()) http_->listen_after_bind();
+  run_returned_ = true;
+}
 
 void ApiServer::shutdown() {
   if (shutting_down_.exchange(true)) return;
@@ -126,7 +134,12 @@ void ApiServer::shutdown() {
     DI_LOG_WARN("shutdown: {} requests still running after the grace period; stopping anyway",
                 metrics_.active_requests().load());
   }
-  http_->stop();
+  // cpp-httplib's stop() is a no-op until listen_after_bind() has set up (it creates the worker pool
+  // first, which takes a while with a thousand threads), so repeat it until run() has returned.
+  while (run_started_.load() && !run_returned_.load()) {
+    http_->stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 void ApiServer::reply_error(Api api, const std::string& route, const ApiError& e, httplib::Response& res) {

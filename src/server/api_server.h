@@ -62,6 +62,8 @@ class ApiServer {
   ServerMetrics metrics_;
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> run_started_{false};
+  std::atomic<bool> run_returned_{false};
 };
 
 }  // namespace di::server
