@@ -22,7 +22,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr auto kPumpInterval = std::chrono::milliseconds(50);
+// How long a worker waits for engine events before checking that its client is still there: the
+// latency of noticing a disconnect while a request is queued, and 4 wake-ups/s per waiting stream.
+constexpr auto kPumpInterval = std::chrono::milliseconds(250);
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -169,6 +171,12 @@ void ApiServer::install_routes() {
       }
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // One worker thread serves one connection for as long as it stays open, so idle keep-alive
+  // connections (client pools, scrapers) would hold workers and delay shutdown by the keep-alive
+  // timeout. Every response closes its connection; a new request costs one local TCP handshake.
+  http_->set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Connection", "close");
   });
   http_->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
