@@ -1,4 +1,5 @@
-// deepinfer serve: the OpenAI- and Anthropic-compatible HTTP server over one engine in this process.
+// deepinfer serve: the OpenAI- and Anthropic-compatible HTTP server over one engine in this
+// process.
 #include <signal.h>
 #include <unistd.h>
 
@@ -37,8 +38,8 @@ struct ServeOptions {
   double shutdown_grace_s = 30;
 };
 
-// The default model: ./models/..., else next to the build tree (build/bin/deepinfer → ../../models),
-// else in the source tree this binary was built from.
+// The default model: ./models/..., else next to the build tree (build/bin/deepinfer →
+// ../../models), else in the source tree this binary was built from.
 std::string find_default_model() {
   std::vector<fs::path> candidates = {fs::current_path() / kDefaultModel};
   std::error_code ec;
@@ -47,7 +48,8 @@ std::string find_default_model() {
     candidates.push_back(exe.parent_path().parent_path().parent_path() / kDefaultModel);
     candidates.push_back(exe.parent_path().parent_path() / kDefaultModel);
   }
-  candidates.push_back(fs::path(__FILE__).parent_path().parent_path().parent_path() / kDefaultModel);
+  candidates.push_back(fs::path(__FILE__).parent_path().parent_path().parent_path() /
+                       kDefaultModel);
   for (const auto& c : candidates) {
     if (fs::is_regular_file(c / "config.json")) return c.lexically_normal().string();
   }
@@ -59,21 +61,23 @@ int run_serve(const ServeOptions& o) {
   if (model_dir.empty()) {
     model_dir = find_default_model();
     if (model_dir.empty()) {
-      std::fprintf(stderr,
-                   "deepinfer serve: no --model given and the default model %s was not found (looked in the "
-                   "current directory, next to the build tree and in the source tree). Pass --model DIR.\n",
-                   kDefaultModel);
+      std::fprintf(
+          stderr,
+          "deepinfer serve: no --model given and the default model %s was not found (looked in the "
+          "current directory, next to the build tree and in the source tree). Pass --model DIR.\n",
+          kDefaultModel);
       return 2;
     }
   }
   if (!fs::is_regular_file(fs::path(model_dir) / "config.json")) {
-    std::fprintf(stderr, "deepinfer serve: %s is not a model directory (no config.json)\n", model_dir.c_str());
+    std::fprintf(stderr, "deepinfer serve: %s is not a model directory (no config.json)\n",
+                 model_dir.c_str());
     return 2;
   }
 
-  // SIGINT/SIGTERM: the handler only writes to a pipe (async-signal-safe); a watcher thread reads it
-  // and shuts down. A handler rather than sigwait, because worker threads that exist before main()
-  // (thread pools) would not have the signals blocked.
+  // SIGINT/SIGTERM: the handler only writes to a pipe (async-signal-safe); a watcher thread reads
+  // it and shuts down. A handler rather than sigwait, because worker threads that exist before
+  // main() (thread pools) would not have the signals blocked.
   if (pipe(g_signal_pipe) != 0) {
     std::perror("deepinfer serve: pipe");
     return 2;
@@ -127,15 +131,19 @@ int run_serve(const ServeOptions& o) {
     while (read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
     if (sig == 0) return;  // woken by run() returning
-    DI_LOG_INFO("signal {}: finishing in-flight requests (up to {} s), then stopping", int(sig), o.shutdown_grace_s);
+    DI_LOG_INFO("signal {}: finishing in-flight requests (up to {} s), then stopping", int(sig),
+                o.shutdown_grace_s);
     api.shutdown();
   });
 
   const auto& m = *model.value();
   std::printf("deepinfer serve: model '%s' (%s, %s) context %d tokens\n", m.name.c_str(),
-              recipe::chat_family_name(m.family), model_dir.c_str(), engine.value()->max_model_len());
-  std::printf("listening on http://%s:%d  (OpenAI base URL http://%s:%d/v1, Anthropic base URL http://%s:%d)\n",
-              o.host.c_str(), port.value(), o.host.c_str(), port.value(), o.host.c_str(), port.value());
+              recipe::chat_family_name(m.family), model_dir.c_str(),
+              engine.value()->max_model_len());
+  std::printf(
+      "listening on http://%s:%d  (OpenAI base URL http://%s:%d/v1, Anthropic base URL "
+      "http://%s:%d)\n",
+      o.host.c_str(), port.value(), o.host.c_str(), port.value(), o.host.c_str(), port.value());
   std::fflush(stdout);
   api.run();
   // run() also returns if listening failed; wake the watcher so it can be joined.
@@ -146,42 +154,55 @@ int run_serve(const ServeOptions& o) {
   return 0;
 }
 
-CommandRegistration reg("serve", "Serve a model over HTTP (OpenAI Chat/Completions/Responses, Anthropic Messages)",
-                        [](CLI::App& app) {
-  auto o = std::make_shared<ServeOptions>();
-  app.add_option("--model", o->model,
-                 std::string("Model directory (config.json, safetensors, tokenizer.json); default ") + kDefaultModel);
-  app.add_option("--served-model-name", o->served_name,
-                 "Name clients put in `model` (default: the directory's base name)");
-  app.add_option("--chat-family", o->chat_family,
-                 "Chat format: deepseek_v3, deepseek_v3.1, deepseek_v3.2, deepseek_v4, qwen3, llama3 "
-                 "(default: detected from config.json and tokenizer.json)");
-  app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
-  app.add_option("--port", o->port, "Port to listen on (0 = any free port, printed at start)")->capture_default_str();
-  app.add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
-  app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache pool size in MiB")->capture_default_str();
-  app.add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
-  app.add_option("--max-model-len", o->max_model_len,
-                 "Context length (prompt + output) in tokens; 0 = min(model's, what the KV pool holds)")
-      ->capture_default_str();
-  app.add_option("--max-batched-tokens", o->max_batched_tokens, "Tokens per engine step (chunked prefill budget)")
-      ->capture_default_str();
-  app.add_option("--max-running", o->max_running, "Requests the engine runs at once (more wait in its queue)")
-      ->capture_default_str();
-  app.add_flag("--no-prefix-caching", o->no_prefix_caching, "Do not reuse KV blocks of earlier prompts");
-  app.add_option("--max-concurrent-requests", o->max_concurrent_requests,
-                 "Generation requests in flight over HTTP; more are answered 429")
-      ->capture_default_str();
-  app.add_option("--max-request-mb", o->max_request_mb, "Largest request body in MiB; larger ones are answered 413")
-      ->capture_default_str();
-  app.add_option("--http-threads", o->http_threads,
-                 "HTTP worker threads, one per open connection (0 = max-concurrent-requests + 16)")
-      ->capture_default_str();
-  app.add_option("--shutdown-grace-s", o->shutdown_grace_s,
-                 "On SIGINT/SIGTERM, how long in-flight requests may still run")
-      ->capture_default_str();
-  return [o] { return run_serve(*o); };
-});
+CommandRegistration reg(
+    "serve", "Serve a model over HTTP (OpenAI Chat/Completions/Responses, Anthropic Messages)",
+    [](CLI::App& app) {
+      auto o = std::make_shared<ServeOptions>();
+      app.add_option(
+          "--model", o->model,
+          std::string("Model directory (config.json, safetensors, tokenizer.json); default ") +
+              kDefaultModel);
+      app.add_option("--served-model-name", o->served_name,
+                     "Name clients put in `model` (default: the directory's base name)");
+      app.add_option(
+          "--chat-family", o->chat_family,
+          "Chat format: deepseek_v3, deepseek_v3.1, deepseek_v3.2, deepseek_v4, qwen3, llama3 "
+          "(default: detected from config.json and tokenizer.json)");
+      app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
+      app.add_option("--port", o->port, "Port to listen on (0 = any free port, printed at start)")
+          ->capture_default_str();
+      app.add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
+      app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache pool size in MiB")
+          ->capture_default_str();
+      app.add_option("--block-size", o->block_size, "KV cache block size in tokens")
+          ->capture_default_str();
+      app.add_option(
+             "--max-model-len", o->max_model_len,
+             "Context length (prompt + output) in tokens; 0 = min(model's, what the KV pool holds)")
+          ->capture_default_str();
+      app.add_option("--max-batched-tokens", o->max_batched_tokens,
+                     "Tokens per engine step (chunked prefill budget)")
+          ->capture_default_str();
+      app.add_option("--max-running", o->max_running,
+                     "Requests the engine runs at once (more wait in its queue)")
+          ->capture_default_str();
+      app.add_flag("--no-prefix-caching", o->no_prefix_caching,
+                   "Do not reuse KV blocks of earlier prompts");
+      app.add_option("--max-concurrent-requests", o->max_concurrent_requests,
+                     "Generation requests in flight over HTTP; more are answered 429")
+          ->capture_default_str();
+      app.add_option("--max-request-mb", o->max_request_mb,
+                     "Largest request body in MiB; larger ones are answered 413")
+          ->capture_default_str();
+      app.add_option(
+             "--http-threads", o->http_threads,
+             "HTTP worker threads, one per open connection (0 = max-concurrent-requests + 16)")
+          ->capture_default_str();
+      app.add_option("--shutdown-grace-s", o->shutdown_grace_s,
+                     "On SIGINT/SIGTERM, how long in-flight requests may still run")
+          ->capture_default_str();
+      return [o] { return run_serve(*o); };
+    });
 
 }  // namespace
 }  // namespace di::cli

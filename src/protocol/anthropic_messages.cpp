@@ -35,11 +35,13 @@ void parse_user_blocks(const Json& content, const std::string& path, recipe::Con
     } else if (type == "tool_result") {
       const std::string id = require_string(b, "tool_use_id", bpath);
       const Json* c = find_field(b, "content");
-      std::string result = c ? detail::content_text(*c, field_path(bpath, "content"), {"text"}) : "";
+      std::string result =
+          c ? detail::content_text(*c, field_path(bpath, "content"), {"text"}) : "";
       if (get_bool(b, "is_error", bpath).value_or(false)) result = "Error: " + result;
       conv.messages.push_back(Message::tool(id, std::move(result)));
     } else {
-      throw_invalid(fmt::format("'{}': content blocks of type '{}' are not supported in user turns", bpath, type),
+      throw_invalid(fmt::format("'{}': content blocks of type '{}' are not supported in user turns",
+                                bpath, type),
                     field_path(bpath, "type"));
     }
   }
@@ -67,13 +69,16 @@ Message parse_assistant_blocks(const Json& content, const std::string& path) {
       call.name = require_string(b, "name", bpath);
       const Json* input = find_field(b, "input");
       if (input && !input->is_object()) {
-        throw_invalid(fmt::format("'{}.input' must be an object", bpath), field_path(bpath, "input"));
+        throw_invalid(fmt::format("'{}.input' must be an object", bpath),
+                      field_path(bpath, "input"));
       }
       call.arguments = input ? dump_json(*input) : "{}";
       m.tool_calls.push_back(std::move(call));
     } else {
-      throw_invalid(fmt::format("'{}': content blocks of type '{}' are not supported in assistant turns", bpath, type),
-                    field_path(bpath, "type"));
+      throw_invalid(
+          fmt::format("'{}': content blocks of type '{}' are not supported in assistant turns",
+                      bpath, type),
+          field_path(bpath, "type"));
     }
   }
   if (!text.empty()) m.content.push_back({std::move(text)});
@@ -92,10 +97,12 @@ void parse_messages_array(const Json& body, recipe::Conversation& conv) {
     const std::string cpath = field_path(path, "content");
     if (!content) throw_invalid(fmt::format("'{}' is required", cpath), cpath);
     if (role != "user" && role != "assistant") {
-      throw_invalid(fmt::format("'{}.role' must be 'user' or 'assistant', got '{}' (the system prompt goes in "
-                                "the top-level 'system' field)",
-                                path, role),
-                    field_path(path, "role"));
+      throw_invalid(
+          fmt::format(
+              "'{}.role' must be 'user' or 'assistant', got '{}' (the system prompt goes in "
+              "the top-level 'system' field)",
+              path, role),
+          field_path(path, "role"));
     }
     if (content->is_string()) {
       conv.messages.push_back(role == "user" ? Message::user(content->get<std::string>())
@@ -107,7 +114,8 @@ void parse_messages_array(const Json& body, recipe::Conversation& conv) {
         conv.messages.push_back(parse_assistant_blocks(*content, cpath));
       }
     } else {
-      throw_invalid(fmt::format("'{}' must be a string or an array of content blocks", cpath), cpath);
+      throw_invalid(fmt::format("'{}' must be a string or an array of content blocks", cpath),
+                    cpath);
     }
   }
 }
@@ -120,17 +128,21 @@ void parse_tools(const Json& body, ParsedRequest& r) {
     const std::string path = index_path("tools", i);
     if (!t.is_object()) throw_invalid(fmt::format("'{}' must be an object", path), path);
     if (auto type = get_string(t, "type", path); type && *type != "custom") {
-      throw_invalid(fmt::format("'{}': server tools ('{}') are not supported; define client tools with "
-                                "name, description and input_schema",
-                                path, *type),
-                    field_path(path, "type"));
+      throw_invalid(
+          fmt::format("'{}': server tools ('{}') are not supported; define client tools with "
+                      "name, description and input_schema",
+                      path, *type),
+          field_path(path, "type"));
     }
     recipe::ToolDefinition def;
     def.name = require_string(t, "name", path);
-    if (def.name.empty()) throw_invalid(fmt::format("'{}.name' must not be empty", path), field_path(path, "name"));
+    if (def.name.empty())
+      throw_invalid(fmt::format("'{}.name' must not be empty", path), field_path(path, "name"));
     def.description = get_string(t, "description", path).value_or("");
     const Json* schema = find_field(t, "input_schema");
-    if (!schema) throw_invalid(fmt::format("'{}.input_schema' is required", path), field_path(path, "input_schema"));
+    if (!schema)
+      throw_invalid(fmt::format("'{}.input_schema' is required", path),
+                    field_path(path, "input_schema"));
     def.parameters = detail::tool_schema(schema, field_path(path, "input_schema"));
     r.conversation.tools.push_back(std::move(def));
   }
@@ -140,21 +152,27 @@ void parse_tools(const Json& body, ParsedRequest& r) {
       r.parse_tool_calls = false;
       r.conversation.tools.clear();
     } else if (type != "auto") {
-      throw_invalid(fmt::format("tool_choice '{}' is not supported yet (it needs constrained decoding); use 'auto'", type),
-                    "tool_choice.type");
+      throw_invalid(
+          fmt::format(
+              "tool_choice '{}' is not supported yet (it needs constrained decoding); use 'auto'",
+              type),
+          "tool_choice.type");
     }
   }
 }
 
-void parse_thinking(const Json& body, recipe::ChatSettings& settings, std::optional<int64_t> max_tokens) {
+void parse_thinking(const Json& body, recipe::ChatSettings& settings,
+                    std::optional<int64_t> max_tokens) {
   if (const Json* th = get_object(body, "thinking")) {
     const std::string type = require_string(*th, "type", "thinking");
     if (type == "enabled") {
       settings.thinking = true;
       if (auto budget = get_integer(*th, "budget_tokens", "thinking")) {
-        if (*budget < 1) throw_invalid("'thinking.budget_tokens' must be positive", "thinking.budget_tokens");
+        if (*budget < 1)
+          throw_invalid("'thinking.budget_tokens' must be positive", "thinking.budget_tokens");
         if (max_tokens && *budget >= *max_tokens) {
-          throw_invalid("'thinking.budget_tokens' must be less than 'max_tokens'", "thinking.budget_tokens");
+          throw_invalid("'thinking.budget_tokens' must be less than 'max_tokens'",
+                        "thinking.budget_tokens");
         }
       }
     } else if (type == "disabled") {
@@ -176,7 +194,8 @@ ParsedRequest parse_common(const Json& body) {
   ParsedRequest r;
   r.api = Api::kMessages;
   r.model = detail::require_model(body);
-  if (std::string sys = system_text(body); !sys.empty()) r.conversation.messages.push_back(Message::system(std::move(sys)));
+  if (std::string sys = system_text(body); !sys.empty())
+    r.conversation.messages.push_back(Message::system(std::move(sys)));
   parse_messages_array(body, r.conversation);
   parse_tools(body, r);
   return r;
@@ -194,9 +213,10 @@ class MessagesEncoder final : public StreamEncoder {
   explicit MessagesEncoder(const ResponseMeta& m) : meta_(m) {}
 
   void begin(const Usage& usage, std::string& out) override {
-    Json message = {{"id", meta_.id}, {"type", "message"}, {"role", "assistant"}, {"model", meta_.model},
-                    {"content", Json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                    {"usage", usage_json(usage)}};
+    Json message = {{"id", meta_.id},           {"type", "message"},
+                    {"role", "assistant"},      {"model", meta_.model},
+                    {"content", Json::array()}, {"stop_reason", nullptr},
+                    {"stop_sequence", nullptr}, {"usage", usage_json(usage)}};
     emit(out, "message_start", Json{{"message", std::move(message)}});
     emit(out, "ping", Json::object());
   }
@@ -206,7 +226,9 @@ class MessagesEncoder final : public StreamEncoder {
     switch (e.type) {
       case T::kReasoningDelta:
         if (e.text.empty()) return;
-        if (open_ != Open::kThinking) start(Open::kThinking, Json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, out);
+        if (open_ != Open::kThinking)
+          start(Open::kThinking, Json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}},
+                out);
         delta(Json{{"type", "thinking_delta"}, {"thinking", e.text}}, out);
         break;
       case T::kContentDelta:
@@ -216,22 +238,29 @@ class MessagesEncoder final : public StreamEncoder {
         break;
       case T::kToolCallStart:
         start(Open::kToolUse,
-              Json{{"type", "tool_use"}, {"id", e.tool_call_id}, {"name", e.tool_name}, {"input", Json::object()}}, out);
+              Json{{"type", "tool_use"},
+                   {"id", e.tool_call_id},
+                   {"name", e.tool_name},
+                   {"input", Json::object()}},
+              out);
         tool_index_ = e.tool_index;
         break;
       case T::kToolCallArgumentsDelta:
-        DI_CHECK(open_ == Open::kToolUse && e.tool_index == tool_index_, "arguments for a tool_use that is not open");
+        DI_CHECK(open_ == Open::kToolUse && e.tool_index == tool_index_,
+                 "arguments for a tool_use that is not open");
         if (e.text.empty()) return;
         delta(Json{{"type", "input_json_delta"}, {"partial_json", e.text}}, out);
         break;
-      case T::kFinish: break;
+      case T::kFinish:
+        break;
     }
   }
 
   void end(const Completion& c, std::string& out) override {
     stop(out);
     Json d = {{"stop_reason", anthropic_stop_reason(c.stop)},
-              {"stop_sequence", c.stop == StopCause::kStopSequence ? Json(c.stop_sequence) : Json(nullptr)}};
+              {"stop_sequence",
+               c.stop == StopCause::kStopSequence ? Json(c.stop_sequence) : Json(nullptr)}};
     emit(out, "message_delta", Json{{"delta", std::move(d)}, {"usage", usage_json(c.usage)}});
     emit(out, "message_stop", Json::object());
   }
@@ -281,8 +310,9 @@ ParsedRequest parse_messages(const Json& body, const ParseLimits& limits) {
   parse_thinking(body, r.conversation.settings, max_tokens);
   if (const Json* seqs = get_array(body, "stop_sequences")) {
     if (seqs->size() > limits.max_stop_sequences) {
-      throw_invalid(fmt::format("'stop_sequences' may hold at most {} sequences", limits.max_stop_sequences),
-                    "stop_sequences");
+      throw_invalid(
+          fmt::format("'stop_sequences' may hold at most {} sequences", limits.max_stop_sequences),
+          "stop_sequences");
     }
     r.gen.stop = get_stop_list(body, "stop_sequences", limits.max_stop_sequences);
   }
@@ -293,7 +323,8 @@ ParsedRequest parse_messages(const Json& body, const ParseLimits& limits) {
     s.top_p = static_cast<float>(*p);
   }
   if (auto k = get_integer(body, "top_k")) {
-    if (*k < 0 || *k > (int64_t{1} << 30)) throw_invalid("'top_k' must be a non-negative integer", "top_k");
+    if (*k < 0 || *k > (int64_t{1} << 30))
+      throw_invalid("'top_k' must be a non-negative integer", "top_k");
     s.top_k = *k == 0 ? -1 : static_cast<int32_t>(*k);
   }
   r.gen.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
@@ -315,23 +346,26 @@ std::unique_ptr<StreamEncoder> make_messages_encoder(const ParsedRequest&, const
 
 Json messages_body(const ParsedRequest&, const ResponseMeta& m, const Completion& c) {
   Json content = Json::array();
-  if (!c.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", ""}});
+  if (!c.reasoning.empty())
+    content.push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", ""}});
   if (!c.content.empty()) content.push_back({{"type", "text"}, {"text", c.content}});
   for (const auto& tc : c.tool_calls) {
     // The model's arguments should be a JSON object; anything else is passed on as {} rather than
     // breaking the response (the streamed form carries the raw text in input_json_delta).
     Json input = Json::parse(tc.arguments, nullptr, /*allow_exceptions=*/false);
     if (!input.is_object()) input = Json::object();
-    content.push_back({{"type", "tool_use"}, {"id", tc.id}, {"name", tc.name}, {"input", std::move(input)}});
+    content.push_back(
+        {{"type", "tool_use"}, {"id", tc.id}, {"name", tc.name}, {"input", std::move(input)}});
   }
-  return Json{{"id", m.id},
-              {"type", "message"},
-              {"role", "assistant"},
-              {"model", m.model},
-              {"content", std::move(content)},
-              {"stop_reason", anthropic_stop_reason(c.stop)},
-              {"stop_sequence", c.stop == StopCause::kStopSequence ? Json(c.stop_sequence) : Json(nullptr)},
-              {"usage", usage_json(c.usage)}};
+  return Json{
+      {"id", m.id},
+      {"type", "message"},
+      {"role", "assistant"},
+      {"model", m.model},
+      {"content", std::move(content)},
+      {"stop_reason", anthropic_stop_reason(c.stop)},
+      {"stop_sequence", c.stop == StopCause::kStopSequence ? Json(c.stop_sequence) : Json(nullptr)},
+      {"usage", usage_json(c.usage)}};
 }
 
 }  // namespace detail

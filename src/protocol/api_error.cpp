@@ -16,7 +16,9 @@ ApiError ApiError::too_large(std::string message) {
 ApiError ApiError::rate_limited(std::string message) {
   return {429, std::move(message), {}, "rate_limit_exceeded"};
 }
-ApiError ApiError::internal(std::string message) { return {500, std::move(message), {}, {}}; }
+ApiError ApiError::internal(std::string message) {
+  return {500, std::move(message), {}, {}};
+}
 ApiError ApiError::unavailable(std::string message) {
   return {503, std::move(message), {}, "overloaded"};
 }
@@ -27,25 +29,38 @@ void throw_invalid(std::string message, std::string param) {
 
 const char* openai_error_type(int http_status) {
   switch (http_status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return http_status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return http_status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 
 const char* anthropic_error_type(int http_status) {
   switch (http_status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
     case 503:
-    case 529: return "overloaded_error";
-    default: return http_status >= 500 ? "api_error" : "invalid_request_error";
+    case 529:
+      return "overloaded_error";
+    default:
+      return http_status >= 500 ? "api_error" : "invalid_request_error";
   }
 }
 

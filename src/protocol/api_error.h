@@ -1,8 +1,9 @@
 #pragma once
 // Errors answered to clients, in each protocol's own shape:
 //
-//   OpenAI     {"error": {"message": "...", "type": "invalid_request_error", "param": "messages", "code": null}}
-//   Anthropic  {"type": "error", "error": {"type": "invalid_request_error", "message": "..."}}
+//   OpenAI     {"error": {"message": "...", "type": "invalid_request_error", "param": "messages",
+//   "code": null}} Anthropic  {"type": "error", "error": {"type": "invalid_request_error",
+//   "message": "..."}}
 //
 // One ApiError carries the HTTP status; the `type` strings are derived per protocol from it, so a
 // handler decides only *what* went wrong, never how each wire format spells it.
@@ -38,8 +39,9 @@ class ApiException : public std::exception {
 
 [[noreturn]] void throw_invalid(std::string message, std::string param = {});
 
-const char* openai_error_type(int http_status);     // "invalid_request_error", "rate_limit_error", ...
-const char* anthropic_error_type(int http_status);  // "invalid_request_error", "not_found_error", ...
+const char* openai_error_type(int http_status);  // "invalid_request_error", "rate_limit_error", ...
+const char* anthropic_error_type(
+    int http_status);  // "invalid_request_error", "not_found_error", ...
 
 std::string openai_error_body(const ApiError& e);
 std::string anthropic_error_body(const ApiError& e);

@@ -10,9 +10,12 @@ namespace di::protocol {
 
 StopCause stop_cause(recipe::FinishReason parser_reason, bool stop_sequence_matched) {
   switch (parser_reason) {
-    case recipe::FinishReason::kToolCalls: return StopCause::kToolCalls;
-    case recipe::FinishReason::kLength: return StopCause::kLength;
-    case recipe::FinishReason::kStop: return stop_sequence_matched ? StopCause::kStopSequence : StopCause::kEndTurn;
+    case recipe::FinishReason::kToolCalls:
+      return StopCause::kToolCalls;
+    case recipe::FinishReason::kLength:
+      return StopCause::kLength;
+    case recipe::FinishReason::kStop:
+      return stop_sequence_matched ? StopCause::kStopSequence : StopCause::kEndTurn;
   }
   return StopCause::kEndTurn;
 }
@@ -20,19 +23,26 @@ StopCause stop_cause(recipe::FinishReason parser_reason, bool stop_sequence_matc
 const char* openai_finish_reason(StopCause cause) {
   switch (cause) {
     case StopCause::kEndTurn:
-    case StopCause::kStopSequence: return "stop";
-    case StopCause::kLength: return "length";
-    case StopCause::kToolCalls: return "tool_calls";
+    case StopCause::kStopSequence:
+      return "stop";
+    case StopCause::kLength:
+      return "length";
+    case StopCause::kToolCalls:
+      return "tool_calls";
   }
   return "stop";
 }
 
 const char* anthropic_stop_reason(StopCause cause) {
   switch (cause) {
-    case StopCause::kEndTurn: return "end_turn";
-    case StopCause::kStopSequence: return "stop_sequence";
-    case StopCause::kLength: return "max_tokens";
-    case StopCause::kToolCalls: return "tool_use";
+    case StopCause::kEndTurn:
+      return "end_turn";
+    case StopCause::kStopSequence:
+      return "stop_sequence";
+    case StopCause::kLength:
+      return "max_tokens";
+    case StopCause::kToolCalls:
+      return "tool_use";
   }
   return "end_turn";
 }
@@ -40,8 +50,12 @@ const char* anthropic_stop_reason(StopCause cause) {
 void CompletionBuilder::add(const recipe::ParserEvent& e) {
   using T = recipe::ParserEvent::Type;
   switch (e.type) {
-    case T::kReasoningDelta: c_.reasoning += e.text; break;
-    case T::kContentDelta: c_.content += e.text; break;
+    case T::kReasoningDelta:
+      c_.reasoning += e.text;
+      break;
+    case T::kContentDelta:
+      c_.content += e.text;
+      break;
     case T::kToolCallStart:
       DI_CHECK(e.tool_index == static_cast<int>(c_.tool_calls.size()),
                "tool call {} started after {} calls", e.tool_index, c_.tool_calls.size());
@@ -52,7 +66,8 @@ void CompletionBuilder::add(const recipe::ParserEvent& e) {
                "arguments for unknown tool call {}", e.tool_index);
       c_.tool_calls[static_cast<size_t>(e.tool_index)].arguments += e.text;
       break;
-    case T::kFinish: break;
+    case T::kFinish:
+      break;
   }
 }
 

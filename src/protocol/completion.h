@@ -13,9 +13,9 @@ namespace di::protocol {
 
 struct Usage {
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;      // prompt tokens served from the prefix cache
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   int64_t completion_tokens = 0;
-  int64_t reasoning_tokens = 0;   // part of completion_tokens spent inside the reasoning block
+  int64_t reasoning_tokens = 0;  // part of completion_tokens spent inside the reasoning block
 };
 
 // Why generation ended, in the terms every API can spell:
@@ -37,7 +37,8 @@ struct Completion {
   Usage usage;
 };
 
-// Accumulates parser events (deltas and tool-call starts; kFinish is ignored: the caller sets `stop`).
+// Accumulates parser events (deltas and tool-call starts; kFinish is ignored: the caller sets
+// `stop`).
 class CompletionBuilder {
  public:
   void add(const recipe::ParserEvent& e);

@@ -27,19 +27,28 @@ std::string field_path(std::string_view parent, std::string_view key) {
   return fmt::format("{}.{}", parent, key);
 }
 
-std::string index_path(std::string_view parent, size_t idx) { return fmt::format("{}[{}]", parent, idx); }
+std::string index_path(std::string_view parent, size_t idx) {
+  return fmt::format("{}[{}]", parent, idx);
+}
 
 const char* json_type_name(const Json& j) {
   switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "object";
-    case Json::value_t::array: return "array";
-    case Json::value_t::string: return "string";
-    case Json::value_t::boolean: return "boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::boolean:
+      return "boolean";
     case Json::value_t::number_integer:
     case Json::value_t::number_unsigned:
-    case Json::value_t::number_float: return "number";
-    default: return "value";
+    case Json::value_t::number_float:
+      return "number";
+    default:
+      return "value";
   }
 }
 
@@ -56,7 +65,8 @@ namespace {
 }
 }  // namespace
 
-std::optional<std::string> get_string(const Json& obj, std::string_view key, std::string_view parent) {
+std::optional<std::string> get_string(const Json& obj, std::string_view key,
+                                      std::string_view parent) {
   const Json* v = find_field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_string()) wrong_type(*v, "a string", field_path(parent, key));
@@ -88,7 +98,8 @@ std::optional<int64_t> get_integer(const Json& obj, std::string_view key, std::s
   }
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18)
+      return static_cast<int64_t>(d);
     throw_invalid(fmt::format("'{}' must be an integer, got {}", path, v->dump()), path);
   }
   wrong_type(*v, "an integer", path);
@@ -145,7 +156,9 @@ std::vector<std::string> get_stop_list(const Json& obj, std::string_view key, si
   }
   if (!v->is_array()) wrong_type(*v, "a string or an array of strings", path);
   if (v->size() > max_count) {
-    throw_invalid(fmt::format("'{}' may hold at most {} sequences, got {}", path, max_count, v->size()), path);
+    throw_invalid(
+        fmt::format("'{}' may hold at most {} sequences, got {}", path, max_count, v->size()),
+        path);
   }
   for (size_t i = 0; i < v->size(); ++i) {
     const Json& s = (*v)[i];

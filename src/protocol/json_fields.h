@@ -23,11 +23,14 @@ std::string index_path(std::string_view parent, size_t idx);            // "a[3]
 // nullptr when absent or null.
 const Json* find_field(const Json& obj, std::string_view key);
 
-std::optional<std::string> get_string(const Json& obj, std::string_view key, std::string_view parent = {});
+std::optional<std::string> get_string(const Json& obj, std::string_view key,
+                                      std::string_view parent = {});
 std::optional<bool> get_bool(const Json& obj, std::string_view key, std::string_view parent = {});
-std::optional<double> get_number(const Json& obj, std::string_view key, std::string_view parent = {});
+std::optional<double> get_number(const Json& obj, std::string_view key,
+                                 std::string_view parent = {});
 // Integers only (2.0 is accepted, 2.5 is not), within int64.
-std::optional<int64_t> get_integer(const Json& obj, std::string_view key, std::string_view parent = {});
+std::optional<int64_t> get_integer(const Json& obj, std::string_view key,
+                                   std::string_view parent = {});
 const Json* get_object(const Json& obj, std::string_view key, std::string_view parent = {});
 const Json* get_array(const Json& obj, std::string_view key, std::string_view parent = {});
 

@@ -18,8 +18,10 @@ Role parse_role(const std::string& s, const std::string& path) {
   if (s == "user") return Role::kUser;
   if (s == "assistant") return Role::kAssistant;
   if (s == "tool") return Role::kTool;
-  throw_invalid(fmt::format("'{}' must be one of system, developer, user, assistant, tool; got '{}'", path, s),
-                path);
+  throw_invalid(
+      fmt::format("'{}' must be one of system, developer, user, assistant, tool; got '{}'", path,
+                  s),
+      path);
 }
 
 std::string arguments_text(const Json& args, const std::string& path) {
@@ -37,8 +39,9 @@ Message parse_message(const Json& m, const std::string& path) {
   const std::string cpath = field_path(path, "content");
   if (content) {
     // Assistant turns may carry refusal parts; they are text the model said.
-    std::string text = msg.role == Role::kAssistant ? detail::content_text(*content, cpath, {"text", "refusal"})
-                                                    : detail::content_text(*content, cpath, {"text"});
+    std::string text = msg.role == Role::kAssistant
+                           ? detail::content_text(*content, cpath, {"text", "refusal"})
+                           : detail::content_text(*content, cpath, {"text"});
     if (!text.empty()) msg.content.push_back({std::move(text)});
   }
   switch (msg.role) {
@@ -50,7 +53,8 @@ Message parse_message(const Json& m, const std::string& path) {
           const std::string tpath = index_path(field_path(path, "tool_calls"), i);
           if (!c.is_object()) throw_invalid(fmt::format("'{}' must be an object", tpath), tpath);
           if (auto type = get_string(c, "type", tpath); type && *type != "function") {
-            throw_invalid(fmt::format("'{}.type' must be 'function'", tpath), field_path(tpath, "type"));
+            throw_invalid(fmt::format("'{}.type' must be 'function'", tpath),
+                          field_path(tpath, "type"));
           }
           const Json* fn = get_object(c, "function", tpath);
           const std::string fpath = field_path(tpath, "function");
@@ -89,17 +93,20 @@ std::vector<recipe::ToolDefinition> parse_tools(const Json& body) {
     if (!t.is_object()) throw_invalid(fmt::format("'{}' must be an object", path), path);
     const std::string type = get_string(t, "type", path).value_or("function");
     if (type != "function") {
-      throw_invalid(fmt::format("'{}.type' '{}' is not supported; only 'function' tools are", path, type),
-                    field_path(path, "type"));
+      throw_invalid(
+          fmt::format("'{}.type' '{}' is not supported; only 'function' tools are", path, type),
+          field_path(path, "type"));
     }
     const Json* fn = get_object(t, "function", path);
     const std::string fpath = field_path(path, "function");
     if (!fn) throw_invalid(fmt::format("'{}' is required", fpath), fpath);
     recipe::ToolDefinition def;
     def.name = require_string(*fn, "name", fpath);
-    if (def.name.empty()) throw_invalid(fmt::format("'{}.name' must not be empty", fpath), field_path(fpath, "name"));
+    if (def.name.empty())
+      throw_invalid(fmt::format("'{}.name' must not be empty", fpath), field_path(fpath, "name"));
     def.description = get_string(*fn, "description", fpath).value_or("");
-    def.parameters = detail::tool_schema(find_field(*fn, "parameters"), field_path(fpath, "parameters"));
+    def.parameters =
+        detail::tool_schema(find_field(*fn, "parameters"), field_path(fpath, "parameters"));
     tools.push_back(std::move(def));
   }
   return tools;
@@ -115,14 +122,17 @@ bool parse_tool_choice(const Json& body) {
     if (s == "auto") return true;
     if (s == "none") return false;
     if (s == "required") {
-      throw_invalid("tool_choice 'required' is not supported yet (it needs constrained decoding); use 'auto'",
-                    "tool_choice");
+      throw_invalid(
+          "tool_choice 'required' is not supported yet (it needs constrained decoding); use 'auto'",
+          "tool_choice");
     }
-    throw_invalid(fmt::format("'tool_choice' must be 'auto', 'none' or 'required', got '{}'", s), "tool_choice");
+    throw_invalid(fmt::format("'tool_choice' must be 'auto', 'none' or 'required', got '{}'", s),
+                  "tool_choice");
   }
   if (tc->is_object()) {
-    throw_invalid("forcing a named tool is not supported yet (it needs constrained decoding); use 'auto'",
-                  "tool_choice");
+    throw_invalid(
+        "forcing a named tool is not supported yet (it needs constrained decoding); use 'auto'",
+        "tool_choice");
   }
   throw_invalid("'tool_choice' must be a string or an object", "tool_choice");
 }
@@ -138,7 +148,8 @@ void parse_thinking(const Json& body, recipe::ChatSettings& settings) {
       }
       settings.thinking = type == "enabled";
     } else {
-      throw_invalid("'thinking' must be a boolean or {\"type\": \"enabled\"|\"disabled\"}", "thinking");
+      throw_invalid("'thinking' must be a boolean or {\"type\": \"enabled\"|\"disabled\"}",
+                    "thinking");
     }
   }
   if (const Json* kw = get_object(body, "chat_template_kwargs")) {
@@ -170,13 +181,17 @@ recipe::ResponseFormat parse_response_format(const Json* rf, const std::string& 
     out.schema = detail::tool_schema(find_field(*js, "schema"), field_path(jpath, "schema"));
     return out;
   }
-  throw_invalid(fmt::format("'{}.type' must be text, json_object or json_schema, got '{}'", path, type),
-                field_path(path, "type"));
+  throw_invalid(
+      fmt::format("'{}.type' must be text, json_object or json_schema, got '{}'", path, type),
+      field_path(path, "type"));
 }
 
 void parse_n_and_logprobs(const Json& body) {
   if (auto n = get_integer(body, "n"); n && *n != 1) {
-    throw_invalid(fmt::format("'n' must be 1 (several choices per request are not supported yet), got {}", *n), "n");
+    throw_invalid(
+        fmt::format("'n' must be 1 (several choices per request are not supported yet), got {}",
+                    *n),
+        "n");
   }
   if (auto lp = get_bool(body, "logprobs"); lp && *lp) {
     throw_invalid("'logprobs' is not supported yet", "logprobs");
@@ -187,7 +202,8 @@ void parse_n_and_logprobs(const Json& body) {
 
 class ChatEncoder final : public StreamEncoder {
  public:
-  ChatEncoder(const ParsedRequest& r, const ResponseMeta& m) : include_usage_(r.include_usage), meta_(m) {}
+  ChatEncoder(const ParsedRequest& r, const ResponseMeta& m)
+      : include_usage_(r.include_usage), meta_(m) {}
 
   void begin(const Usage&, std::string& out) override {
     out += chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr);
@@ -213,13 +229,15 @@ class ChatEncoder final : public StreamEncoder {
         break;
       }
       case T::kToolCallArgumentsDelta: {
-        DI_CHECK(e.tool_index >= 0 && e.tool_index < num_tool_calls_, "arguments for unknown call {}", e.tool_index);
+        DI_CHECK(e.tool_index >= 0 && e.tool_index < num_tool_calls_,
+                 "arguments for unknown call {}", e.tool_index);
         if (e.text.empty()) break;
         Json call = {{"index", e.tool_index}, {"function", {{"arguments", e.text}}}};
         out += chunk(Json{{"tool_calls", Json::array({call})}}, nullptr);
         break;
       }
-      case T::kFinish: break;
+      case T::kFinish:
+        break;
     }
   }
 
@@ -241,7 +259,9 @@ class ChatEncoder final : public StreamEncoder {
 
  private:
   Json base() const {
-    return Json{{"id", meta_.id}, {"object", "chat.completion.chunk"}, {"created", meta_.created},
+    return Json{{"id", meta_.id},
+                {"object", "chat.completion.chunk"},
+                {"created", meta_.created},
                 {"model", meta_.model}};
   }
   std::string chunk(Json delta, const char* finish_reason) const {
@@ -277,8 +297,8 @@ ParsedRequest parse_chat_completions(const Json& body, const ParseLimits& limits
   r.parse_tool_calls = parse_tool_choice(body);
   if (!r.parse_tool_calls) r.conversation.tools.clear();
   parse_thinking(body, r.conversation.settings);
-  r.conversation.settings.response_format = parse_response_format(find_field(body, "response_format"),
-                                                                   "response_format");
+  r.conversation.settings.response_format =
+      parse_response_format(find_field(body, "response_format"), "response_format");
   parse_n_and_logprobs(body);
   // max_completion_tokens supersedes the deprecated max_tokens.
   r.gen.max_tokens = detail::get_max_tokens(body, "max_completion_tokens", limits);
@@ -308,16 +328,21 @@ std::unique_ptr<StreamEncoder> make_chat_encoder(const ParsedRequest& r, const R
 
 Json chat_body(const ParsedRequest&, const ResponseMeta& m, const Completion& c) {
   Json message = {{"role", "assistant"}};
-  message["content"] = (c.content.empty() && !c.tool_calls.empty()) ? Json(nullptr) : Json(c.content);
+  message["content"] =
+      (c.content.empty() && !c.tool_calls.empty()) ? Json(nullptr) : Json(c.content);
   if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
   if (!c.tool_calls.empty()) {
     Json calls = Json::array();
     for (const auto& tc : c.tool_calls) {
-      calls.push_back({{"id", tc.id}, {"type", "function"}, {"function", {{"name", tc.name}, {"arguments", tc.arguments}}}});
+      calls.push_back({{"id", tc.id},
+                       {"type", "function"},
+                       {"function", {{"name", tc.name}, {"arguments", tc.arguments}}}});
     }
     message["tool_calls"] = std::move(calls);
   }
-  Json choice = {{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
+  Json choice = {{"index", 0},
+                 {"message", std::move(message)},
+                 {"logprobs", nullptr},
                  {"finish_reason", openai_finish_reason(c.stop)}};
   return Json{{"id", m.id},
               {"object", "chat.completion"},

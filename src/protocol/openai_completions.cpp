@@ -16,8 +16,10 @@ std::vector<int32_t> parse_ids(const Json& arr, const std::string& path) {
   ids.reserve(arr.size());
   for (size_t i = 0; i < arr.size(); ++i) {
     const Json& v = arr[i];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      throw_invalid(fmt::format("'{}' must be a non-negative token id", index_path(path, i)), "prompt");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+        v.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      throw_invalid(fmt::format("'{}' must be a non-negative token id", index_path(path, i)),
+                    "prompt");
     }
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
@@ -41,19 +43,22 @@ void parse_prompt(const Json& body, ParsedRequest& r) {
     r.prompt_is_ids = true;
     if (r.prompt_ids.empty()) throw_invalid("'prompt' must not be empty", "prompt");
   } else {
-    throw_invalid(fmt::format("'prompt' must be a string or an array of token ids, got {}", json_type_name(*one)),
+    throw_invalid(fmt::format("'prompt' must be a string or an array of token ids, got {}",
+                              json_type_name(*one)),
                   "prompt");
   }
 }
 
 class CompletionsEncoder final : public StreamEncoder {
  public:
-  CompletionsEncoder(const ParsedRequest& r, const ResponseMeta& m) : include_usage_(r.include_usage), meta_(m) {}
+  CompletionsEncoder(const ParsedRequest& r, const ResponseMeta& m)
+      : include_usage_(r.include_usage), meta_(m) {}
 
   void begin(const Usage&, std::string&) override {}
 
   void event(const recipe::ParserEvent& e, std::string& out) override {
-    if (e.type == recipe::ParserEvent::Type::kContentDelta && !e.text.empty()) out += chunk(e.text, nullptr);
+    if (e.type == recipe::ParserEvent::Type::kContentDelta && !e.text.empty())
+      out += chunk(e.text, nullptr);
   }
 
   void end(const Completion& c, std::string& out) override {
@@ -74,7 +79,10 @@ class CompletionsEncoder final : public StreamEncoder {
 
  private:
   Json base() const {
-    return Json{{"id", meta_.id}, {"object", "text_completion"}, {"created", meta_.created}, {"model", meta_.model}};
+    return Json{{"id", meta_.id},
+                {"object", "text_completion"},
+                {"created", meta_.created},
+                {"model", meta_.model}};
   }
   std::string chunk(const std::string& text, const char* finish_reason) const {
     Json j = base();
@@ -102,8 +110,10 @@ ParsedRequest parse_completions(const Json& body, const ParseLimits& limits) {
   parse_prompt(body, r);
   r.parse_tool_calls = false;
   if (auto n = get_integer(body, "n"); n && *n != 1) throw_invalid("'n' must be 1", "n");
-  if (auto b = get_integer(body, "best_of"); b && *b != 1) throw_invalid("'best_of' must be 1", "best_of");
-  if (auto echo = get_bool(body, "echo"); echo && *echo) throw_invalid("'echo' is not supported yet", "echo");
+  if (auto b = get_integer(body, "best_of"); b && *b != 1)
+    throw_invalid("'best_of' must be 1", "best_of");
+  if (auto echo = get_bool(body, "echo"); echo && *echo)
+    throw_invalid("'echo' is not supported yet", "echo");
   if (find_field(body, "suffix")) throw_invalid("'suffix' is not supported", "suffix");
   if (find_field(body, "logprobs")) throw_invalid("'logprobs' is not supported yet", "logprobs");
   // The OpenAI default for this endpoint is 16 tokens.
@@ -116,12 +126,16 @@ ParsedRequest parse_completions(const Json& body, const ParseLimits& limits) {
 
 namespace detail {
 
-std::unique_ptr<StreamEncoder> make_completions_encoder(const ParsedRequest& r, const ResponseMeta& m) {
+std::unique_ptr<StreamEncoder> make_completions_encoder(const ParsedRequest& r,
+                                                        const ResponseMeta& m) {
   return std::make_unique<CompletionsEncoder>(r, m);
 }
 
 Json completions_body(const ParsedRequest&, const ResponseMeta& m, const Completion& c) {
-  Json choice = {{"index", 0}, {"text", c.content}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(c.stop)}};
+  Json choice = {{"index", 0},
+                 {"text", c.content},
+                 {"logprobs", nullptr},
+                 {"finish_reason", openai_finish_reason(c.stop)}};
   Json usage = openai_usage(c.usage);
   return Json{{"id", m.id},
               {"object", "text_completion"},

@@ -25,7 +25,8 @@ Message* last_assistant(recipe::Conversation& conv) {
 
 void parse_input(const Json& body, ParsedRequest& r) {
   auto& conv = r.conversation;
-  if (auto instructions = get_string(body, "instructions")) conv.messages.push_back(Message::system(*instructions));
+  if (auto instructions = get_string(body, "instructions"))
+    conv.messages.push_back(Message::system(*instructions));
   const Json* input = find_field(body, "input");
   if (!input) throw_invalid("'input' is required", "input");
   if (input->is_string()) {
@@ -34,7 +35,8 @@ void parse_input(const Json& body, ParsedRequest& r) {
   }
   if (!input->is_array()) throw_invalid("'input' must be a string or an array of items", "input");
   if (input->empty()) throw_invalid("'input' must hold at least one item", "input");
-  std::optional<std::string> pending_reasoning;  // a reasoning item belongs to the next assistant turn
+  std::optional<std::string>
+      pending_reasoning;  // a reasoning item belongs to the next assistant turn
   auto take_reasoning = [&](Message& m) {
     if (pending_reasoning) m.reasoning_content = std::move(*pending_reasoning);
     pending_reasoning.reset();
@@ -50,12 +52,19 @@ void parse_input(const Json& body, ParsedRequest& r) {
       const std::string cpath = field_path(path, "content");
       if (!content) throw_invalid(fmt::format("'{}' is required", cpath), cpath);
       Message m;
-      if (role == "user") m.role = Role::kUser;
-      else if (role == "assistant") m.role = Role::kAssistant;
-      else if (role == "system") m.role = Role::kSystem;
-      else if (role == "developer") m.role = Role::kDeveloper;
-      else throw_invalid(fmt::format("'{}.role' must be user, assistant, system or developer", path), field_path(path, "role"));
-      std::string text = detail::content_text(*content, cpath, {"input_text", "output_text", "text", "refusal"});
+      if (role == "user")
+        m.role = Role::kUser;
+      else if (role == "assistant")
+        m.role = Role::kAssistant;
+      else if (role == "system")
+        m.role = Role::kSystem;
+      else if (role == "developer")
+        m.role = Role::kDeveloper;
+      else
+        throw_invalid(fmt::format("'{}.role' must be user, assistant, system or developer", path),
+                      field_path(path, "role"));
+      std::string text =
+          detail::content_text(*content, cpath, {"input_text", "output_text", "text", "refusal"});
       if (!text.empty()) m.content.push_back({std::move(text)});
       if (m.role == Role::kAssistant) take_reasoning(m);
       conv.messages.push_back(std::move(m));
@@ -76,7 +85,8 @@ void parse_input(const Json& body, ParsedRequest& r) {
       const Json* output = find_field(item, "output");
       const std::string opath = field_path(path, "output");
       if (!output) throw_invalid(fmt::format("'{}' is required", opath), opath);
-      conv.messages.push_back(Message::tool(call_id, detail::content_text(*output, opath, {"input_text", "output_text"})));
+      conv.messages.push_back(Message::tool(
+          call_id, detail::content_text(*output, opath, {"input_text", "output_text"})));
     } else if (type == "reasoning") {
       std::string text;
       if (const Json* content = get_array(item, "content", path)) {
@@ -86,9 +96,11 @@ void parse_input(const Json& body, ParsedRequest& r) {
       }
       pending_reasoning = pending_reasoning.value_or("") + text;
     } else if (type == "item_reference") {
-      throw_invalid("item references need stored responses, which this server does not keep", field_path(path, "type"));
+      throw_invalid("item references need stored responses, which this server does not keep",
+                    field_path(path, "type"));
     } else {
-      throw_invalid(fmt::format("'{}.type' '{}' is not supported", path, type), field_path(path, "type"));
+      throw_invalid(fmt::format("'{}.type' '{}' is not supported", path, type),
+                    field_path(path, "type"));
     }
   }
   if (conv.messages.empty()) throw_invalid("'input' holds no message", "input");
@@ -103,14 +115,17 @@ void parse_tools(const Json& body, ParsedRequest& r) {
     if (!t.is_object()) throw_invalid(fmt::format("'{}' must be an object", path), path);
     const std::string type = require_string(t, "type", path);
     if (type != "function") {
-      throw_invalid(fmt::format("'{}.type' '{}' is not supported; only 'function' tools are", path, type),
-                    field_path(path, "type"));
+      throw_invalid(
+          fmt::format("'{}.type' '{}' is not supported; only 'function' tools are", path, type),
+          field_path(path, "type"));
     }
     recipe::ToolDefinition def;
     def.name = require_string(t, "name", path);
-    if (def.name.empty()) throw_invalid(fmt::format("'{}.name' must not be empty", path), field_path(path, "name"));
+    if (def.name.empty())
+      throw_invalid(fmt::format("'{}.name' must not be empty", path), field_path(path, "name"));
     def.description = get_string(t, "description", path).value_or("");
-    def.parameters = detail::tool_schema(find_field(t, "parameters"), field_path(path, "parameters"));
+    def.parameters =
+        detail::tool_schema(find_field(t, "parameters"), field_path(path, "parameters"));
     r.conversation.tools.push_back(std::move(def));
   }
 }
@@ -124,7 +139,9 @@ void parse_tool_choice(const Json& body, ParsedRequest& r) {
     r.conversation.tools.clear();
     return;
   }
-  throw_invalid("only tool_choice 'auto' and 'none' are supported (others need constrained decoding)", "tool_choice");
+  throw_invalid(
+      "only tool_choice 'auto' and 'none' are supported (others need constrained decoding)",
+      "tool_choice");
 }
 
 void parse_text_format(const Json& body, ParsedRequest& r) {
@@ -141,8 +158,9 @@ void parse_text_format(const Json& body, ParsedRequest& r) {
     rf.type = recipe::ResponseFormat::Type::kJsonSchema;
     rf.schema = detail::tool_schema(find_field(*format, "schema"), "text.format.schema");
   } else {
-    throw_invalid(fmt::format("'text.format.type' must be text, json_object or json_schema, got '{}'", type),
-                  "text.format.type");
+    throw_invalid(
+        fmt::format("'text.format.type' must be text, json_object or json_schema, got '{}'", type),
+        "text.format.type");
   }
 }
 
@@ -156,8 +174,9 @@ Json usage_json(const Usage& u) {
 
 // The response object; `output` and `usage` filled by the caller.
 Json response_object(const Json& echo, const ResponseMeta& m, const char* status) {
-  Json j = {{"id", m.id}, {"object", "response"}, {"created_at", m.created}, {"status", status},
-            {"error", nullptr}, {"incomplete_details", nullptr}, {"model", m.model}, {"output", Json::array()}};
+  Json j = {{"id", m.id},       {"object", "response"},   {"created_at", m.created},
+            {"status", status}, {"error", nullptr},       {"incomplete_details", nullptr},
+            {"model", m.model}, {"output", Json::array()}};
   for (auto it = echo.begin(); it != echo.end(); ++it) j[it.key()] = it.value();
   j["usage"] = nullptr;
   return j;
@@ -174,18 +193,27 @@ void set_outcome(Json& resp, const Completion& c) {
 }
 
 Json reasoning_item(const std::string& id, const std::string& text) {
-  return Json{{"id", id}, {"type", "reasoning"}, {"summary", Json::array()},
+  return Json{{"id", id},
+              {"type", "reasoning"},
+              {"summary", Json::array()},
               {"content", Json::array({Json{{"type", "reasoning_text"}, {"text", text}}})}};
 }
 Json output_text_part(const std::string& text) {
-  return Json{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}, {"logprobs", Json::array()}};
+  return Json{{"type", "output_text"},
+              {"text", text},
+              {"annotations", Json::array()},
+              {"logprobs", Json::array()}};
 }
 Json message_item(const std::string& id, const std::string& text, const char* status) {
-  return Json{{"id", id}, {"type", "message"}, {"status", status}, {"role", "assistant"},
+  return Json{{"id", id},
+              {"type", "message"},
+              {"status", status},
+              {"role", "assistant"},
               {"content", Json::array({output_text_part(text)})}};
 }
 Json function_call_item(const std::string& id, const recipe::ToolCall& tc, const char* status) {
-  return Json{{"id", id}, {"type", "function_call"}, {"status", status}, {"arguments", tc.arguments},
+  return Json{{"id", id},         {"type", "function_call"},
+              {"status", status}, {"arguments", tc.arguments},
               {"call_id", tc.id}, {"name", tc.name}};
 }
 
@@ -207,14 +235,20 @@ class ResponsesEncoder final : public StreamEncoder {
         if (open_ != Open::kReasoning) open(Open::kReasoning, out);
         text_ += e.text;
         emit(out, "response.reasoning_text.delta",
-             Json{{"item_id", item_id_}, {"output_index", output_index()}, {"content_index", 0}, {"delta", e.text}});
+             Json{{"item_id", item_id_},
+                  {"output_index", output_index()},
+                  {"content_index", 0},
+                  {"delta", e.text}});
         break;
       case T::kContentDelta:
         if (e.text.empty()) return;
         if (open_ != Open::kMessage) open(Open::kMessage, out);
         text_ += e.text;
         emit(out, "response.output_text.delta",
-             Json{{"item_id", item_id_}, {"output_index", output_index()}, {"content_index", 0}, {"delta", e.text},
+             Json{{"item_id", item_id_},
+                  {"output_index", output_index()},
+                  {"content_index", 0},
+                  {"delta", e.text},
                   {"logprobs", Json::array()}});
         break;
       case T::kToolCallStart:
@@ -224,13 +258,15 @@ class ResponsesEncoder final : public StreamEncoder {
         open(Open::kFunctionCall, out);
         break;
       case T::kToolCallArgumentsDelta:
-        DI_CHECK(open_ == Open::kFunctionCall && e.tool_index == call_index_, "arguments for a call that is not open");
+        DI_CHECK(open_ == Open::kFunctionCall && e.tool_index == call_index_,
+                 "arguments for a call that is not open");
         if (e.text.empty()) return;
         call_.arguments += e.text;
         emit(out, "response.function_call_arguments.delta",
              Json{{"item_id", item_id_}, {"output_index", output_index()}, {"delta", e.text}});
         break;
-      case T::kFinish: break;
+      case T::kFinish:
+        break;
     }
   }
 
@@ -239,16 +275,20 @@ class ResponsesEncoder final : public StreamEncoder {
     Json resp = response_object(echo_, meta_, "completed");
     resp["output"] = items_;
     set_outcome(resp, c);
-    emit(out, c.stop == StopCause::kLength ? "response.incomplete" : "response.completed", Json{{"response", resp}});
+    emit(out, c.stop == StopCause::kLength ? "response.incomplete" : "response.completed",
+         Json{{"response", resp}});
   }
 
   void fail(const ApiError& e, std::string& out) override {
     close(out);
-    emit(out, "error", Json{{"code", e.code.empty() ? Json(nullptr) : Json(e.code)}, {"message", e.message},
-                            {"param", e.param.empty() ? Json(nullptr) : Json(e.param)}});
+    emit(out, "error",
+         Json{{"code", e.code.empty() ? Json(nullptr) : Json(e.code)},
+              {"message", e.message},
+              {"param", e.param.empty() ? Json(nullptr) : Json(e.param)}});
     Json resp = response_object(echo_, meta_, "failed");
     resp["output"] = items_;
-    resp["error"] = {{"code", e.http_status >= 500 ? "server_error" : "invalid_prompt"}, {"message", e.message}};
+    resp["error"] = {{"code", e.http_status >= 500 ? "server_error" : "invalid_prompt"},
+                     {"message", e.message}};
     emit(out, "response.failed", Json{{"response", resp}});
   }
 
@@ -270,29 +310,43 @@ class ResponsesEncoder final : public StreamEncoder {
     switch (kind) {
       case Open::kReasoning: {
         item_id_ = random_id("rs_");
-        Json item = {{"id", item_id_}, {"type", "reasoning"}, {"summary", Json::array()}, {"content", Json::array()}};
-        emit(out, "response.output_item.added", Json{{"output_index", output_index()}, {"item", item}});
+        Json item = {{"id", item_id_},
+                     {"type", "reasoning"},
+                     {"summary", Json::array()},
+                     {"content", Json::array()}};
+        emit(out, "response.output_item.added",
+             Json{{"output_index", output_index()}, {"item", item}});
         emit(out, "response.content_part.added",
-             Json{{"item_id", item_id_}, {"output_index", output_index()}, {"content_index", 0},
+             Json{{"item_id", item_id_},
+                  {"output_index", output_index()},
+                  {"content_index", 0},
                   {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
         break;
       }
       case Open::kMessage: {
         item_id_ = random_id("msg_");
-        Json item = {{"id", item_id_}, {"type", "message"}, {"status", "in_progress"}, {"role", "assistant"},
+        Json item = {{"id", item_id_},
+                     {"type", "message"},
+                     {"status", "in_progress"},
+                     {"role", "assistant"},
                      {"content", Json::array()}};
-        emit(out, "response.output_item.added", Json{{"output_index", output_index()}, {"item", item}});
+        emit(out, "response.output_item.added",
+             Json{{"output_index", output_index()}, {"item", item}});
         emit(out, "response.content_part.added",
-             Json{{"item_id", item_id_}, {"output_index", output_index()}, {"content_index", 0},
+             Json{{"item_id", item_id_},
+                  {"output_index", output_index()},
+                  {"content_index", 0},
                   {"part", output_text_part("")}});
         break;
       }
       case Open::kFunctionCall:
         item_id_ = random_id("fc_");
         emit(out, "response.output_item.added",
-             Json{{"output_index", output_index()}, {"item", function_call_item(item_id_, call_, "in_progress")}});
+             Json{{"output_index", output_index()},
+                  {"item", function_call_item(item_id_, call_, "in_progress")}});
         break;
-      case Open::kNone: break;
+      case Open::kNone:
+        break;
     }
   }
 
@@ -301,9 +355,14 @@ class ResponsesEncoder final : public StreamEncoder {
     switch (open_) {
       case Open::kReasoning: {
         emit(out, "response.reasoning_text.done",
-             Json{{"item_id", item_id_}, {"output_index", idx}, {"content_index", 0}, {"text", text_}});
+             Json{{"item_id", item_id_},
+                  {"output_index", idx},
+                  {"content_index", 0},
+                  {"text", text_}});
         emit(out, "response.content_part.done",
-             Json{{"item_id", item_id_}, {"output_index", idx}, {"content_index", 0},
+             Json{{"item_id", item_id_},
+                  {"output_index", idx},
+                  {"content_index", 0},
                   {"part", {{"type", "reasoning_text"}, {"text", text_}}}});
         Json item = reasoning_item(item_id_, text_);
         emit(out, "response.output_item.done", Json{{"output_index", idx}, {"item", item}});
@@ -312,10 +371,16 @@ class ResponsesEncoder final : public StreamEncoder {
       }
       case Open::kMessage: {
         emit(out, "response.output_text.done",
-             Json{{"item_id", item_id_}, {"output_index", idx}, {"content_index", 0}, {"text", text_},
+             Json{{"item_id", item_id_},
+                  {"output_index", idx},
+                  {"content_index", 0},
+                  {"text", text_},
                   {"logprobs", Json::array()}});
         emit(out, "response.content_part.done",
-             Json{{"item_id", item_id_}, {"output_index", idx}, {"content_index", 0}, {"part", output_text_part(text_)}});
+             Json{{"item_id", item_id_},
+                  {"output_index", idx},
+                  {"content_index", 0},
+                  {"part", output_text_part(text_)}});
         Json item = message_item(item_id_, text_, "completed");
         emit(out, "response.output_item.done", Json{{"output_index", idx}, {"item", item}});
         items_.push_back(std::move(item));
@@ -323,13 +388,17 @@ class ResponsesEncoder final : public StreamEncoder {
       }
       case Open::kFunctionCall: {
         emit(out, "response.function_call_arguments.done",
-             Json{{"item_id", item_id_}, {"output_index", idx}, {"name", call_.name}, {"arguments", call_.arguments}});
+             Json{{"item_id", item_id_},
+                  {"output_index", idx},
+                  {"name", call_.name},
+                  {"arguments", call_.arguments}});
         Json item = function_call_item(item_id_, call_, "completed");
         emit(out, "response.output_item.done", Json{{"output_index", idx}, {"item", item}});
         items_.push_back(std::move(item));
         break;
       }
-      case Open::kNone: break;
+      case Open::kNone:
+        break;
     }
     open_ = Open::kNone;
   }
@@ -353,9 +422,10 @@ ParsedRequest parse_responses(const Json& body, const ParseLimits& limits) {
   r.model = detail::require_model(body);
   r.stream = get_bool(body, "stream").value_or(false);
   if (get_string(body, "previous_response_id")) {
-    throw_invalid("'previous_response_id' needs stored responses, which this server does not keep; send the "
-                  "whole conversation in 'input'",
-                  "previous_response_id");
+    throw_invalid(
+        "'previous_response_id' needs stored responses, which this server does not keep; send the "
+        "whole conversation in 'input'",
+        "previous_response_id");
   }
   parse_input(body, r);
   parse_tools(body, r);
@@ -365,7 +435,8 @@ ParsedRequest parse_responses(const Json& body, const ParseLimits& limits) {
   if (const Json* reasoning = get_object(body, "reasoning")) {
     if (auto e = get_string(*reasoning, "effort", "reasoning")) {
       r.conversation.settings.effort = detail::parse_effort(*e, "reasoning.effort");
-      r.conversation.settings.thinking = r.conversation.settings.effort != recipe::ReasoningEffort::kNone;
+      r.conversation.settings.thinking =
+          r.conversation.settings.effort != recipe::ReasoningEffort::kNone;
       effort = *e;
     }
   }
@@ -394,7 +465,8 @@ ParsedRequest parse_responses(const Json& body, const ParseLimits& limits) {
 
 namespace detail {
 
-std::unique_ptr<StreamEncoder> make_responses_encoder(const ParsedRequest& r, const ResponseMeta& m) {
+std::unique_ptr<StreamEncoder> make_responses_encoder(const ParsedRequest& r,
+                                                      const ResponseMeta& m) {
   return std::make_unique<ResponsesEncoder>(r, m);
 }
 
@@ -402,8 +474,10 @@ Json responses_body(const ParsedRequest& r, const ResponseMeta& m, const Complet
   Json resp = response_object(r.echo, m, "completed");
   Json& output = resp["output"];
   if (!c.reasoning.empty()) output.push_back(reasoning_item(random_id("rs_"), c.reasoning));
-  if (!c.content.empty() || c.tool_calls.empty()) output.push_back(message_item(random_id("msg_"), c.content, "completed"));
-  for (const auto& tc : c.tool_calls) output.push_back(function_call_item(random_id("fc_"), tc, "completed"));
+  if (!c.content.empty() || c.tool_calls.empty())
+    output.push_back(message_item(random_id("msg_"), c.content, "completed"));
+  for (const auto& tc : c.tool_calls)
+    output.push_back(function_call_item(random_id("fc_"), tc, "completed"));
   set_outcome(resp, c);
   return resp;
 }

@@ -59,15 +59,16 @@ ParsedRequest parse_count_tokens(const Json& body);
 //  - a prompt that fills the context is a 400 ("the prompt is N tokens; the context is M");
 //  - an explicit max_tokens that does not fit next to the prompt is a 400, as OpenAI answers;
 //  - without one, `default_max` clipped to what is left of the context.
-int64_t resolve_output_budget(std::optional<int64_t> requested, int64_t default_max, int64_t prompt_len,
-                              int64_t max_model_len);
+int64_t resolve_output_budget(std::optional<int64_t> requested, int64_t default_max,
+                              int64_t prompt_len, int64_t max_model_len);
 
 // ---- pieces shared by the per-API parsers (request_common.cpp) ----------------------------------
 namespace detail {
 // "none" → kNone; minimal/low → kLow; medium; high/xhigh → kHigh; max/ultra → kMax; else 400.
 recipe::ReasoningEffort parse_effort(const std::string& s, const std::string& path);
 // max_tokens-like field: integer in [1, cap].
-std::optional<int64_t> get_max_tokens(const Json& body, std::string_view key, const ParseLimits& limits);
+std::optional<int64_t> get_max_tokens(const Json& body, std::string_view key,
+                                      const ParseLimits& limits);
 // temperature/top_p/top_k/min_p/penalties/seed as OpenAI and vLLM spell them; then validate().
 void parse_openai_sampling(const Json& body, sampling::SamplingParams& s);
 // SamplingParams::validate() as a 400.

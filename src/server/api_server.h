@@ -1,12 +1,12 @@
 #pragma once
 // The HTTP front of `deepinfer serve` (cpp-httplib, one worker thread per connection):
 //
-//   POST /v1/chat/completions  /v1/completions  /v1/responses  /v1/messages  /v1/messages/count_tokens
-//   GET  /v1/models  /health  /metrics
+//   POST /v1/chat/completions  /v1/completions  /v1/responses  /v1/messages
+//   /v1/messages/count_tokens GET  /v1/models  /health  /metrics
 //
-// Limits: bodies above max_request_bytes are 413, generation requests beyond max_concurrent_requests
-// are 429 (both in the protocol's error shape). shutdown() refuses new work with 503, lets in-flight
-// requests finish within the grace period, then stops listening.
+// Limits: bodies above max_request_bytes are 413, generation requests beyond
+// max_concurrent_requests are 429 (both in the protocol's error shape). shutdown() refuses new work
+// with 503, lets in-flight requests finish within the grace period, then stops listening.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -26,12 +26,12 @@ namespace di::server {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8000;                          // 0 = any free port (bind() says which)
-  size_t max_request_bytes = 32u << 20;     // larger bodies: 413
-  int max_concurrent_requests = 512;        // generation requests in flight; more: 429
-  int http_threads = 0;                     // 0 = max_concurrent_requests + 16 (one per open stream)
-  int listen_backlog = 1024;                // cpp-httplib's own is 5, too few for bursts of clients
-  int shutdown_grace_ms = 30000;            // how long shutdown() waits for in-flight requests
+  int port = 8000;                       // 0 = any free port (bind() says which)
+  size_t max_request_bytes = 32u << 20;  // larger bodies: 413
+  int max_concurrent_requests = 512;     // generation requests in flight; more: 429
+  int http_threads = 0;                  // 0 = max_concurrent_requests + 16 (one per open stream)
+  int listen_backlog = 1024;             // cpp-httplib's own is 5, too few for bursts of clients
+  int shutdown_grace_ms = 30000;         // how long shutdown() waits for in-flight requests
   protocol::ParseLimits parse_limits;
 };
 

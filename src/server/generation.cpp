@@ -40,8 +40,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-Generation::Generation(std::shared_ptr<const ServedModel> model, Engine& engine, ServerMetrics& metrics,
-                       PreparedRequest prepared, protocol::ResponseMeta meta)
+Generation::Generation(std::shared_ptr<const ServedModel> model, Engine& engine,
+                       ServerMetrics& metrics, PreparedRequest prepared,
+                       protocol::ResponseMeta meta)
     : model_(std::move(model)),
       engine_(engine),
       metrics_(metrics),
@@ -51,8 +52,8 @@ Generation::Generation(std::shared_ptr<const ServedModel> model, Engine& engine,
       stop_checker_(prepared_.request.gen.stop) {
   const auto& req = prepared_.request;
   if (req.api == protocol::Api::kCompletions) {
-    detok_ = std::make_unique<recipe::IncrementalDetokenizer>(model_->tokenizer,
-                                                              recipe::IncrementalDetokenizer::Options{true});
+    detok_ = std::make_unique<recipe::IncrementalDetokenizer>(
+        model_->tokenizer, recipe::IncrementalDetokenizer::Options{true});
   } else {
     recipe::ParserOptions options = recipe::parser_options_for(*model_->renderer, req.conversation);
     options.parse_tool_calls = req.parse_tool_calls;
@@ -128,7 +129,8 @@ void Generation::handle(const TokenEvent& e, std::string& out) {
 void Generation::feed_token(int32_t token, std::string& out) {
   if (detok_) {
     std::string text = detok_->push(token);
-    if (!text.empty()) on_parser_event(ParserEvent{ParserEvent::Type::kContentDelta, std::move(text)}, out);
+    if (!text.empty())
+      on_parser_event(ParserEvent{ParserEvent::Type::kContentDelta, std::move(text)}, out);
     return;
   }
   scratch_.clear();
@@ -141,7 +143,8 @@ void Generation::on_parser_event(const ParserEvent& e, std::string& out) {
   if (stop_matched_) return;
   using T = ParserEvent::Type;
   if (e.type == T::kReasoningDelta && !e.text.empty()) in_reasoning_ = true;
-  if ((e.type == T::kContentDelta && !e.text.empty()) || e.type == T::kToolCallStart) in_reasoning_ = false;
+  if ((e.type == T::kContentDelta && !e.text.empty()) || e.type == T::kToolCallStart)
+    in_reasoning_ = false;
   if (e.type != T::kContentDelta) {
     // A stop string cannot continue across a reasoning block or a tool call.
     flush_stop_checker(out);
@@ -156,7 +159,8 @@ void Generation::on_parser_event(const ParserEvent& e, std::string& out) {
     // The longest stop string starting at the truncation point is the one that matched.
     const size_t at = std::min(r.stop_offset, content_seen_.size());
     for (const auto& s : prepared_.request.gen.stop) {
-      if (content_seen_.compare(at, s.size(), s) == 0 && s.size() > builder_.completion().stop_sequence.size()) {
+      if (content_seen_.compare(at, s.size(), s) == 0 &&
+          s.size() > builder_.completion().stop_sequence.size()) {
         builder_.completion().stop_sequence = s;
       }
     }
@@ -177,16 +181,18 @@ void Generation::emit(const ParserEvent& e, std::string& out) {
 
 void Generation::finalize(const TokenEvent& e, std::string& out) {
   if (e.finish == EngineFinish::kAbort) {
-    if (!aborted_) fail(ApiError::unavailable("the request was aborted (the server is shutting down)"), out);
+    if (!aborted_)
+      fail(ApiError::unavailable("the request was aborted (the server is shutting down)"), out);
     done_ = true;
     return;
   }
-  recipe::FinishReason reason =
-      e.finish == EngineFinish::kLength ? recipe::FinishReason::kLength : recipe::FinishReason::kStop;
+  recipe::FinishReason reason = e.finish == EngineFinish::kLength ? recipe::FinishReason::kLength
+                                                                  : recipe::FinishReason::kStop;
   if (!stop_matched_) {
     if (detok_) {
       std::string tail = detok_->flush();
-      if (!tail.empty()) on_parser_event(ParserEvent{ParserEvent::Type::kContentDelta, std::move(tail)}, out);
+      if (!tail.empty())
+        on_parser_event(ParserEvent{ParserEvent::Type::kContentDelta, std::move(tail)}, out);
     } else {
       scratch_.clear();
       parser_->finish(reason, scratch_);
@@ -199,14 +205,17 @@ void Generation::finalize(const TokenEvent& e, std::string& out) {
   }
   protocol::Completion& c = builder_.completion();
   c.stop = stop_matched_ ? protocol::StopCause::kStopSequence : protocol::stop_cause(reason, false);
-  c.usage.prompt_tokens = e.num_prompt_tokens > 0 ? e.num_prompt_tokens : static_cast<int64_t>(prepared_.prompt.size());
+  c.usage.prompt_tokens =
+      e.num_prompt_tokens > 0 ? e.num_prompt_tokens : static_cast<int64_t>(prepared_.prompt.size());
   c.usage.cached_tokens = e.num_cached_tokens;
   c.usage.completion_tokens = e.num_output_tokens > 0 ? e.num_output_tokens : num_tokens_;
   c.usage.reasoning_tokens = std::min(num_reasoning_tokens_, c.usage.completion_tokens);
   metrics_.add_prompt_tokens(c.usage.prompt_tokens);
   metrics_.add_cached_tokens(c.usage.cached_tokens);
   const auto now = Clock::now();
-  if (num_tokens_ > 1) metrics_.observe_tpot(seconds_between(first_token_at_, last_token_at_) / double(num_tokens_ - 1));
+  if (num_tokens_ > 1)
+    metrics_.observe_tpot(seconds_between(first_token_at_, last_token_at_) /
+                          double(num_tokens_ - 1));
   metrics_.observe_e2e(seconds_between(prepared_.arrival, now));
   if (encoder_) encoder_->end(c, out);
   done_ = true;

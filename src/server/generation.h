@@ -89,11 +89,11 @@ class Generation {
   RequestId id_;
   std::shared_ptr<EventChannel> channel_ = std::make_shared<EventChannel>();
 
-  std::unique_ptr<recipe::OutputParser> parser_;         // chat-shaped APIs
-  std::unique_ptr<recipe::IncrementalDetokenizer> detok_; // /v1/completions
+  std::unique_ptr<recipe::OutputParser> parser_;           // chat-shaped APIs
+  std::unique_ptr<recipe::IncrementalDetokenizer> detok_;  // /v1/completions
   StopChecker stop_checker_;
   std::string content_seen_;  // content text given to the stop checker (to name the matched string)
-  std::unique_ptr<protocol::StreamEncoder> encoder_;      // streaming only
+  std::unique_ptr<protocol::StreamEncoder> encoder_;  // streaming only
   protocol::CompletionBuilder builder_;
   std::vector<recipe::ParserEvent> scratch_;
   std::vector<TokenEvent> events_;

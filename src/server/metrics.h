@@ -39,8 +39,12 @@ class ServerMetrics {
   void observe_ttft(double s) { ttft_.observe(s); }
   void observe_tpot(double s) { tpot_.observe(s); }
   void observe_e2e(double s) { e2e_.observe(s); }
-  void add_prompt_tokens(int64_t n) { prompt_tokens_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed); }
-  void add_cached_tokens(int64_t n) { cached_tokens_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed); }
+  void add_prompt_tokens(int64_t n) {
+    prompt_tokens_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  }
+  void add_cached_tokens(int64_t n) {
+    cached_tokens_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  }
   void add_generated_tokens(int64_t n);
   std::atomic<int64_t>& active_requests() { return active_requests_; }
 

@@ -24,19 +24,26 @@ std::optional<nlohmann::json> read_json_file(const fs::path& path) {
 
 std::optional<recipe::ModelFamily> model_family_of(recipe::ChatFamily f) {
   switch (f) {
-    case recipe::ChatFamily::kDeepSeekV3: return recipe::ModelFamily::kDeepSeekV3;
-    case recipe::ChatFamily::kDeepSeekV31: return recipe::ModelFamily::kDeepSeekV31;
-    case recipe::ChatFamily::kDeepSeekV32: return recipe::ModelFamily::kDeepSeekV32;
-    case recipe::ChatFamily::kDeepSeekV4: return recipe::ModelFamily::kDeepSeekV4;
-    case recipe::ChatFamily::kQwen3: return recipe::ModelFamily::kQwen3;
-    case recipe::ChatFamily::kLlama3: return recipe::ModelFamily::kLlama3;
+    case recipe::ChatFamily::kDeepSeekV3:
+      return recipe::ModelFamily::kDeepSeekV3;
+    case recipe::ChatFamily::kDeepSeekV31:
+      return recipe::ModelFamily::kDeepSeekV31;
+    case recipe::ChatFamily::kDeepSeekV32:
+      return recipe::ModelFamily::kDeepSeekV32;
+    case recipe::ChatFamily::kDeepSeekV4:
+      return recipe::ModelFamily::kDeepSeekV4;
+    case recipe::ChatFamily::kQwen3:
+      return recipe::ModelFamily::kQwen3;
+    case recipe::ChatFamily::kLlama3:
+      return recipe::ModelFamily::kLlama3;
   }
   return std::nullopt;
 }
 
 // tokenizer_config.json: "bos_token" is a string or {"content": ...}; "add_bos_token" defaults to
 // false when absent (HF's fast tokenizers add nothing unless told).
-std::optional<recipe::TokenId> bos_for_raw_prompts(const fs::path& dir, const recipe::Tokenizer& tok) {
+std::optional<recipe::TokenId> bos_for_raw_prompts(const fs::path& dir,
+                                                   const recipe::Tokenizer& tok) {
   auto cfg = read_json_file(dir / "tokenizer_config.json");
   if (!cfg || !cfg->is_object()) return std::nullopt;
   auto add = cfg->find("add_bos_token");
@@ -44,8 +51,10 @@ std::optional<recipe::TokenId> bos_for_raw_prompts(const fs::path& dir, const re
   auto bos = cfg->find("bos_token");
   if (bos == cfg->end()) return std::nullopt;
   std::string spelling;
-  if (bos->is_string()) spelling = bos->get<std::string>();
-  else if (bos->is_object() && bos->contains("content") && (*bos)["content"].is_string()) spelling = (*bos)["content"];
+  if (bos->is_string())
+    spelling = bos->get<std::string>();
+  else if (bos->is_object() && bos->contains("content") && (*bos)["content"].is_string())
+    spelling = (*bos)["content"];
   if (spelling.empty()) return std::nullopt;
   return tok.token_to_id(spelling);
 }
@@ -60,27 +69,32 @@ bool ServedModel::accepts_name(const std::string& requested) const {
   return false;
 }
 
-Result<recipe::ChatFamily> detect_chat_family(const std::string& model_dir, const recipe::Tokenizer& tokenizer) {
+Result<recipe::ChatFamily> detect_chat_family(const std::string& model_dir,
+                                              const recipe::Tokenizer& tokenizer) {
   auto config = read_json_file(fs::path(model_dir) / "config.json");
-  if (!config) return make_status(StatusCode::kNotFound, "{}/config.json is missing or not JSON", model_dir);
+  if (!config)
+    return make_status(StatusCode::kNotFound, "{}/config.json is missing or not JSON", model_dir);
   const std::string type = config->value("model_type", "");
   if (type == "qwen3" || type == "qwen3_moe") return recipe::ChatFamily::kQwen3;
   if (type == "llama") return recipe::ChatFamily::kLlama3;
   if (type.rfind("deepseek", 0) == 0) {
     const bool dsml = tokenizer.token_to_id("｜DSML｜").has_value();
-    if (dsml && tokenizer.token_to_id("<｜latest_reminder｜>")) return recipe::ChatFamily::kDeepSeekV4;
+    if (dsml && tokenizer.token_to_id("<｜latest_reminder｜>"))
+      return recipe::ChatFamily::kDeepSeekV4;
     if (dsml) return recipe::ChatFamily::kDeepSeekV32;
     if (tokenizer.token_to_id("</think>")) return recipe::ChatFamily::kDeepSeekV31;
     return recipe::ChatFamily::kDeepSeekV3;
   }
   return make_status(StatusCode::kInvalidArgument,
-                     "cannot tell the chat format of model_type '{}' in {}; pass --chat-family", type, model_dir);
+                     "cannot tell the chat format of model_type '{}' in {}; pass --chat-family",
+                     type, model_dir);
 }
 
 Result<std::shared_ptr<const ServedModel>> load_served_model(const ModelLoadOptions& options) {
   const fs::path dir(options.dir);
   if (!fs::is_regular_file(dir / "tokenizer.json")) {
-    return make_status(StatusCode::kNotFound, "{} has no tokenizer.json (the server needs the model's tokenizer)",
+    return make_status(StatusCode::kNotFound,
+                       "{} has no tokenizer.json (the server needs the model's tokenizer)",
                        options.dir);
   }
   auto tok = recipe::Tokenizer::from_file((dir / "tokenizer.json").string());
@@ -113,7 +127,8 @@ Result<std::shared_ptr<const ServedModel>> load_served_model(const ModelLoadOpti
   }
   model->bos = bos_for_raw_prompts(dir, *model->tokenizer);
   std::string base = fs::path(options.dir).lexically_normal().filename().string();
-  if (base.empty()) base = fs::path(options.dir).lexically_normal().parent_path().filename().string();
+  if (base.empty())
+    base = fs::path(options.dir).lexically_normal().parent_path().filename().string();
   model->name = options.served_name.empty() ? base : options.served_name;
   model->aliases = {options.dir, base};
   model->created = std::chrono::duration_cast<std::chrono::seconds>(

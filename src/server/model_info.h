@@ -1,7 +1,7 @@
 #pragma once
 // What the server knows about the model it serves: its names, tokenizer, chat family (renderer and
-// output parser) and whether raw prompts get a BOS. Loaded once at start-up from the model directory;
-// immutable and shared by every HTTP worker afterwards.
+// output parser) and whether raw prompts get a BOS. Loaded once at start-up from the model
+// directory; immutable and shared by every HTTP worker afterwards.
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,9 +27,10 @@ struct ServedModel {
 };
 
 // The chat family of a model directory: config.json `model_type` picks the architecture family;
-// for DeepSeek the tokenizer's control tokens tell the generation apart (｜DSML｜ + <｜latest_reminder｜>:
-// V4; ｜DSML｜: V3.2; </think>: V3.1; otherwise V3).
-Result<recipe::ChatFamily> detect_chat_family(const std::string& model_dir, const recipe::Tokenizer& tokenizer);
+// for DeepSeek the tokenizer's control tokens tell the generation apart (｜DSML｜ +
+// <｜latest_reminder｜>: V4; ｜DSML｜: V3.2; </think>: V3.1; otherwise V3).
+Result<recipe::ChatFamily> detect_chat_family(const std::string& model_dir,
+                                              const recipe::Tokenizer& tokenizer);
 
 struct ModelLoadOptions {
   std::string dir;

@@ -7,13 +7,16 @@
 
 namespace di::server {
 
-std::vector<int32_t> build_prompt(const ServedModel& model, const protocol::ParsedRequest& request) {
+std::vector<int32_t> build_prompt(const ServedModel& model,
+                                  const protocol::ParsedRequest& request) {
   std::vector<int32_t> ids;
   if (request.api == protocol::Api::kCompletions) {
     if (request.prompt_is_ids) {
       const int32_t vocab = model.tokenizer->vocab_size();
       for (int32_t id : request.prompt_ids) {
-        if (id >= vocab) protocol::throw_invalid(fmt::format("token id {} is outside the vocabulary ({} ids)", id, vocab), "prompt");
+        if (id >= vocab)
+          protocol::throw_invalid(
+              fmt::format("token id {} is outside the vocabulary ({} ids)", id, vocab), "prompt");
       }
       return request.prompt_ids;
     }
@@ -36,7 +39,8 @@ std::vector<int32_t> build_prompt(const ServedModel& model, const protocol::Pars
 
 int64_t default_max_tokens(const ServedModel& model, const protocol::ParsedRequest& request) {
   if (request.api == protocol::Api::kCompletions) return 16;
-  const bool thinking = request.conversation.thinking_enabled(model.family == recipe::ChatFamily::kQwen3);
+  const bool thinking =
+      request.conversation.thinking_enabled(model.family == recipe::ChatFamily::kQwen3);
   return recipe::resolve_max_tokens(std::nullopt, thinking, request.conversation.settings.effort);
 }
 

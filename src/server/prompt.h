@@ -14,7 +14,8 @@ namespace di::server {
 // asks for; token-id prompts are checked against the vocabulary. Throws ApiException (400).
 std::vector<int32_t> build_prompt(const ServedModel& model, const protocol::ParsedRequest& request);
 
-// max_tokens when the request sets none: recipe/limits.h for chat-shaped APIs (larger with thinking).
+// max_tokens when the request sets none: recipe/limits.h for chat-shaped APIs (larger with
+// thinking).
 int64_t default_max_tokens(const ServedModel& model, const protocol::ParsedRequest& request);
 
 }  // namespace di::server

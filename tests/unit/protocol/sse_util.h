@@ -30,9 +30,12 @@ inline std::vector<Frame> parse_sse(const std::string& text) {
       size_t nl = block.find('\n', line_start);
       if (nl == std::string::npos) nl = block.size();
       const std::string line = block.substr(line_start, nl - line_start);
-      if (line.rfind("event: ", 0) == 0) f.event = line.substr(7);
-      else if (line.rfind("data: ", 0) == 0) f.data = line.substr(6);
-      else ADD_FAILURE() << "unexpected SSE line: " << line;
+      if (line.rfind("event: ", 0) == 0)
+        f.event = line.substr(7);
+      else if (line.rfind("data: ", 0) == 0)
+        f.data = line.substr(6);
+      else
+        ADD_FAILURE() << "unexpected SSE line: " << line;
       line_start = nl + 1;
     }
     if (f.data != "[DONE]") f.json = Json::parse(f.data);

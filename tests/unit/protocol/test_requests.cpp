@@ -41,8 +41,9 @@ TEST(ApiErrorTest, OpenAiAndAnthropicShapes) {
   EXPECT_STREQ(anthropic_error_type(404), "not_found_error");
   EXPECT_STREQ(anthropic_error_type(500), "api_error");
   EXPECT_STREQ(anthropic_error_type(503), "overloaded_error");
-  EXPECT_EQ(Json::parse(openai_error_body(ApiError::not_found("no", "model_not_found")))["error"]["code"],
-            "model_not_found");
+  EXPECT_EQ(
+      Json::parse(openai_error_body(ApiError::not_found("no", "model_not_found")))["error"]["code"],
+      "model_not_found");
 }
 
 TEST(ParseBodyTest, MalformedJsonInvalidUtf8AndNonObjects) {
@@ -137,11 +138,14 @@ TEST(ChatRequestTest, BadInputsAre400sNamingTheField) {
       {"model not string", R"({"model": 3})", "model"},
       {"empty model", R"({"model": ""})", "model"},
       {"bad role", R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role"},
-      {"content wrong type", R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {"content wrong type", R"({"messages": [{"role": "user", "content": 5}]})",
+       "messages[0].content"},
       {"user without content", R"({"messages": [{"role": "user"}]})", "messages[0].content"},
-      {"image part", R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+      {"image part",
+       R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
        "messages[0].content[0].type"},
-      {"tool without id", R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id"},
+      {"tool without id", R"({"messages": [{"role": "tool", "content": "x"}]})",
+       "messages[0].tool_call_id"},
       {"negative max_tokens", R"({"max_tokens": -1})", "max_tokens"},
       {"zero max_tokens", R"({"max_tokens": 0})", "max_tokens"},
       {"huge max_tokens", R"({"max_tokens": 100000000000})", "max_tokens"},
@@ -155,10 +159,14 @@ TEST(ChatRequestTest, BadInputsAre400sNamingTheField) {
       {"n=2", R"({"n": 2})", "n"},
       {"stream not bool", R"({"stream": "yes"})", "stream"},
       {"stop wrong type", R"({"stop": 5})", "stop"},
-      {"too many stops", R"({"stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})", "stop"},
+      {"too many stops",
+       R"({"stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
+       "stop"},
       {"tool not function", R"({"tools": [{"type": "web_search"}]})", "tools[0].type"},
-      {"tool without name", R"({"tools": [{"type": "function", "function": {}}]})", "tools[0].function.name"},
-      {"tool params not object", R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]})",
+      {"tool without name", R"({"tools": [{"type": "function", "function": {}}]})",
+       "tools[0].function.name"},
+      {"tool params not object",
+       R"({"tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]})",
        "tools[0].function.parameters"},
   };
   for (const auto& c : cases) {
@@ -199,10 +207,11 @@ TEST(CompletionsRequestTest, PromptForms) {
   EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
   r = parse_completions(Json::parse(R"({"model":"m","prompt":[[4,5]]})"));
   EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{4, 5}));
-  for (const char* bad : {R"({"model":"m"})", R"({"model":"m","prompt":""})", R"({"model":"m","prompt":[]})",
-                          R"({"model":"m","prompt":["a","b"]})", R"({"model":"m","prompt":[1,-2]})",
-                          R"({"model":"m","prompt":{"x":1}})", R"({"model":"m","prompt":"x","echo":true})",
-                          R"({"model":"m","prompt":"x","max_tokens":-3})"}) {
+  for (const char* bad :
+       {R"({"model":"m"})", R"({"model":"m","prompt":""})", R"({"model":"m","prompt":[]})",
+        R"({"model":"m","prompt":["a","b"]})", R"({"model":"m","prompt":[1,-2]})",
+        R"({"model":"m","prompt":{"x":1}})", R"({"model":"m","prompt":"x","echo":true})",
+        R"({"model":"m","prompt":"x","max_tokens":-3})"}) {
     EXPECT_EQ(error_of([&] { parse_completions(Json::parse(bad)); }).http_status, 400) << bad;
   }
 }
@@ -237,7 +246,8 @@ TEST(ResponsesRequestTest, InputItemsBecomeAConversation) {
   EXPECT_EQ(r.echo["instructions"], "be brief");
   EXPECT_EQ(r.echo["max_output_tokens"], 64);
 
-  r = parse_responses(Json::parse(R"({"model":"m","input":"hello","reasoning":{"effort":"none"}})"));
+  r = parse_responses(
+      Json::parse(R"({"model":"m","input":"hello","reasoning":{"effort":"none"}})"));
   ASSERT_EQ(r.conversation.messages.size(), 1u);
   EXPECT_EQ(r.conversation.settings.thinking, std::optional<bool>(false));
 }
@@ -301,9 +311,12 @@ TEST(MessagesRequestTest, BadInputs) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"model":"m","messages":[{"role":"user","content":"x"}]})", "max_tokens"},
       {R"({"model":"m","max_tokens":10,"messages":[]})", "messages"},
-      {R"({"model":"m","max_tokens":-10,"messages":[{"role":"user","content":"x"}]})", "max_tokens"},
-      {R"({"model":"m","max_tokens":10,"messages":[{"role":"system","content":"x"}]})", "messages[0].role"},
-      {R"({"model":"m","max_tokens":10,"temperature":1.5,"messages":[{"role":"user","content":"x"}]})", "temperature"},
+      {R"({"model":"m","max_tokens":-10,"messages":[{"role":"user","content":"x"}]})",
+       "max_tokens"},
+      {R"({"model":"m","max_tokens":10,"messages":[{"role":"system","content":"x"}]})",
+       "messages[0].role"},
+      {R"({"model":"m","max_tokens":10,"temperature":1.5,"messages":[{"role":"user","content":"x"}]})",
+       "temperature"},
       {R"({"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})",
        "messages[0].content[0].type"},
       {R"({"model":"m","max_tokens":10,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"}]})",

@@ -1,7 +1,7 @@
 // Output → wire: SSE frames and bodies for every API, fed scripted output-parser events (the same
-// events the server gets from recipe/ parsers), so tool calls and thinking are covered even though a
-// tiny random model never emits them. Each streaming test reassembles the stream the way the official
-// clients do and compares it with the non-streaming body.
+// events the server gets from recipe/ parsers), so tool calls and thinking are covered even though
+// a tiny random model never emits them. Each streaming test reassembles the stream the way the
+// official clients do and compares it with the non-streaming body.
 #include <gtest/gtest.h>
 
 #include "protocol/response.h"
@@ -35,15 +35,19 @@ ParserEvent tool_args(int idx, std::string text) {
   return e;
 }
 
-// Reasoning, content, then two tool calls; `split` cuts every delta into pieces of that many characters
-// (0 = as is), to check that the chunking of the same output does not change what clients assemble.
+// Reasoning, content, then two tool calls; `split` cuts every delta into pieces of that many
+// characters (0 = as is), to check that the chunking of the same output does not change what
+// clients assemble.
 std::vector<ParserEvent> script(size_t split = 0) {
-  std::vector<ParserEvent> base = {
-      text_event(T::kReasoningDelta, "Let me "), text_event(T::kReasoningDelta, "think"),
-      text_event(T::kContentDelta, "Hi"),        text_event(T::kContentDelta, " there, 日本"),
-      tool_start(0, "call_a", "get_weather"),   tool_args(0, "{\"city\":"),
-      tool_args(0, "\"Paris\"}"),                tool_start(1, "call_b", "noop"),
-      tool_args(1, "{}")};
+  std::vector<ParserEvent> base = {text_event(T::kReasoningDelta, "Let me "),
+                                   text_event(T::kReasoningDelta, "think"),
+                                   text_event(T::kContentDelta, "Hi"),
+                                   text_event(T::kContentDelta, " there, 日本"),
+                                   tool_start(0, "call_a", "get_weather"),
+                                   tool_args(0, "{\"city\":"),
+                                   tool_args(0, "\"Paris\"}"),
+                                   tool_start(1, "call_b", "noop"),
+                                   tool_args(1, "{}")};
   if (split == 0) return base;
   std::vector<ParserEvent> out;
   for (const auto& e : base) {
@@ -87,7 +91,8 @@ ParsedRequest request_for(Api api, bool include_usage = true) {
   return r;
 }
 
-std::string run_stream(const ParsedRequest& r, const std::vector<ParserEvent>& events, const Completion& c) {
+std::string run_stream(const ParsedRequest& r, const std::vector<ParserEvent>& events,
+                       const Completion& c) {
   auto enc = make_stream_encoder(r, ResponseMeta{"id-1", 1700000000, "m"});
   std::string out;
   enc->begin(Usage{9, 0, 0, 0}, out);
@@ -96,7 +101,8 @@ std::string run_stream(const ParsedRequest& r, const std::vector<ParserEvent>& e
   return out;
 }
 
-// ---- Chat Completions ----------------------------------------------------------------------------
+// ---- Chat Completions
+// ----------------------------------------------------------------------------
 
 struct ChatAssembled {
   std::string content, reasoning, finish_reason;
@@ -132,7 +138,8 @@ ChatAssembled assemble_chat(const std::vector<Frame>& frames) {
         if (tc.contains("id")) {
           EXPECT_EQ(idx, a.tool_calls.size()) << "a call's first delta has its id, type and name";
           EXPECT_EQ(tc["type"], "function");
-          a.tool_calls.push_back({{"id", tc["id"]}, {"name", tc["function"]["name"]},
+          a.tool_calls.push_back({{"id", tc["id"]},
+                                  {"name", tc["function"]["name"]},
                                   {"arguments", tc["function"]["arguments"]}});
         } else {
           EXPECT_LT(idx, a.tool_calls.size());
@@ -182,8 +189,10 @@ TEST(ChatStreamTest, StreamEqualsBodyForEveryChunking) {
   for (size_t split : {0, 1, 2, 3, 7}) {
     const auto events = script(split);
     const Completion c = completion_of(events, StopCause::kToolCalls);
-    ChatAssembled a = assemble_chat(parse_sse(run_stream(request_for(Api::kChatCompletions), events, c)));
-    const Json body = Json::parse(render_response(request_for(Api::kChatCompletions), {"id-1", 1700000000, "m"}, c));
+    ChatAssembled a =
+        assemble_chat(parse_sse(run_stream(request_for(Api::kChatCompletions), events, c)));
+    const Json body = Json::parse(
+        render_response(request_for(Api::kChatCompletions), {"id-1", 1700000000, "m"}, c));
     const Json& msg = body["choices"][0]["message"];
     EXPECT_EQ(body["object"], "chat.completion");
     EXPECT_EQ(msg["role"], "assistant");
@@ -235,7 +244,8 @@ TEST(ChatStreamTest, MidStreamErrorIsAnErrorObjectThenDone) {
 // ---- Completions -----------------------------------------------------------------------------
 
 TEST(CompletionsStreamTest, TextChunksThenFinishUsageDone) {
-  std::vector<ParserEvent> events = {text_event(T::kContentDelta, "def "), text_event(T::kContentDelta, "f():")};
+  std::vector<ParserEvent> events = {text_event(T::kContentDelta, "def "),
+                                     text_event(T::kContentDelta, "f():")};
   const Completion c = completion_of(events, StopCause::kLength);
   auto frames = parse_sse(run_stream(request_for(Api::kCompletions), events, c));
   ASSERT_EQ(frames.size(), 5u);
@@ -284,7 +294,8 @@ Json assemble_responses(const std::vector<Frame>& frames) {
       Json& item = snapshot["output"].at(j["output_index"].get<size_t>());
       EXPECT_EQ(item["id"], j["item_id"]);
       Json& part = item["content"].at(j["content_index"].get<size_t>());
-      EXPECT_EQ(part["type"], type == "response.output_text.delta" ? "output_text" : "reasoning_text");
+      EXPECT_EQ(part["type"],
+                type == "response.output_text.delta" ? "output_text" : "reasoning_text");
       part["text"] = part["text"].get<std::string>() + j["delta"].get<std::string>();
     } else if (type == "response.function_call_arguments.delta") {
       Json& item = snapshot["output"].at(j["output_index"].get<size_t>());
@@ -341,7 +352,8 @@ TEST(ResponsesStreamTest, ItemsAndDeltasInOrder) {
     EXPECT_EQ(resp["max_output_tokens"], 64);
 
     // The non-streaming body has the same items (ids differ: they are minted per response).
-    Json body = Json::parse(render_response(request_for(Api::kResponses), {"id-1", 1700000000, "m"}, c));
+    Json body =
+        Json::parse(render_response(request_for(Api::kResponses), {"id-1", 1700000000, "m"}, c));
     ASSERT_EQ(body["output"].size(), out.size());
     for (size_t i = 0; i < out.size(); ++i) {
       Json a = out[i], b = body["output"][i];
@@ -416,7 +428,8 @@ Json assemble_messages(const std::vector<Frame>& frames) {
         block["thinking"] = block["thinking"].get<std::string>() + d["thinking"].get<std::string>();
       } else if (d["type"] == "input_json_delta") {
         EXPECT_EQ(block["type"], "tool_use");
-        block["partial"] = block["partial"].get<std::string>() + d["partial_json"].get<std::string>();
+        block["partial"] =
+            block["partial"].get<std::string>() + d["partial_json"].get<std::string>();
       } else {
         ADD_FAILURE() << "unknown delta " << d.dump();
       }
@@ -432,7 +445,8 @@ Json assemble_messages(const std::vector<Frame>& frames) {
       EXPECT_EQ(open, -1);
       msg["stop_reason"] = j["delta"]["stop_reason"];
       msg["stop_sequence"] = j["delta"]["stop_sequence"];
-      for (auto it = j["usage"].begin(); it != j["usage"].end(); ++it) msg["usage"][it.key()] = it.value();
+      for (auto it = j["usage"].begin(); it != j["usage"].end(); ++it)
+        msg["usage"][it.key()] = it.value();
     } else if (type == "message_stop") {
       EXPECT_EQ(&f, &frames.back());
     } else {
