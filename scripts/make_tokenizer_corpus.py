@@ -133,3 +133,18 @@ digits_long = "".join(str(random.randint(0, 9)) for _ in range(2000))
 c += [para_en, para_zh, code_long, mixed_long, ws_long, digits_long, "a" * 1000, "😀" * 300, "中" * 800]
 json.dump(c, open("tests/fixtures/tokenizer/corpus.json", "w"), ensure_ascii=False, indent=0)
 print(len(c), sum(len(s.encode()) for s in c))
+
+# --- corpus_edge.json: short random mixes of the characters where regex engines disagree (Oniguruma,
+# which HF uses, counts U+0085 as \s but not U+FEFF or U+180E; JavaScript's \s is the other way round
+# for U+0085 and U+FEFF; PCRE2's \s includes U+180E), combining marks, contractions, control spellings.
+random.seed(1729)
+units = [
+    "abc", "XYZ", "7", "42", "123456", " ", "  ", "\t", "\n", "\r\n", "\r", "\u0085", "\ufeff", "\u180e", "\u2028",
+    "\u2029", "\u00a0", "\u3000", "\u200b", "\u200d", "'s", "'T", "'re", "'LL", "'d", "'", "\"", ".", ",", "!?",
+    "~", "-", "_", "(", "<", ">", "|", "中文", "かな", "カナ", "한", "é", "e\u0301", "\u0301", "\u0328\u0301",
+    "ǹ̷̢", "α", "д", "ع", "ि", "١", "²", "😀", "👨‍👩‍👧", "🇺🇸", "1️⃣", "\u0001", "€", "∑", "<｜User｜>",
+    "<|im_start|>", "<|begin_of_text|>", "<think>", "</think>", "｜DSML｜",
+]
+edge = ["".join(random.choice(units) for _ in range(random.randint(1, 12))) for _ in range(400)]
+json.dump(edge, open("tests/fixtures/tokenizer/corpus_edge.json", "w"), ensure_ascii=False, indent=0)
+print(len(edge), sum(len(s.encode()) for s in edge))

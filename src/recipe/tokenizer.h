@@ -6,6 +6,8 @@
 //                             "<｜User｜>" yields ordinary tokens, never the control id.
 //   encode_with_special(text) also matches added tokens (with their lstrip/rstrip flags).
 //
+// Text that is not valid UTF-8 is repaired first: each ill-formed sequence becomes U+FFFD.
+//
 // Thread-safe after construction: all methods are const.
 #include <cstdint>
 #include <memory>
@@ -42,6 +44,9 @@ class Tokenizer {
   // Splits long text into independent pieces and encodes them on the thread pool; the ids are
   // exactly those of encode_ordinary.
   virtual std::vector<TokenId> encode_ordinary_parallel(std::string_view text) const = 0;
+  // The same with an explicit number of chunks (>= 1), even for short text: the chunks' cut points
+  // move with `num_chunks`, which is how tests exercise many seams.
+  virtual std::vector<TokenId> encode_ordinary_parallel(std::string_view text, int num_chunks) const = 0;
 
   // Bytes of the decoded ids (may end inside a UTF-8 character; see IncrementalDetokenizer).
   virtual std::string decode(const std::vector<TokenId>& ids, bool skip_special = false) const = 0;
@@ -50,6 +55,14 @@ class Tokenizer {
   virtual bool is_special(TokenId id) const = 0;
   virtual const std::vector<AddedToken>& added_tokens() const = 0;
   virtual int32_t vocab_size() const = 0;  // max id + 1, added tokens included
+
+  // The bytes one id decodes to ("" for an unknown id); what decode() concatenates.
+  virtual std::string_view token_bytes(TokenId id) const = 0;
+  // A tokenizer that also matches `tokens` (control-token variants, control_tokens.h). A token with
+  // id < 0 gets the next id after the current maximum; one whose content is already an added token
+  // keeps it; one spelled like a vocabulary entry takes that entry's id (as HF `add_tokens` does).
+  // Shares the vocabulary and merges with this tokenizer.
+  virtual Result<std::shared_ptr<const Tokenizer>> with_added_tokens(std::vector<AddedToken> tokens) const = 0;
 };
 
 }  // namespace di::recipe
