@@ -147,8 +147,7 @@ std::optional<PrefixCacheCounters> find_prefix_cache_counters(const PromText& te
                                                               const std::string& query_name) {
   // (hit tokens, looked-up tokens): both in tokens, both monotonic counters.
   static const std::pair<const char*, const char*> kKnown[] = {
-      {"deepinfer_prefix_cache_hit_tokens_total", "deepinfer_prefix_cache_query_tokens_total"},
-      {"deepinfer_cached_prompt_tokens_total", "deepinfer_prompt_tokens_total"},
+      {"deepinfer_prefix_cache_hit_tokens_total", "deepinfer_engine_prompt_tokens_total"},
       {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"},
       {"vllm:prefix_cache_hits", "vllm:prefix_cache_queries"},
       {"sglang:cached_tokens_total", "sglang:prompt_tokens_total"},

@@ -22,6 +22,8 @@ std::vector<int32_t> parse_int_list(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
     size_t used = 0;
     long v = 0;
     try {

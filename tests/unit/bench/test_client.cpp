@@ -1,12 +1,18 @@
 // The streaming client and the load generator over a real socket. The server here is a canned
 // SSE responder on localhost (the network is the one thing tests may stand in for); the
 // end-to-end test against `deepinfer serve` is tests/e2e/bench.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -37,19 +43,18 @@ class CannedServer {
               if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
               // Split an event across two writes, mid-line.
               std::string ev =
-                  "data: " + json({{"choices", {{{"index", 0}, {"text", "t"}}}}}).dump() + "\n\n";
+                  fmt::format("data: {}\n\n", json({{"choices", {{{"index", 0}, {"text", "t"}}}}}).dump());
               sink.write(ev.data(), 9);
               sink.write(ev.data() + 9, ev.size() - 9);
             }
-            const std::string usage =
-                "data: " +
+            const std::string usage = fmt::format(
+                "data: {}\n\ndata: [DONE]\n\n",
                 json({{"choices", json::array()},
                       {"usage",
                        {{"prompt_tokens", 11},
                         {"completion_tokens", n},
                         {"prompt_tokens_details", {{"cached_tokens", 8}}}}}})
-                    .dump() +
-                "\n\ndata: [DONE]\n\n";
+                    .dump());
             sink.write(usage.data(), usage.size());
             in_flight_.fetch_sub(1);
             sink.done();
@@ -62,13 +67,13 @@ class CannedServer {
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    server_.wait_until_ready();
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ~CannedServer() {
     server_.stop();
     thread_.join();
   }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
   int max_in_flight() const { return max_in_flight_.load(); }
   json last_body_;
 
@@ -79,12 +84,26 @@ class CannedServer {
   std::atomic<int> in_flight_{0}, max_in_flight_{0};
 };
 
+// A port nobody listens on: bound by the kernel's choice, then closed.
+int closed_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 Dataset small_dataset(int n, int max_tokens) {
   Dataset d;
   for (int i = 0; i < n; ++i) {
     BenchRequest r;
     r.session_idx = i;
-    r.prompt = "p" + std::to_string(i);
+    r.prompt = fmt::format("p{}", i);
     r.messages = json::array({{{"role", "user"}, {"content", r.prompt}}});
     r.prompt_tokens = 1;
     r.max_tokens = max_tokens;
@@ -126,12 +145,8 @@ TEST(Client, HttpErrorsAndRefusedConnectionsAreTyped) {
   EXPECT_EQ(r.error_type, "http_503");
   EXPECT_NE(r.error_message.find("overloaded"), std::string::npos);
 
-  std::string closed_url;
-  {
-    httplib::Server s;
-    closed_url = "http://127.0.0.1:" + std::to_string(s.bind_to_any_port("127.0.0.1"));
-  }  // the port is closed again
-  o.base_url = closed_url;
+  o.base_url = fmt::format("http://127.0.0.1:{}", closed_port());
+  o.timeout_s = 5;  // a wrong classification must not hang the test for the default 600 s
   RequestRecord c;
   OpenAiClient(o, std::chrono::steady_clock::now()).send(small_dataset(1, 4).requests[0], c);
   EXPECT_FALSE(c.success);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "bench/dataset.h"
 #include "bench/prompt_text.h"
@@ -75,7 +76,9 @@ TEST_P(DatasetTest, RandomDatasetLengthsAreExactAndReported) {
       EXPECT_GE(r.max_tokens, 10);
       EXPECT_LE(r.max_tokens, 30);
       lens.insert(r.prompt_tokens);
-      if (f == PromptFormat::kText) EXPECT_EQ(r.prompt, text);
+      if (f == PromptFormat::kText) {
+        EXPECT_EQ(r.prompt, text);
+      }
     }
     EXPECT_GT(lens.size(), 10u);  // the range is used
     const auto desc = d.describe();

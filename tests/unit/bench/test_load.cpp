@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "bench/arrivals.h"
@@ -52,7 +53,7 @@ TEST(Arrivals, BurstinessKeepsTheMeanAndChangesTheSpread) {
 }
 
 TEST(Arrivals, InfiniteOrZeroRateReleasesEverythingAtOnce) {
-  for (double rate : {0.0, INFINITY}) {
+  for (double rate : {0.0, std::numeric_limits<double>::infinity()}) {
     for (double t : arrival_offsets(10, rate, 1)) EXPECT_EQ(t, 0.0);
   }
 }

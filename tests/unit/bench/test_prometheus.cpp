@@ -66,6 +66,14 @@ TEST(Prometheus, PrefixCacheCountersAndDeltas) {
   EXPECT_DOUBLE_EQ(d["query_tokens"].get<double>(), 2000);
   EXPECT_DOUBLE_EQ(d["hit_rate"].get<double>(), 0.75);
 
+  // deepinfer's own names (src/server/metrics.cpp).
+  auto ours = find_prefix_cache_counters(
+      parse_prometheus_text("deepinfer_engine_prompt_tokens_total 400\n"
+                            "deepinfer_prefix_cache_hit_tokens_total 128\n")
+          .value());
+  ASSERT_TRUE(ours.has_value());
+  EXPECT_DOUBLE_EQ(ours->hit_tokens / ours->query_tokens, 0.32);
+
   // Explicit names override the known ones.
   const std::string custom = "my_hits 5\nmy_lookups 10\n";
   auto e = prefix_cache_delta("my_hits 1\nmy_lookups 2\n", custom, "my_hits", "my_lookups");

@@ -25,7 +25,8 @@ TEST(Sweep, ParetoFrontMaximizesBoth) {
 TEST(Sweep, IntListParsing) {
   EXPECT_EQ(parse_int_list("1,2,4,8"), (std::vector<int32_t>{1, 2, 4, 8}));
   EXPECT_EQ(parse_int_list("16"), (std::vector<int32_t>{16}));
-  for (const char* bad : {"", "1,,2", "0", "-1", "1,x", "2.5", "1, 2"}) {
+  EXPECT_EQ(parse_int_list(" 1, 2 "), (std::vector<int32_t>{1, 2}));
+  for (const char* bad : {"", "1,,2", "0", "-1", "1,x", "2.5", "1 2"}) {
     EXPECT_THROW(parse_int_list(bad), Error) << bad;
   }
 }
