@@ -5,5 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup_deps.sh
 scripts/build.sh
-# "def fibonacci(n):" in the demo model's tokenizer, after BOS.
-exec build/bin/deepinfer generate --prompt-ids 0,3465,285,686,265,439,895,3913,2605 --max-tokens 48 --json "$@"
+exec build/bin/deepinfer generate --prompt "def fibonacci(n):" --max-tokens 48 "$@"

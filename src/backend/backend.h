@@ -8,7 +8,9 @@
 // Integer metadata (positions, block tables) are i32 tensors on the backend's device.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 
 #include "tensor/tensor.h"
 
@@ -124,6 +126,10 @@ class Backend {
   // elements into each entry of layer `layer`.
   virtual void store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout, int32_t layer,
                         int32_t entry_offset, const PagedBatch& batch) = 0;
+  // Copies whole blocks (every layer: block_stride() elements each) within the pool, in order:
+  // block src_dst[i].second becomes a copy of block src_dst[i].first (copy-on-write for n > 1).
+  virtual void copy_blocks(Tensor& pool, const KvLayout& layout,
+                           std::span<const std::pair<int32_t, int32_t>> src_dst) = 0;
   virtual void paged_attention(const PagedAttentionParams& p) = 0;
   // y[t, h] = w[h] · x[t, h]                        x [T, Hd, K], w [Hd, N, K], y [T, Hd, N]
   virtual void head_linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;

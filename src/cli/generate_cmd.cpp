@@ -13,6 +13,9 @@
 #include "engine/generator.h"
 #include "model/default_model.h"
 #include "model/model.h"
+#include "recipe/tokenizer.h"
+
+#include <filesystem>
 
 namespace di::cli {
 namespace {
@@ -20,6 +23,7 @@ namespace {
 struct GenerateOptions {
   std::string model;
   std::string prompt_ids;
+  std::string prompt;
   std::string backend = "cpu";
   int32_t max_tokens = 16;
   float temperature = 0.0f;
@@ -54,11 +58,26 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  std::vector<int32_t> prompt = parse_ids(o.prompt_ids);
-  DI_CHECK(!prompt.empty(), "give a prompt with --prompt-ids 1,2,3");
   DI_CHECK(o.max_tokens >= 0, "--max-tokens must be >= 0, got {}", o.max_tokens);
   DI_CHECK(o.temperature >= 0.0f, "--temperature must be >= 0, got {}", o.temperature);
+  DI_CHECK(o.prompt.empty() || o.prompt_ids.empty(), "give either --prompt or --prompt-ids, not both");
   const std::string model_dir = o.model.empty() ? find_default_model_dir().value() : o.model;
+  // Text prompts go through the model's own tokenizer: plain text only (a control-token spelling
+  // stays text), after the model's BOS.
+  std::shared_ptr<const recipe::Tokenizer> tokenizer;
+  if (std::filesystem::exists(model_dir + "/tokenizer.json"))
+    tokenizer = recipe::Tokenizer::from_file(model_dir + "/tokenizer.json").value();
+  std::vector<int32_t> prompt;
+  if (!o.prompt.empty()) {
+    DI_CHECK(tokenizer != nullptr, "--prompt needs {}/tokenizer.json; use --prompt-ids instead", model_dir);
+    auto cfg = load_model_config(model_dir).value();
+    if (cfg.bos_token_id) prompt.push_back(static_cast<int32_t>(*cfg.bos_token_id));
+    auto ids = tokenizer->encode_ordinary(o.prompt);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+  } else {
+    prompt = parse_ids(o.prompt_ids);
+  }
+  DI_CHECK(!prompt.empty(), "give a prompt with --prompt TEXT or --prompt-ids 1,2,3");
   auto backend = make_backend(o.backend);
   auto t0 = std::chrono::steady_clock::now();
   auto model = load_model(model_dir, *backend);
@@ -83,7 +102,10 @@ int run_generate(const GenerateOptions& o) {
     j["prompt_ids"] = prompt;
     j["output_ids"] = r.output;
     if (o.dump_logits) j["last_prompt_logits"] = r.last_prompt_logits;
+    if (tokenizer) j["text"] = tokenizer->decode(r.output);
     std::cout << j.dump() << "\n";
+  } else if (tokenizer) {
+    std::cout << (o.prompt.empty() ? "" : o.prompt) << tokenizer->decode(r.output) << "\n";
   } else {
     std::string s;
     for (size_t i = 0; i < r.output.size(); ++i) s += (i ? "," : "") + std::to_string(r.output[i]);
@@ -102,6 +124,7 @@ CommandRegistration reg("generate", "Generate tokens from a model directory (off
   app.add_option("--model", o->model,
                  "Hugging Face model directory (config.json + safetensors); default: the shipped "
                  "demo model, models/deepinfer-demo-code");
+  app.add_option("--prompt", o->prompt, "Prompt text, encoded with the model's tokenizer.json after its BOS");
   app.add_option("--prompt-ids", o->prompt_ids, "Prompt token ids, comma-separated: 1,2,3");
   app.add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
   app.add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();

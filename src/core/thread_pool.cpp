@@ -33,7 +33,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / grain);
-  if (chunks <= 1 || workers_.empty()) {
+  std::unique_lock caller(caller_mu_, std::defer_lock);
+  if (chunks <= 1 || workers_.empty() || !caller.try_lock()) {
     fn(0, n);
     return;
   }

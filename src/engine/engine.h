@@ -20,6 +20,8 @@
 
 namespace di {
 
+using sampling::SamplingParams;
+
 enum class EngineFinish : uint8_t { kNone, kStop, kLength, kAbort, kError };
 
 struct EngineRequest {
@@ -31,6 +33,7 @@ struct EngineRequest {
   int32_t n = 1;            // parallel samples sharing the prompt's KV blocks
   int32_t priority = 0;     // lower = more urgent
   std::string cache_salt;   // isolates prefix-cache entries (mixed into block 0's hash)
+  bool logprobs = false;    // report each token's logprob (also implied by sampling.top_logprobs)
 };
 
 struct TokenLogprob {
@@ -71,6 +74,7 @@ struct EngineConfig {
 struct EngineStats {
   uint64_t requests_finished = 0;
   uint64_t requests_aborted = 0;
+  uint64_t requests_failed = 0;  // ended by an internal error (kError events)
   uint64_t prompt_tokens = 0;
   uint64_t cached_prompt_tokens = 0;  // prefix-cache hit tokens
   uint64_t generated_tokens = 0;

@@ -1,5 +1,6 @@
 #pragma once
-// Bridges a GenerateRequest's sampling settings to the sampler.
+// Bridges a GenerateRequest's sampling settings to the sampler (sampling/sampler.h): the same
+// token for the same (logits, settings, position, history) as the serving engine.
 #include <cstdint>
 #include <vector>
 

@@ -1,6 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
+#ifdef DI_HAVE_BLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -26,17 +28,47 @@ void check_i32(const Tensor& t, const char* what) {
            "cpu backend: '{}' must be a CPU i32 tensor, got {}", what, t.describe());
 }
 
-// y[M,N] = x[M,K] · w[N,K]^T through OpenBLAS.
-void gemm_xwt(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k) {
+// y[m, n] = x[m, :] · w[n, :] for m < M, n < N with row strides ldx, ldw, ldy (elements).
+#ifdef DI_HAVE_BLAS
+void gemm_xwt_strided(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+                      int64_t ldy, int64_t m, int64_t n, int64_t k) {
   if (m == 0 || n == 0) return;
   if (m == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w,
-                static_cast<int>(k), x, 1, 0.0f, y, 1);
+                static_cast<int>(ldw), x, 1, 0.0f, y, 1);
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
-              static_cast<int>(n));
+              static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), w, static_cast<int>(ldw), 0.0f,
+              y, static_cast<int>(ldy));
+}
+#else
+// Without OpenBLAS (DI_BLAS=OFF): rows of w are split over the thread pool; each w row is reused
+// for every x row while it is hot in L1/L2. Eight partial sums keep the FMA pipes busy without
+// -ffast-math. Only the oracle of the GPU op tests runs this way, on small shapes.
+float dot_f32(const float* a, const float* b, int64_t k) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < k; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void gemm_xwt_strided(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y,
+                      int64_t ldy, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, m * k));
+  ThreadPool::global().parallel_for(n, grain, [&](int64_t nb, int64_t ne) {
+    for (int64_t j = nb; j < ne; ++j)
+      for (int64_t i = 0; i < m; ++i) y[i * ldy + j] = dot_f32(x + i * ldx, w + j * ldw, k);
+  });
+}
+#endif
+
+void gemm_xwt(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k) {
+  gemm_xwt_strided(x, k, w, k, y, n, m, n, k);
 }
 
 void rms_norm_row(const float* x, const float* w, float eps, float* y, int64_t d) {
@@ -200,6 +232,22 @@ void CpuBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layou
   }
 }
 
+void CpuBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
+                             std::span<const std::pair<int32_t, int32_t>> src_dst) {
+  check_f32(pool, "pool");
+  const int64_t stride = layout.block_stride();
+  DI_CHECK(static_cast<size_t>(pool.numel()) == layout.pool_elems(),
+           "copy_blocks: pool {} does not match {} blocks of {} elements", pool.describe(),
+           layout.num_blocks, stride);
+  for (const auto& [src, dst] : src_dst) {
+    DI_CHECK(src >= 0 && src < layout.num_blocks && dst >= 0 && dst < layout.num_blocks &&
+                 src != dst,
+             "copy_blocks: block {} -> {} in a pool of {}", src, dst, layout.num_blocks);
+    std::memcpy(pool.f32() + dst * stride, pool.f32() + src * stride,
+                static_cast<size_t>(stride) * sizeof(float));
+  }
+}
+
 void CpuBackend::paged_attention(const PagedAttentionParams& p) {
   check_f32(*p.q, "q");
   check_f32(*p.out, "out");
@@ -271,12 +319,9 @@ void CpuBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   DI_CHECK(w.size(0) == heads && w.size(2) == k && y.numel() == t * heads * n,
            "head_linear: x {} w {} y {}", x.describe(), w.describe(), y.describe());
   // One strided GEMM per head: y[:, h, :] = x[:, h, :] · w[h]ᵀ
-  for (int64_t h = 0; h < heads; ++h) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, x.f32() + h * k, static_cast<int>(heads * k),
-                w.f32() + h * n * k, static_cast<int>(k), 0.0f, y.f32() + h * n,
-                static_cast<int>(heads * n));
-  }
+  for (int64_t h = 0; h < heads; ++h)
+    gemm_xwt_strided(x.f32() + h * k, heads * k, w.f32() + h * n * k, k, y.f32() + h * n,
+                     heads * n, t, n, k);
 }
 
 void CpuBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,

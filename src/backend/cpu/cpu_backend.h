@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
   void write_columns(const Tensor& src, Tensor& dst, int32_t col_begin) override;
   void store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout, int32_t layer,
                 int32_t entry_offset, const PagedBatch& batch) override;
+  void copy_blocks(Tensor& pool, const KvLayout& layout,
+                   std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "core/error.h"
 #include "core/ids.h"
@@ -101,6 +102,24 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
     });
     for (auto& h : hits) EXPECT_EQ(h.load(), 1);
   }
+}
+
+// Two threads sharing one pool (the engine thread and an HTTP worker both use the global pool):
+// each call covers its own range exactly once, whoever gets the workers.
+TEST(ThreadPool, ConcurrentCallersEachCoverTheirRange) {
+  ThreadPool pool(4);
+  auto caller = [&pool](int64_t n) {
+    for (int rep = 0; rep < 300; ++rep) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    }
+  };
+  std::thread a(caller, 97), b(caller, 61);
+  a.join();
+  b.join();
 }
 
 }  // namespace

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds the CUDA op tests and benchmarks HERE (no GPU needed) and packs what the GPU machine
+# needs into two git-ignored folders that travel as `carry` paths:
+#   .gpu_bin/   stripped binaries (cudart linked statically, sm_90a only)
+#   .gpu_libs/  shared libraries the binaries need that the GPU image lacks (fmt, spdlog, ...);
+#               glibc, libstdc++/libgcc and the CUDA libraries (cuBLAS/cuBLASLt) are not copied.
+# Then run scripts/gpu_check.sh there from the repository root.
+#
+#   scripts/build_gpu_bundle.sh            # JOBS=2 by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+
+cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=OFF \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+targets=(test_backend_ops test_cuda_golden)
+all_targets=$(ninja -C build-cuda -t targets all 2>/dev/null || true)
+if grep -q '^bench_cuda_llama:' <<<"$all_targets"; then
+  targets+=(bench_cuda_llama)
+fi
+ninja -C build-cuda -j"$JOBS" "${targets[@]}"
+
+rm -rf .gpu_bin .gpu_libs
+mkdir -p .gpu_bin .gpu_libs
+for t in "${targets[@]}"; do
+  bin=$(find build-cuda -type f -name "$t" -perm -u+x | head -1)
+  cp "$bin" .gpu_bin/
+  strip --strip-unneeded ".gpu_bin/$t"
+done
+
+# Libraries resolved here that are neither glibc/libstdc++/libgcc nor CUDA's own.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libcublas|libcublasLt|libcudart|libcuda\.so)'
+for b in .gpu_bin/*; do
+  ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  if [[ ! "$name" =~ $skip ]]; then
+    cp -L "$path" ".gpu_libs/$name"
+  fi
+done
+
+echo "== bundle =="
+du -b .gpu_bin/* .gpu_libs/* 2>/dev/null | awk '{printf "%10.2f MiB  %s\n", $1 / 1048576, $2}'
+du -cb .gpu_bin .gpu_libs | tail -1 | awk '{printf "total %.2f MiB\n", $1 / 1048576}'
+echo "== needed on the GPU machine (must be found there) =="
+for b in .gpu_bin/*; do ldd "$b"; done | awk '$2 == "=>" {print $1}' | sort -u | grep -E '^lib(cublas|cublasLt)' || true
+echo "carry: [\".gpu_bin\", \".gpu_libs\"]"
+echo "command: bash scripts/gpu_check.sh"

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine from the repository root, on the bundle from scripts/build_gpu_bundle.sh
+# (carry .gpu_bin and .gpu_libs): every CUDA op test, the golden models and graph test, the
+# Llama-3.1-8B-shaped benchmark and the HF transformers baseline. Each step has a timeout; a
+# failing step never stops the next. Full logs under $OUT; a short table at the end.
+# Total worst case ~7.5 min (the timeouts below).
+set -u
+OUT=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$OUT"
+ROOT=$(pwd)
+export DI_SOURCE_DIR=$ROOT
+export LD_LIBRARY_PATH="$ROOT/.gpu_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# cuBLAS 13 may live outside the default search path (CUDA toolkit dirs or pip's nvidia wheels).
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
+  cands=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64
+         /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu)
+  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    cands+=("$sp/nvidia/cublas/lib" "$sp/nvidia/cu13/lib" "$sp/nvidia/cuda_runtime/lib" "$sp/torch/lib")
+  done
+  for d in "${cands[@]}"; do
+    if [ -e "$d/libcublasLt.so.13" ]; then
+      export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+      break
+    fi
+  done
+fi
+
+{
+  echo "date: $(date -u)"
+  nvidia-smi 2>&1 | head -15
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  for b in .gpu_bin/*; do echo "== ldd $b"; ldd "$b"; done
+} >"$OUT/env.txt" 2>&1
+missing=$(for b in .gpu_bin/*; do ldd "$b" 2>/dev/null; done | grep 'not found' | sort -u)
+
+declare -a names rcs secs
+run_step() {  # name timeout_s command...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s)
+  timeout --kill-after=5 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  names+=("$name")
+  rcs+=("$rc")
+  secs+=("$(($(date +%s) - t0))")
+  echo "[gpu_check] $name rc=$rc ($(($(date +%s) - t0)) s)"
+}
+
+run_step ops 110 .gpu_bin/test_backend_ops --gtest_color=no
+# A kernel fault (illegal address) is sticky for the whole process: rerun each failed op test
+# alone so one bad kernel does not hide the others' results.
+if [ "${rcs[0]}" != 0 ]; then
+  failed=$(sed -n 's/^\[  FAILED  \] \([^ ,]*\).*(.*/\1/p' "$OUT/ops.log" | head -60)
+  : >"$OUT/ops_isolated.log"
+  t0=$(date +%s)
+  for t in $failed; do
+    [ $(($(date +%s) - t0)) -gt 60 ] && break
+    if timeout 20 .gpu_bin/test_backend_ops --gtest_color=no --gtest_filter="$t" >>"$OUT/ops_isolated.log" 2>&1; then
+      echo "ALONE-PASS $t" >>"$OUT/ops_isolated.log"
+    else
+      echo "ALONE-FAIL $t" >>"$OUT/ops_isolated.log"
+    fi
+  done
+fi
+run_step golden 90 .gpu_bin/test_cuda_golden --gtest_color=no
+if [ -x .gpu_bin/bench_cuda_llama ]; then
+  run_step bench 200 .gpu_bin/bench_cuda_llama
+fi
+if python3 -c 'import torch, transformers' >/dev/null 2>&1; then
+  run_step hf 75 python3 scripts/bench_hf_llama.py
+else
+  echo "[hf] skipped: torch/transformers not importable" >"$OUT/hf.log"
+fi
+
+echo
+echo "================ gpu_check summary ================"
+[ -n "$missing" ] && echo "MISSING LIBRARIES: $missing"
+printf '%-8s %5s %6s  %s\n' step rc secs result
+for i in "${!names[@]}"; do
+  n=${names[$i]}
+  log="$OUT/$n.log"
+  res=""
+  case $n in
+    ops | golden)
+      p=$(grep -c '^\[       OK \]' "$log")
+      f=$(grep -c '^\[  FAILED  \].*(' "$log")
+      s=$(grep -c '^\[  SKIPPED \].*(' "$log")
+      res="$p ok, $f failed, $s skipped" ;;
+    bench) res="$(grep -c '^\[bench\]' "$log") measurements" ;;
+    hf) res=$(grep '^\[hf\]' "$log" | tail -1) ;;
+  esac
+  [ "${rcs[$i]}" = 124 ] || [ "${rcs[$i]}" = 137 ] && res="TIMEOUT; $res"
+  printf '%-8s %5s %6s  %s\n' "$n" "${rcs[$i]}" "${secs[$i]}" "$res"
+done
+if [ -s "$OUT/ops_isolated.log" ]; then
+  echo "---- failed op tests rerun alone: $(grep -c ALONE-PASS "$OUT/ops_isolated.log") pass, $(grep -c ALONE-FAIL "$OUT/ops_isolated.log") fail ----"
+  grep -h '^ALONE-FAIL' "$OUT/ops_isolated.log" | head -15
+  grep -h 'FAIL$' "$OUT/ops_isolated.log" | head -15
+fi
+echo "---- failing ops (first 25) ----"
+grep -h 'FAIL$' "$OUT/ops.log" 2>/dev/null | head -25
+grep -h '^\[sample\]' "$OUT/ops.log" 2>/dev/null | head -5
+grep -h -B2 -A8 'Failure' "$OUT/ops.log" 2>/dev/null | grep -v '^\[op\]' | head -20
+echo "---- golden (worst logit error, greedy flips per model) ----"
+awk '/^\[golden\]/ { m=$2; e=$0; sub(/.*max_rel_err=/, "", e); sub(/ .*/, "", e);
+       if (e+0 > w[m]) w[m]=e+0; n[m]++; if ($0 ~ /flip/) f[m]++ }
+     END { for (m in w) printf "%-14s worst max_rel_err %.3e, %d/%d runs with a greedy flip\n", m, w[m], f[m], n[m] }' \
+  "$OUT/golden.log" 2>/dev/null
+grep -h '^\[graph\]' "$OUT/golden.log" 2>/dev/null
+grep -h -A6 'Failure' "$OUT/golden.log" 2>/dev/null | head -12
+grep -h -E 'what\(\)|terminate|error' "$OUT/golden.log" "$OUT/ops.log" 2>/dev/null | head -5
+echo "---- bench ----"
+grep -h -E '^\[bench\]|error|Error' "$OUT/bench.log" 2>/dev/null | head -30
+grep -h -E '^\[hf\]|Error' "$OUT/hf.log" 2>/dev/null | tail -3
+echo "logs: $OUT"

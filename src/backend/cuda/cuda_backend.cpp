@@ -1,0 +1,507 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/moe.h"
+
+namespace di {
+namespace cuda {
+namespace {
+
+using bf16_t = __nv_bfloat16;
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+void check_dev(const Tensor& t, DType dtype, const char* op, const char* what) {
+  DI_CHECK(t.device() == Device::kCUDA && t.dtype() == dtype,
+           "cuda {}: '{}' must be a CUDA {} tensor, got {} on {}", op, what, dtype_name(dtype),
+           t.describe(), t.device() == Device::kCUDA ? "cuda" : "cpu");
+}
+
+void check_dev_any(const Tensor& t, const char* op, const char* what) {
+  DI_CHECK(t.device() == Device::kCUDA, "cuda {}: '{}' must be on the CUDA device, got {} on cpu",
+           op, what, t.describe());
+}
+
+int32_t elem_size_of(const Tensor& t, const char* op) {
+  const size_t s = dtype_size(t.dtype());
+  DI_CHECK(s == 2 || s == 4, "cuda {}: unsupported dtype {}", op, dtype_name(t.dtype()));
+  return static_cast<int32_t>(s);
+}
+
+int64_t rows_of(const Tensor& t) { return t.size(-1) > 0 ? t.numel() / t.size(-1) : 0; }
+
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return static_cast<const T*>(t.raw());
+}
+template <typename T>
+T* mptr(const Tensor& t) {
+  return static_cast<T*>(t.raw());
+}
+
+}  // namespace
+
+bool cuda_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+CudaBackend::CudaBackend() {
+  DI_CHECK(cuda_available(), "cuda backend: no CUDA device is available");
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&cublas_));
+  CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // An explicit workspace keeps cuBLAS from allocating inside CUDA graph capture.
+  CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+  CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  int dev = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  max_smem_optin_ = static_cast<size_t>(optin);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  host_cache_.clear();
+  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_workspace_) cudaFree(cublas_workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Tensor CudaBackend::empty(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  void* ptr = nullptr;
+  std::shared_ptr<void> owner = allocator_.allocate(bytes, &ptr);
+  return Tensor::view_of(ptr, shape, dtype, std::move(owner), Device::kCUDA);
+}
+
+Tensor CudaBackend::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  if (t.nbytes() > 0) CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+  return t;
+}
+
+Tensor CudaBackend::upload(const Tensor& host, DType dtype) {
+  DI_CHECK(host.device() == Device::kCPU, "cuda upload: source {} is not a host tensor",
+           host.describe());
+  Tensor src = host;
+  if (host.dtype() != dtype) {
+    DI_CHECK(dtype != DType::kI32 && dtype != DType::kI64 && dtype != DType::kU8,
+             "cuda upload: cannot convert {} to {}", host.describe(), dtype_name(dtype));
+    src = host.to_f32().to(dtype);
+  }
+  Tensor dev = empty(host.shape(), dtype);
+  // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so `src` may go away.
+  if (dev.nbytes() > 0)
+    CUDA_CHECK(cudaMemcpyAsync(dev.raw(), src.raw(), dev.nbytes(), cudaMemcpyHostToDevice, stream_));
+  return dev;
+}
+
+Tensor CudaBackend::download(const Tensor& t) {
+  if (t.device() == Device::kCPU) {
+    return t.dtype() == DType::kF32 || t.dtype() == DType::kI32 ? t.clone() : t.to_f32();
+  }
+  Tensor host = Tensor::empty(t.shape(), t.dtype());
+  if (t.nbytes() > 0)
+    CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (t.dtype() == DType::kF32 || t.dtype() == DType::kI32) return host;
+  return host.to_f32();
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::copy_to_device(const Tensor& host, Tensor& dev) {
+  DI_CHECK(host.device() == Device::kCPU && dev.device() == Device::kCUDA &&
+               host.dtype() == dev.dtype() && host.nbytes() <= dev.nbytes(),
+           "copy_to_device: {} into {}", host.describe(), dev.describe());
+  if (host.nbytes() > 0)
+    CUDA_CHECK(cudaMemcpyAsync(dev.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::fill_random(Tensor& t, uint64_t seed, float scale) {
+  check_dev(t, DType::kBF16, "fill_random", "t");
+  launch_fill_random(FillRandomParams{mptr<bf16_t>(t), t.numel(), seed, scale}, stream_);
+  CUDA_CHECK_LAUNCH("fill_random");
+}
+
+const float* CudaBackend::device_f32(const Tensor& t, const char* what) {
+  DI_CHECK(t.dtype() == DType::kF32, "cuda: '{}' must be f32, got {}", what, t.describe());
+  if (t.device() == Device::kCUDA) return cptr<float>(t);
+  auto it = host_cache_.find(t.raw());
+  if (it == host_cache_.end() || it->second.numel() != t.numel())
+    it = host_cache_.insert_or_assign(t.raw(), upload(t, DType::kF32)).first;
+  return cptr<float>(it->second);
+}
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  check_dev(ids, DType::kI32, "embedding", "ids");
+  check_dev_any(table, "embedding", "table");
+  check_dev(out, table.dtype(), "embedding", "out");
+  const int64_t t = ids.numel(), h = table.size(-1);
+  DI_CHECK(out.numel() == t * h, "cuda embedding: out {} does not hold {} rows of {}",
+           out.describe(), t, h);
+  launch_gather_rows(GatherRowsParams{table.raw(), cptr<int32_t>(ids), out.raw(), t,
+                                      table.numel() / std::max<int64_t>(h, 1), h,
+                                      elem_size_of(table, "embedding")},
+                     stream_);
+  CUDA_CHECK_LAUNCH("gather_rows");
+}
+
+void CudaBackend::gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y,
+                            int64_t ldy, bool y_f32, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ[n, m] = wᵀ... i.e. C = op_T(W) · X.
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                            static_cast<int>(m), static_cast<int>(k), &alpha, w, CUDA_R_16BF,
+                            static_cast<int>(ldw), x, CUDA_R_16BF, static_cast<int>(ldx), &beta, y,
+                            y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  check_dev(x, DType::kBF16, "linear", "x");
+  check_dev(w, DType::kBF16, "linear", "w");
+  DI_CHECK(y.device() == Device::kCUDA && (y.dtype() == DType::kBF16 || y.dtype() == DType::kF32),
+           "cuda linear: 'y' must be a CUDA bf16 or f32 tensor, got {}", y.describe());
+  DI_CHECK(w.dim() == 2, "cuda linear: weight {} is not 2-d", w.describe());
+  const int64_t k = w.size(1), n = w.size(0), m = x.numel() / std::max<int64_t>(k, 1);
+  DI_CHECK(x.size(-1) == k, "cuda linear: x {} does not match weight {}", x.describe(), w.describe());
+  DI_CHECK(y.numel() == m * n, "cuda linear: y {} is not [{}, {}]", y.describe(), m, n);
+  const bool y_f32 = y.dtype() == DType::kF32;
+  gemm_bf16(x.raw(), k, w.raw(), k, y.raw(), n, y_f32, m, n, k);
+  if (bias != nullptr) {
+    check_dev(*bias, DType::kBF16, "linear", "bias");
+    DI_CHECK(bias->numel() == n, "cuda linear: bias {} for {} outputs", bias->describe(), n);
+    launch_bias_add(BiasAddParams{y.raw(), y_f32, cptr<bf16_t>(*bias), m, n}, stream_);
+    CUDA_CHECK_LAUNCH("bias_add");
+  }
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  check_dev(x, DType::kBF16, "rms_norm", "x");
+  check_dev(w, DType::kBF16, "rms_norm", "w");
+  check_dev(y, DType::kBF16, "rms_norm", "y");
+  const int64_t d = x.size(-1);
+  DI_CHECK(w.numel() == d && y.numel() == x.numel(), "cuda rms_norm: x {} w {} y {}",
+           x.describe(), w.describe(), y.describe());
+  launch_rms_norm(RmsNormParams{cptr<bf16_t>(x), nullptr, cptr<bf16_t>(w), mptr<bf16_t>(y),
+                                rows_of(x), static_cast<int32_t>(d), eps},
+                  stream_);
+  CUDA_CHECK_LAUNCH("rms_norm");
+}
+
+void CudaBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& w, float eps,
+                               Tensor& y) {
+  check_dev(x, DType::kBF16, "add_rms_norm", "x");
+  check_dev(residual, DType::kBF16, "add_rms_norm", "residual");
+  check_dev(w, DType::kBF16, "add_rms_norm", "w");
+  check_dev(y, DType::kBF16, "add_rms_norm", "y");
+  const int64_t d = x.size(-1);
+  DI_CHECK(w.numel() == d && y.numel() == x.numel() && residual.numel() == x.numel(),
+           "cuda add_rms_norm: x {} residual {} w {} y {}", x.describe(), residual.describe(),
+           w.describe(), y.describe());
+  DI_CHECK(residual.raw() != x.raw() && residual.raw() != y.raw(),
+           "cuda add_rms_norm: residual must not alias x or y");
+  launch_rms_norm(RmsNormParams{cptr<bf16_t>(x), mptr<bf16_t>(residual), cptr<bf16_t>(w),
+                                mptr<bf16_t>(y), rows_of(x), static_cast<int32_t>(d), eps},
+                  stream_);
+  CUDA_CHECK_LAUNCH("add_rms_norm");
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+  check_dev(a, DType::kBF16, "add", "a");
+  check_dev(b, DType::kBF16, "add", "b");
+  check_dev(out, DType::kBF16, "add", "out");
+  DI_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "cuda add: {} + {} -> {}",
+           a.describe(), b.describe(), out.describe());
+  launch_add(AddParams{cptr<bf16_t>(a), cptr<bf16_t>(b), mptr<bf16_t>(out), a.numel()}, stream_);
+  CUDA_CHECK_LAUNCH("add");
+}
+
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
+  check_dev(gate_up, DType::kBF16, "silu_mul", "gate_up");
+  check_dev(out, DType::kBF16, "silu_mul", "out");
+  const int64_t two_i = gate_up.size(-1), inter = two_i / 2, rows = rows_of(gate_up);
+  DI_CHECK(two_i % 2 == 0 && out.numel() == rows * inter, "cuda silu_mul: out {} for gate_up {}",
+           out.describe(), gate_up.describe());
+  launch_silu_mul(SiluMulParams{cptr<bf16_t>(gate_up), mptr<bf16_t>(out), rows,
+                                static_cast<int32_t>(inter)},
+                  stream_);
+  CUDA_CHECK_LAUNCH("silu_mul");
+}
+
+void CudaBackend::rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tensor& positions,
+                       const Tensor& cos_sin, bool interleaved) {
+  check_dev(x, DType::kBF16, "rope", "x");
+  check_dev(positions, DType::kI32, "rope", "positions");
+  check_dev_any(cos_sin, "rope", "cos_sin");
+  DI_CHECK(cos_sin.dtype() == DType::kF32 || cos_sin.dtype() == DType::kBF16,
+           "cuda rope: cos_sin must be f32 or bf16, got {}", cos_sin.describe());
+  DI_CHECK(x.dim() == 3, "cuda rope: x must be [T, heads, row], got {}", x.describe());
+  const int64_t t = x.size(0);
+  DI_CHECK(rot_dim % 2 == 0 && rot_begin >= 0 && rot_begin + rot_dim <= x.size(2) &&
+               cos_sin.size(1) == rot_dim,
+           "cuda rope: rot [{}, +{}) in rows of {} with cos_sin {}", rot_begin, rot_dim, x.size(2),
+           cos_sin.describe());
+  DI_CHECK(positions.numel() == t, "cuda rope: {} positions for {} tokens", positions.numel(), t);
+  launch_rope(RopeParams{mptr<bf16_t>(x), cptr<int32_t>(positions), cos_sin.raw(),
+                         cos_sin.dtype() == DType::kF32, static_cast<int32_t>(cos_sin.size(0)), t,
+                         static_cast<int32_t>(x.size(1)), static_cast<int32_t>(x.size(2)),
+                         rot_begin, rot_dim, interleaved},
+              stream_);
+  CUDA_CHECK_LAUNCH("rope");
+}
+
+void CudaBackend::copy_columns(const Tensor& src, int32_t col_begin, Tensor& dst) {
+  check_dev_any(src, "copy_columns", "src");
+  check_dev(dst, src.dtype(), "copy_columns", "dst");
+  const int64_t c = src.size(-1), rows = rows_of(src), w = rows ? dst.numel() / rows : 0;
+  DI_CHECK(col_begin >= 0 && col_begin + w <= c && w * rows == dst.numel(),
+           "cuda copy_columns: {} [{}, +{}) -> {}", src.describe(), col_begin, w, dst.describe());
+  launch_copy_2d(Copy2dParams{src.raw(), dst.raw(), rows, w, c, w, col_begin, 0,
+                              elem_size_of(src, "copy_columns")},
+                 stream_);
+  CUDA_CHECK_LAUNCH("copy_columns");
+}
+
+void CudaBackend::write_columns(const Tensor& src, Tensor& dst, int32_t col_begin) {
+  check_dev_any(dst, "write_columns", "dst");
+  check_dev(src, dst.dtype(), "write_columns", "src");
+  const int64_t c = dst.size(-1), rows = rows_of(dst), w = rows ? src.numel() / rows : 0;
+  DI_CHECK(col_begin >= 0 && col_begin + w <= c && w * rows == src.numel(),
+           "cuda write_columns: {} -> {} at {}", src.describe(), dst.describe(), col_begin);
+  launch_copy_2d(Copy2dParams{src.raw(), dst.raw(), rows, w, w, c, 0, col_begin,
+                              elem_size_of(dst, "write_columns")},
+                 stream_);
+  CUDA_CHECK_LAUNCH("write_columns");
+}
+
+void CudaBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout, int32_t layer,
+                           int32_t entry_offset, const PagedBatch& batch) {
+  check_dev(src, DType::kBF16, "store_kv", "src");
+  check_dev(pool, DType::kBF16, "store_kv", "pool");
+  check_dev(batch.slot_mapping, DType::kI32, "store_kv", "slot_mapping");
+  const int64_t t = batch.num_tokens, w = t ? src.numel() / t : 0;
+  DI_CHECK(entry_offset >= 0 && entry_offset + w <= layout.entry_size,
+           "cuda store_kv: [{}, +{}) beyond entry of {}", entry_offset, w, layout.entry_size);
+  DI_CHECK(w * t == src.numel(), "cuda store_kv: {} for {} tokens", src.describe(), t);
+  DI_CHECK(static_cast<size_t>(pool.numel()) >= layout.pool_elems() && layer >= 0 &&
+               layer < layout.num_layers,
+           "cuda store_kv: pool {} too small for layout ({} blocks x {} layers x {} x {}) or "
+           "layer {}",
+           pool.describe(), layout.num_blocks, layout.num_layers, layout.block_size,
+           layout.entry_size, layer);
+  launch_store_kv(StoreKvParams{cptr<bf16_t>(src), mptr<bf16_t>(pool),
+                                cptr<int32_t>(batch.slot_mapping), t, static_cast<int32_t>(w),
+                                layout.block_size, layout.entry_size, layout.block_stride(),
+                                layout.layer_offset(layer), entry_offset, layout.num_blocks},
+                  stream_);
+  CUDA_CHECK_LAUNCH("store_kv");
+}
+
+void CudaBackend::paged_attention(const PagedAttentionParams& p) {
+  DI_CHECK(p.q && p.out && p.pool && p.batch, "cuda paged_attention: missing q/out/pool/batch");
+  check_dev(*p.q, DType::kBF16, "paged_attention", "q");
+  check_dev(*p.out, DType::kBF16, "paged_attention", "out");
+  check_dev(*p.pool, DType::kBF16, "paged_attention", "pool");
+  const PagedBatch& b = *p.batch;
+  for (const Tensor* t : {&b.positions, &b.qo_indptr, &b.kv_indptr, &b.kv_indices, &b.kv_last_len})
+    check_dev(*t, DType::kI32, "paged_attention", "batch metadata");
+  DI_CHECK(p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0,
+           "cuda paged_attention: {} q heads over {} kv heads", p.num_q_heads, p.num_kv_heads);
+  DI_CHECK(p.head_dim_qk % 2 == 0 && p.head_dim_v % 2 == 0 && p.k_offset % 2 == 0 &&
+               p.v_offset % 2 == 0 && p.kv_head_stride % 2 == 0 && p.layout.entry_size % 2 == 0,
+           "cuda paged_attention: dims and offsets must be even (4-byte loads): head_dim_qk {} "
+           "head_dim_v {} k_offset {} v_offset {} kv_head_stride {} entry_size {}",
+           p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset, p.kv_head_stride,
+           p.layout.entry_size);
+  const int64_t t = b.num_tokens;
+  DI_CHECK(p.q->numel() == t * p.num_q_heads * p.head_dim_qk &&
+               p.out->numel() == t * p.num_q_heads * p.head_dim_v,
+           "cuda paged_attention: q {} / out {} for {} tokens x {} heads x ({}, {})",
+           p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk, p.head_dim_v);
+  if (t == 0 || b.num_seqs == 0) return;
+  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
+  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads,
+                                                  p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
+  const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
+  const size_t smem = paged_attention_smem_bytes(plan.rows_per_tile, p.head_dim_qk, p.head_dim_v, v_in_k);
+  DI_CHECK(smem <= max_smem_optin_,
+           "cuda paged_attention: no kernel for head_dim_qk {} / head_dim_v {}: needs {} B of "
+           "shared memory, the device allows {}",
+           p.head_dim_qk, p.head_dim_v, smem, max_smem_optin_);
+  // Workspace: the tile prefix, then (several splits) the partial outputs and (max, sum) pairs.
+  const size_t indptr_bytes = (static_cast<size_t>(b.num_seqs) + 1) * 4;
+  const size_t indptr_padded = (indptr_bytes + 255) & ~size_t{255};
+  Tensor ws = empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
+  char* base = mptr<char>(ws);
+  PagedAttentionKernelParams k{};
+  k.q = cptr<bf16_t>(*p.q);
+  k.out = mptr<bf16_t>(*p.out);
+  k.pool = cptr<bf16_t>(*p.pool);
+  k.block_stride = p.layout.block_stride();
+  k.layer_offset = p.layout.layer_offset(p.layer);
+  k.block_size = p.layout.block_size;
+  k.entry_size = p.layout.entry_size;
+  k.k_offset = p.k_offset;
+  k.v_offset = p.v_offset;
+  k.kv_head_stride = p.kv_head_stride;
+  k.num_q_heads = p.num_q_heads;
+  k.num_kv_heads = p.num_kv_heads;
+  k.head_dim_qk = p.head_dim_qk;
+  k.head_dim_v = p.head_dim_v;
+  k.scale = p.scale;
+  k.positions = cptr<int32_t>(b.positions);
+  k.qo_indptr = cptr<int32_t>(b.qo_indptr);
+  k.kv_indptr = cptr<int32_t>(b.kv_indptr);
+  k.kv_indices = cptr<int32_t>(b.kv_indices);
+  k.kv_last_len = cptr<int32_t>(b.kv_last_len);
+  k.num_seqs = b.num_seqs;
+  k.num_tokens = b.num_tokens;
+  k.rows_per_tile = plan.rows_per_tile;
+  k.max_tiles = plan.max_tiles;
+  k.tile_indptr = reinterpret_cast<int32_t*>(base);
+  k.split_size = plan.split_size;
+  k.num_splits = plan.num_splits;
+  if (plan.num_splits > 1) {
+    const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
+    k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
+    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+  }
+  launch_paged_attention(k, stream_);
+  CUDA_CHECK_LAUNCH("paged_attention");
+}
+
+void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
+  check_dev(x, DType::kBF16, "head_linear", "x");
+  check_dev(w, DType::kBF16, "head_linear", "w");
+  check_dev(y, DType::kBF16, "head_linear", "y");
+  DI_CHECK(x.dim() == 3 && w.dim() == 3, "cuda head_linear: x {} w {}", x.describe(), w.describe());
+  const int64_t t = x.size(0), heads = x.size(1), k = x.size(2), n = w.size(1);
+  DI_CHECK(w.size(0) == heads && w.size(2) == k && y.numel() == t * heads * n,
+           "cuda head_linear: x {} w {} y {}", x.describe(), w.describe(), y.describe());
+  if (t == 0) return;
+  const float alpha = 1.0f, beta = 0.0f;
+  // Per head h: y[:, h, :] (ld heads·n) = x[:, h, :] (ld heads·k) · w[h]ᵀ.
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(t),
+      static_cast<int>(k), &alpha, w.raw(), CUDA_R_16BF, static_cast<int>(k), n * k, x.raw(),
+      CUDA_R_16BF, static_cast<int>(heads * k), k, &beta, y.raw(), CUDA_R_16BF,
+      static_cast<int>(heads * n), n, static_cast<int>(heads), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
+                            Tensor& topk_weights) {
+  check_dev(logits, DType::kF32, "moe_route", "logits");
+  check_dev(topk_ids, DType::kI32, "moe_route", "topk_ids");
+  check_dev(topk_weights, DType::kF32, "moe_route", "topk_weights");
+  const int64_t t = logits.size(0), e = p.num_experts, k = p.top_k;
+  DI_CHECK(logits.size(1) == e && p.num_groups > 0 && e % p.num_groups == 0 &&
+               p.topk_groups <= p.num_groups && k <= e && k > 0,
+           "cuda moe_route: logits {} with {} experts, {} groups (top {}), top-{}",
+           logits.describe(), e, p.num_groups, p.topk_groups, k);
+  DI_CHECK(e <= kMaxRouterExperts && p.num_groups <= kMaxRouterGroups,
+           "cuda moe_route: {} experts / {} groups exceed the kernel's {} / {}", e, p.num_groups,
+           kMaxRouterExperts, kMaxRouterGroups);
+  DI_CHECK(topk_ids.numel() == t * k && topk_weights.numel() == t * k,
+           "cuda moe_route: outputs {} / {} for {} tokens x top-{}", topk_ids.describe(),
+           topk_weights.describe(), t, k);
+  const float* bias = nullptr;
+  if (p.correction_bias) {
+    DI_CHECK(p.correction_bias->numel() == e, "cuda moe_route: bias {} for {} experts",
+             p.correction_bias->describe(), e);
+    bias = device_f32(*p.correction_bias, "correction_bias");
+  }
+  launch_moe_route(MoeRouteParams{cptr<float>(logits), bias, mptr<int32_t>(topk_ids),
+                                  mptr<float>(topk_weights), t, static_cast<int32_t>(e),
+                                  static_cast<int32_t>(k), p.num_groups, p.topk_groups,
+                                  p.scoring == MoeRoutingParams::Scoring::kSigmoid,
+                                  p.group_score == MoeRoutingParams::GroupScore::kTopTwoSum,
+                                  p.renormalize, p.renorm_eps, p.scaling},
+                   stream_);
+  CUDA_CHECK_LAUNCH("moe_route");
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                              const ExpertWeights& w, Tensor& out) {
+  check_dev(x, DType::kBF16, "moe_experts", "x");
+  check_dev(topk_ids, DType::kI32, "moe_experts", "topk_ids");
+  check_dev(topk_weights, DType::kF32, "moe_experts", "topk_weights");
+  check_dev(w.gate_up, DType::kBF16, "moe_experts", "gate_up");
+  check_dev(w.down, DType::kBF16, "moe_experts", "down");
+  check_dev(out, DType::kBF16, "moe_experts", "out");
+  const int64_t t = x.size(0), h = x.size(1), k = topk_ids.size(1);
+  const int64_t num_experts = w.gate_up.size(0), two_i = w.gate_up.size(1), inter = two_i / 2;
+  DI_CHECK(w.gate_up.size(2) == h && w.down.size(1) == h && w.down.size(2) == inter &&
+               out.numel() == t * h && topk_ids.size(0) == t,
+           "cuda moe_experts: x {} gate_up {} down {} out {} ids {}", x.describe(),
+           w.gate_up.describe(), w.down.describe(), out.describe(), topk_ids.describe());
+  if (t == 0) return;
+  // Host plan (a device sync: TODO(#6) grouped GEMM with device-side offsets): rows grouped by
+  // expert ascending, slots ascending within an expert.
+  Tensor ids_host = download(topk_ids);
+  const int64_t slots = t * k;
+  std::vector<int64_t> count(static_cast<size_t>(num_experts), 0);
+  for (int64_t i = 0; i < slots; ++i) {
+    const int32_t e = ids_host.data<int32_t>()[i];
+    DI_CHECK(e >= 0 && e < num_experts, "cuda moe_experts: expert id {} of {}", e, num_experts);
+    ++count[static_cast<size_t>(e)];
+  }
+  std::vector<int64_t> offset(static_cast<size_t>(num_experts) + 1, 0);
+  for (int64_t e = 0; e < num_experts; ++e)
+    offset[static_cast<size_t>(e) + 1] = offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+  Tensor gather_tok = Tensor::empty({slots}, DType::kI32);
+  Tensor slot_row = Tensor::empty({slots}, DType::kI32);
+  std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
+  for (int64_t i = 0; i < slots; ++i) {
+    const auto e = static_cast<size_t>(ids_host.data<int32_t>()[i]);
+    const int64_t row = fill[e]++;
+    gather_tok.data<int32_t>()[row] = static_cast<int32_t>(i / k);
+    slot_row.data<int32_t>()[i] = static_cast<int32_t>(row);
+  }
+  Tensor gather_dev = upload(gather_tok, DType::kI32);
+  Tensor slot_row_dev = upload(slot_row, DType::kI32);
+  Tensor xin = empty({slots, h}, DType::kBF16);
+  embedding(gather_dev, x, xin);
+  Tensor gu = empty({slots, two_i}, DType::kBF16);
+  const size_t esz = 2;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t c = count[static_cast<size_t>(e)], off = offset[static_cast<size_t>(e)];
+    if (c == 0) continue;
+    gemm_bf16(mptr<char>(xin) + off * h * esz, h, cptr<char>(w.gate_up) + e * two_i * h * esz, h,
+              mptr<char>(gu) + off * two_i * esz, two_i, false, c, two_i, h);
+  }
+  Tensor act = empty({slots, inter}, DType::kBF16);
+  silu_mul(gu, act);
+  Tensor y = empty({slots, h}, DType::kBF16);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t c = count[static_cast<size_t>(e)], off = offset[static_cast<size_t>(e)];
+    if (c == 0) continue;
+    gemm_bf16(mptr<char>(act) + off * inter * esz, inter, cptr<char>(w.down) + e * h * inter * esz,
+              inter, mptr<char>(y) + off * h * esz, h, false, c, h, inter);
+  }
+  launch_moe_combine(MoeCombineParams{cptr<bf16_t>(y), cptr<int32_t>(slot_row_dev),
+                                      cptr<float>(topk_weights), mptr<bf16_t>(out), t,
+                                      static_cast<int32_t>(k), static_cast<int32_t>(h)},
+                     stream_);
+  CUDA_CHECK_LAUNCH("moe_combine");
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+
+}  // namespace di

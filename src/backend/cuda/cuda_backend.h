@@ -1,0 +1,92 @@
+#pragma once
+// The CUDA backend: bf16 activations and KV cache, fp32 accumulation, weights in bf16.
+// GEMMs through cuBLAS (bf16 in, fp32 compute); everything else through the kernels in kernels/
+// (one POD params struct per kernel). All work goes to one stream owned by the backend; the host
+// only blocks in download() and synchronize() (and moe_experts, which reads the routing back —
+// TODO(#6)).
+//
+//   auto be = make_backend("cuda");
+//   Tensor w = be->upload(host_f32, DType::kBF16);   // weights
+//   Tensor y = be->empty({m, n}, DType::kBF16);       // from the caching allocator
+//   be->linear(x, w, nullptr, y);
+//   Tensor host = be->download(y);                    // host f32
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_allocator.h"
+
+namespace di::cuda {
+
+// Whether a CUDA device is usable here (tests skip when not).
+bool cuda_available();
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  Device device() const override { return Device::kCUDA; }
+  DType compute_dtype() const override { return DType::kBF16; }
+
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor zeros(const Shape& shape, DType dtype) override;
+  Tensor upload(const Tensor& host, DType dtype) override;
+  Tensor download(const Tensor& t) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;
+  void add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& w, float eps,
+                    Tensor& y) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void silu_mul(const Tensor& gate_up, Tensor& out) override;
+  void rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tensor& positions,
+            const Tensor& cos_sin, bool interleaved) override;
+  void copy_columns(const Tensor& src, int32_t col_begin, Tensor& dst) override;
+  void write_columns(const Tensor& src, Tensor& dst, int32_t col_begin) override;
+  void store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout, int32_t layer,
+                int32_t entry_offset, const PagedBatch& batch) override;
+  void paged_attention(const PagedAttentionParams& p) override;
+  void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
+                 Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const ExpertWeights& w, Tensor& out) override;
+
+  // ---- CUDA-only helpers (tests, benchmarks, graphs) ----
+  cudaStream_t stream() const { return stream_; }
+  CudaAllocator& allocator() { return allocator_; }
+  // Copies a host tensor into an existing device tensor of the same dtype and size, on the stream
+  // (the metadata update before a CUDA graph replay). The host memory must stay valid until the
+  // stream reaches the copy (synchronize(), or pinned memory kept alive).
+  void copy_to_device(const Tensor& host, Tensor& dev);
+  // Fills a bf16 device tensor with uniform(-scale, scale) values from a counter hash of `seed`.
+  void fill_random(Tensor& t, uint64_t seed, float scale);
+  // Forces the attention kernel's KV split count for the next calls (0 = planner's choice); a
+  // CUDA-graph bucket captures with the largest context it will serve.
+  void set_attention_max_kv_len(int32_t max_kv_len) { attention_max_kv_override_ = max_kv_len; }
+
+ private:
+  void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
+                 bool y_f32, int64_t m, int64_t n, int64_t k);
+  const float* device_f32(const Tensor& t, const char* what);
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  CudaAllocator allocator_;
+  int32_t attention_max_kv_override_ = 0;
+  size_t max_smem_optin_ = 0;
+  // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.
+  std::unordered_map<const void*, Tensor> host_cache_;
+};
+
+}  // namespace di::cuda

@@ -1,0 +1,140 @@
+#include "backend/cuda/cuda_graph.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace di::cuda {
+
+CudaGraph::~CudaGraph() {
+  if (be_) cudaStreamSynchronize(be_->stream());  // no replay may still use the private blocks
+  if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+}
+
+void CudaGraph::capture(CudaBackend& be, const std::function<void()>& enqueue) {
+  DI_CHECK(exec_ == nullptr, "CudaGraph::capture: already captured");
+  be_ = &be;
+  // Relaxed: cudaMalloc from the caching allocator is allowed while capturing.
+  CUDA_CHECK(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeRelaxed));
+  be.allocator().begin_private();
+  try {
+    enqueue();
+  } catch (...) {
+    private_blocks_ = be.allocator().end_private();
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(be.stream(), &g);
+    if (g) cudaGraphDestroy(g);
+    throw;
+  }
+  private_blocks_ = be.allocator().end_private();
+  CUDA_CHECK(cudaStreamEndCapture(be.stream(), &graph_));
+  CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+}
+
+void CudaGraph::replay() {
+  DI_CHECK(exec_ != nullptr, "CudaGraph::replay: nothing captured");
+  CUDA_CHECK(cudaGraphLaunch(exec_, be_->stream()));
+}
+
+DecodeGraph::DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket,
+                         int32_t max_blocks_per_seq, int32_t block_size)
+    : be_(be),
+      forward_(std::move(forward)),
+      bucket_(bucket),
+      max_blocks_per_seq_(max_blocks_per_seq),
+      block_size_(block_size) {
+  DI_CHECK(bucket > 0 && max_blocks_per_seq > 0 && block_size > 0,
+           "DecodeGraph: bucket {} blocks/seq {} block size {}", bucket, max_blocks_per_seq,
+           block_size);
+  ids_ = be.zeros({bucket}, DType::kI32);
+  rows_ = be.zeros({bucket}, DType::kI32);
+  batch_.positions = be.zeros({bucket}, DType::kI32);
+  batch_.slot_mapping = be.zeros({bucket}, DType::kI32);
+  batch_.qo_indptr = be.zeros({bucket + 1}, DType::kI32);
+  batch_.kv_indptr = be.zeros({bucket + 1}, DType::kI32);
+  batch_.kv_indices = be.zeros({int64_t{bucket} * max_blocks_per_seq}, DType::kI32);
+  batch_.kv_last_len = be.zeros({bucket}, DType::kI32);
+  batch_.num_seqs = bucket;
+  batch_.num_tokens = bucket;
+  batch_.max_kv_len = max_blocks_per_seq * block_size;
+}
+
+void DecodeGraph::fill(const DecodeStepInputs& in) {
+  const auto n = static_cast<int32_t>(in.token_ids.size());
+  DI_CHECK(n <= bucket_ && in.positions.size() == in.token_ids.size() &&
+               in.slots.size() == in.token_ids.size() && in.block_tables.size() == in.token_ids.size(),
+           "DecodeGraph: {} sequences for a bucket of {} (or mismatched inputs)", n, bucket_);
+  DI_CHECK(in.block_size == block_size_, "DecodeGraph: block size {} captured with {}",
+           in.block_size, block_size_);
+  be_.synchronize();  // the previous step's staging buffers may still be read
+  staging_.clear();
+  auto host = [&](int64_t len) {
+    staging_.push_back(Tensor::zeros({len}, DType::kI32));
+    return staging_.back();
+  };
+  Tensor ids = host(bucket_), pos = host(bucket_), slots = host(bucket_), qo = host(bucket_ + 1),
+         kv_ptr = host(bucket_ + 1), kv_idx = host(int64_t{bucket_} * max_blocks_per_seq_),
+         last = host(bucket_), rows = host(bucket_);
+  int32_t used = 0;
+  for (int32_t s = 0; s < bucket_; ++s) {
+    qo.data<int32_t>()[s + 1] = s + 1;
+    rows.data<int32_t>()[s] = s;
+    if (s < n) {
+      const auto& table = in.block_tables[static_cast<size_t>(s)];
+      const int32_t p = in.positions[static_cast<size_t>(s)];
+      const int32_t nblocks = p / block_size_ + 1;
+      DI_CHECK(nblocks <= max_blocks_per_seq_ && static_cast<int32_t>(table.size()) >= nblocks,
+               "DecodeGraph: sequence {} at position {} needs {} blocks ({} given, {} max)", s, p,
+               nblocks, table.size(), max_blocks_per_seq_);
+      ids.data<int32_t>()[s] = in.token_ids[static_cast<size_t>(s)];
+      pos.data<int32_t>()[s] = p;
+      slots.data<int32_t>()[s] = in.slots[static_cast<size_t>(s)];
+      for (int32_t b = 0; b < nblocks; ++b) kv_idx.data<int32_t>()[used++] = table[static_cast<size_t>(b)];
+      last.data<int32_t>()[s] = p - (nblocks - 1) * block_size_ + 1;
+    } else {
+      slots.data<int32_t>()[s] = -1;  // padding: no KV written, no blocks, zero attention
+    }
+    kv_ptr.data<int32_t>()[s + 1] = used;
+  }
+  be_.copy_to_device(ids, ids_);
+  be_.copy_to_device(pos, batch_.positions);
+  be_.copy_to_device(slots, batch_.slot_mapping);
+  be_.copy_to_device(qo, batch_.qo_indptr);
+  be_.copy_to_device(kv_ptr, batch_.kv_indptr);
+  be_.copy_to_device(kv_idx, batch_.kv_indices);
+  be_.copy_to_device(last, batch_.kv_last_len);
+  be_.copy_to_device(rows, rows_);
+}
+
+void DecodeGraph::capture() {
+  DecodeStepInputs pad;
+  pad.block_size = block_size_;
+  fill(pad);
+  be_.set_attention_max_kv_len(batch_.max_kv_len);
+  forward_(ids_, batch_, rows_);  // warm-up: kernels configured, allocator cache filled
+  be_.synchronize();
+  graph_.capture(be_, [&] { logits_ = forward_(ids_, batch_, rows_); });
+  be_.set_attention_max_kv_len(0);
+}
+
+const Tensor& DecodeGraph::run(const DecodeStepInputs& in) {
+  fill(in);
+  graph_.replay();
+  return logits_;
+}
+
+const Tensor& DecodeGraph::replay() {
+  graph_.replay();
+  return logits_;
+}
+
+Tensor DecodeGraph::run_eager(const DecodeStepInputs& in) {
+  fill(in);
+  be_.set_attention_max_kv_len(batch_.max_kv_len);
+  Tensor out = forward_(ids_, batch_, rows_);
+  be_.set_attention_max_kv_len(0);
+  return out;
+}
+
+}  // namespace di::cuda

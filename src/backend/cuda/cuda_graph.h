@@ -1,0 +1,84 @@
+#pragma once
+// CUDA graphs for decode batch-size buckets.
+//
+// CudaGraph captures whatever a callable enqueues on the backend's stream and replays it.
+// DecodeGraph applies it to one decode step (one new token per sequence) of a bucket of
+// `bucket` sequences: the step's metadata lives in fixed device buffers (token ids, positions,
+// slots, the CSR block table, logit rows) that run() refreshes with async copies before each
+// replay; sequences beyond the live batch are padding (slot -1: no KV written; no blocks: zero
+// attention). The attention kernel is captured with the bucket's largest context
+// (CudaBackend::set_attention_max_kv_len), so any shorter context replays correctly.
+//
+// Requirements on the captured forward: no host synchronisation (download, moe_experts) and no
+// uploads inside; every temporary from Backend::empty (the caching allocator keeps addresses).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+
+namespace di::cuda {
+
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  // Temporaries freed during the capture stay private to this graph (CudaAllocator::begin_private).
+  void capture(CudaBackend& be, const std::function<void()>& enqueue);
+  void replay();
+  bool captured() const { return exec_ != nullptr; }
+
+ private:
+  CudaBackend* be_ = nullptr;
+  std::shared_ptr<void> private_blocks_;  // released after the graph (declared first)
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// One decode step's inputs for n <= bucket sequences (host side).
+struct DecodeStepInputs {
+  std::vector<int32_t> token_ids;   // [n] the token each sequence feeds
+  std::vector<int32_t> positions;   // [n] its position
+  std::vector<int32_t> slots;       // [n] block_id * block_size + offset of its KV
+  std::vector<std::vector<int32_t>> block_tables;  // [n] block ids covering [0, position]
+  int32_t block_size = 0;
+};
+
+class DecodeGraph {
+ public:
+  // forward(token_ids [bucket] i32, batch, logit_rows [bucket] i32) -> logits [bucket, vocab] f32
+  using Forward = std::function<Tensor(const Tensor&, const PagedBatch&, const Tensor&)>;
+
+  DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket, int32_t max_blocks_per_seq,
+              int32_t block_size);
+  // Runs one eager warm-up step on padding (fills the allocator's cache) and captures.
+  void capture();
+  // Refreshes the metadata and replays; returns the logits of all bucket rows (rows >= n are
+  // padding). Valid until the next run().
+  const Tensor& run(const DecodeStepInputs& in);
+  // Replays with the metadata of the last run() (benchmarks: times the graph alone).
+  const Tensor& replay();
+  // The same step without the graph, through identical device buffers (for tests).
+  Tensor run_eager(const DecodeStepInputs& in);
+  int32_t bucket() const { return bucket_; }
+
+ private:
+  void fill(const DecodeStepInputs& in);
+
+  CudaBackend& be_;
+  Forward forward_;
+  int32_t bucket_, max_blocks_per_seq_, block_size_;
+  Tensor ids_, rows_, logits_;
+  PagedBatch batch_;
+  // Host staging, kept alive until the next fill (the async copies read it).
+  std::vector<Tensor> staging_;
+  CudaGraph graph_;
+};
+
+}  // namespace di::cuda

@@ -1,0 +1,72 @@
+#pragma once
+// Paged attention over the block-major KV pool (backend.h KvLayout), GQA and MLA through offsets.
+//
+// Work decomposition (planned on the host, see plan_paged_attention): the query rows of sequence s
+// for kv head g are the pairs (new token i, q head h of g's group), token-major. A CTA takes a tile
+// of `rows_per_tile` such rows (so the q heads of one kv head share every K/V load) and one KV
+// split; grid = (max_tiles, num_kv_heads, num_splits). A one-CTA prologue kernel writes the tile
+// prefix over sequences (tile_indptr) from qo_indptr on the device; CTAs find their sequence by
+// binary search and CTAs beyond the last tile exit, so the grid needs only the host-side bound
+// max_tiles = ceil(num_tokens * group / rows_per_tile) + num_seqs (CUDA-graph friendly: nothing
+// is read back). With more than one split, partial results (unnormalised o, running max, sum) go
+// to a workspace and a combine kernel merges them in split order (fixed split size).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::cuda {
+
+struct PagedAttentionKernelParams {
+  const __nv_bfloat16* q;      // [num_tokens, num_q_heads, head_dim_qk]
+  __nv_bfloat16* out;          // [num_tokens, num_q_heads, head_dim_v]
+  const __nv_bfloat16* pool;   // [num_blocks][num_layers][block_size][entry_size]
+  int64_t block_stride;        // elements per pool block (all layers)
+  int64_t layer_offset;        // elements from a block's start to this layer's entries
+  int32_t block_size;          // tokens per block
+  int32_t entry_size;          // elements per token and layer
+  int32_t k_offset;            // elements from an entry's start to K of kv head 0 (even)
+  int32_t v_offset;            // elements from an entry's start to V of kv head 0 (even)
+  int32_t kv_head_stride;      // elements between kv heads (even; 0 for MLA)
+  int32_t num_q_heads;
+  int32_t num_kv_heads;        // divides num_q_heads
+  int32_t head_dim_qk;         // even, <= 576
+  int32_t head_dim_v;          // even, <= 512
+  float scale;                 // softmax scale on q·k
+  const int32_t* positions;    // [num_tokens] causal limit: token sees cache positions [0, pos]
+  const int32_t* qo_indptr;    // [num_seqs + 1]
+  const int32_t* kv_indptr;    // [num_seqs + 1]
+  const int32_t* kv_indices;   // block ids per sequence
+  const int32_t* kv_last_len;  // [num_seqs] tokens in each sequence's last block
+  int32_t num_seqs;
+  int32_t num_tokens;
+  // plan
+  int32_t rows_per_tile;       // 16 or 64 (a kernel instantiation)
+  int32_t max_tiles;           // ceil(num_tokens * group / rows_per_tile) + num_seqs (grid.x)
+  int32_t* tile_indptr;        // [num_seqs + 1] workspace: first tile of each sequence
+  int32_t split_size;          // kv tokens per split (multiple of 32); >= max kv len when 1 split
+  int32_t num_splits;          // >= ceil(max kv len / split_size)
+  float* partial_o;            // [num_splits, num_tokens * num_q_heads, head_dim_v] (splits > 1)
+  float* partial_ml;           // [num_splits, num_tokens * num_q_heads, 2]: running max, sum
+};
+
+// Host-side plan (pure, unit-testable): tile rows, split size, number of splits, workspace bytes.
+struct AttentionPlan {
+  int32_t rows_per_tile = 16;
+  int32_t max_tiles = 0;
+  int32_t split_size = 0;
+  int32_t num_splits = 1;
+  size_t partial_bytes = 0;    // partial_o + partial_ml, 0 when num_splits == 1
+};
+AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t max_kv_len,
+                                   int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim_qk,
+                                   int32_t head_dim_v);
+
+// Shared memory the kernel needs for these dims (bytes); the launcher checks it against the
+// device limit and names the dims when it does not fit.
+size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, int32_t head_dim_v,
+                                  bool v_in_k);
+
+void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream);
+
+}  // namespace di::cuda

@@ -1,0 +1,95 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace di {
+namespace {
+
+Tensor host_i32(std::span<const int32_t> v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+}  // namespace
+
+int64_t kv_block_bytes(const Model& model, const Backend& backend, int32_t block_size) {
+  return model.kv_layout(1, block_size).block_stride() *
+         static_cast<int64_t>(dtype_size(backend.compute_dtype()));
+}
+
+ModelRunner::ModelRunner(Model& model, Backend& backend, int32_t num_blocks, int32_t block_size)
+    : model_(model), backend_(backend), layout_(model.kv_layout(num_blocks, block_size)) {
+  DI_CHECK(num_blocks > 0 && block_size > 0, "KV pool of {} blocks x {} tokens", num_blocks,
+           block_size);
+  pool_ = backend_.zeros(
+      {layout_.num_blocks, layout_.num_layers, layout_.block_size, layout_.entry_size},
+      backend_.compute_dtype());
+}
+
+void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
+  if (copies.empty()) return;
+  std::vector<std::pair<int32_t, int32_t>> src_dst;
+  src_dst.reserve(copies.size());
+  for (const BlockCopy& c : copies) src_dst.emplace_back(c.src.value(), c.dst.value());
+  backend_.copy_blocks(pool_, layout_, src_dst);
+}
+
+Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit_rows) {
+  const ScheduleResult& s = plan.schedule;
+  const auto num_tokens = static_cast<int32_t>(plan.input_ids.size());
+  DI_CHECK(num_tokens > 0 && plan.positions.size() == plan.input_ids.size(),
+           "step with {} token ids and {} positions", plan.input_ids.size(), plan.positions.size());
+  const PagedBatchView& v = plan.paged;
+  DI_CHECK(v.slot_block_ids.size() == plan.input_ids.size(), "step with {} tokens but {} KV slots",
+           plan.input_ids.size(), v.slot_block_ids.size());
+  copy_blocks(plan.block_copies);
+
+  // Query rows per sequence in plan order (decodes, then prefills), as the CSR view is built.
+  std::vector<int32_t> qo_indptr{0};
+  int32_t max_kv_len = 0;
+  for (const auto* list : {&s.decodes, &s.prefills}) {
+    for (const ScheduledSeq& e : *list) {
+      qo_indptr.push_back(qo_indptr.back() + e.num_tokens);
+      max_kv_len = std::max(max_kv_len, e.start + e.num_tokens);
+    }
+  }
+  const auto num_seqs = static_cast<int32_t>(qo_indptr.size()) - 1;
+  DI_CHECK(qo_indptr.back() == num_tokens && v.indptr.size() == qo_indptr.size(),
+           "plan of {} sequences covers {} tokens; the batch has {} tokens and {} block lists",
+           num_seqs, qo_indptr.back(), num_tokens, v.indptr.size() - 1);
+  std::vector<int32_t> slots(plan.input_ids.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    slots[i] = v.slot_block_ids[i] * layout_.block_size + v.slot_offsets[i];
+  }
+  for (int32_t r : logit_rows) {
+    DI_CHECK(r >= 0 && r < num_tokens, "logit row {} outside the batch of {} tokens", r,
+             num_tokens);
+  }
+
+  PagedBatch batch;
+  batch.positions = backend_.upload(host_i32(plan.positions), DType::kI32);
+  batch.slot_mapping = backend_.upload(host_i32(slots), DType::kI32);
+  batch.qo_indptr = backend_.upload(host_i32(qo_indptr), DType::kI32);
+  batch.kv_indptr = backend_.upload(host_i32(v.indptr), DType::kI32);
+  batch.kv_indices = backend_.upload(host_i32(v.indices), DType::kI32);
+  batch.kv_last_len = backend_.upload(host_i32(v.last_len), DType::kI32);
+  batch.num_seqs = num_seqs;
+  batch.num_tokens = num_tokens;
+  batch.max_kv_len = max_kv_len;
+  Tensor ids = backend_.upload(host_i32(plan.input_ids), DType::kI32);
+  Tensor rows = backend_.upload(host_i32(logit_rows), DType::kI32);
+  Tensor logits = model_.forward(ids, batch, pool_, rows);
+  Tensor host = backend_.download(logits);
+  DI_CHECK(host.dtype() == DType::kF32 &&
+               host.numel() == static_cast<int64_t>(logit_rows.size()) * vocab_size(),
+           "forward returned {} for {} logit rows of vocab {}", host.describe(), logit_rows.size(),
+           vocab_size());
+  return host;
+}
+
+}  // namespace di

@@ -1,0 +1,546 @@
+// Every op of the CUDA backend against the CPU oracle (one OpCase per op and shape, one
+// registration line each), plus GPU sampling against the CPU sampler. Skips when no GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+
+#include "op_case.h"
+#include "sampling/sampler.h"
+
+#ifdef DI_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_sampler.h"
+#endif
+
+namespace di::testing {
+namespace {
+
+// ---- ops ---------------------------------------------------------------------------------------
+
+struct TestEmbedding : OpCase {
+  int64_t vocab, hidden, tokens;
+  TestEmbedding(int64_t v, int64_t h, int64_t t) : vocab(v), hidden(h), tokens(t) {}
+  std::string name() const override {
+    return "embedding_v" + std::to_string(vocab) + "_h" + std::to_string(hidden) + "_t" + std::to_string(tokens);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor table = act(be, host_random({vocab, hidden}, 1));
+    std::vector<int32_t> ids;
+    std::mt19937 rng(2);
+    for (int64_t i = 0; i < tokens; ++i) ids.push_back(static_cast<int32_t>(rng() % vocab));
+    ids.back() = static_cast<int32_t>(vocab - 1);
+    Tensor y = be.empty({tokens, hidden}, be.compute_dtype());
+    be.embedding(ints(be, ids), table, y);
+    return {out(be, "out", y, Check::kExact)};
+  }
+};
+
+struct TestLinear : OpCase {
+  int64_t m, n, k;
+  bool bias, f32_out;
+  TestLinear(int64_t m_, int64_t n_, int64_t k_, bool b = false, bool f = false)
+      : m(m_), n(n_), k(k_), bias(b), f32_out(f) {}
+  std::string name() const override {
+    return "linear_m" + std::to_string(m) + "_n" + std::to_string(n) + "_k" + std::to_string(k) +
+           (bias ? "_bias" : "") + (f32_out ? "_f32out" : "");
+  }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor x = act(be, host_random({m, k}, 3));
+    Tensor w = act(be, host_random({n, k}, 4, 0.05f));
+    Tensor b = act(be, host_random({n}, 5));
+    Tensor y = be.empty({m, n}, f32_out ? DType::kF32 : be.compute_dtype());
+    be.linear(x, w, bias ? &b : nullptr, y);
+    return {out(be, "y", y, Check::kBf16)};
+  }
+};
+
+struct TestRmsNorm : OpCase {
+  int64_t rows, d;
+  bool in_place;
+  TestRmsNorm(int64_t r, int64_t d_, bool ip = false) : rows(r), d(d_), in_place(ip) {}
+  std::string name() const override {
+    return "rms_norm_r" + std::to_string(rows) + "_d" + std::to_string(d) + (in_place ? "_inplace" : "");
+  }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor x = act(be, host_random({rows, d}, 6, 3.0f));
+    Tensor w = act(be, host_random({d}, 7));
+    if (in_place) {
+      be.rms_norm(x, w, 1e-6f, x);
+      return {out(be, "y", x, Check::kBf16)};
+    }
+    Tensor y = be.empty({rows, d}, be.compute_dtype());
+    be.rms_norm(x, w, 1e-6f, y);
+    return {out(be, "y", y, Check::kBf16)};
+  }
+};
+
+struct TestAddRmsNorm : OpCase {
+  int64_t rows, d;
+  TestAddRmsNorm(int64_t r, int64_t d_) : rows(r), d(d_) {}
+  std::string name() const override { return "add_rms_norm_r" + std::to_string(rows) + "_d" + std::to_string(d); }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor x = act(be, host_random({rows, d}, 8));
+    Tensor res = act(be, host_random({rows, d}, 9, 4.0f));
+    Tensor w = act(be, host_random({d}, 10));
+    Tensor y = be.empty({rows, d}, be.compute_dtype());
+    be.add_rms_norm(x, res, w, 1e-5f, y);
+    return {out(be, "y", y, Check::kBf16), out(be, "residual", res, Check::kBf16)};
+  }
+};
+
+struct TestAdd : OpCase {
+  int64_t n;
+  explicit TestAdd(int64_t n_) : n(n_) {}
+  std::string name() const override { return "add_n" + std::to_string(n); }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor a = act(be, host_random({n}, 11)), b = act(be, host_random({n}, 12));
+    Tensor c = be.empty({n}, be.compute_dtype());
+    be.add(a, b, c);
+    be.add(c, b, c);  // aliasing out == a
+    return {out(be, "out", c, Check::kBf16)};
+  }
+};
+
+struct TestSiluMul : OpCase {
+  int64_t rows, inter;
+  TestSiluMul(int64_t r, int64_t i) : rows(r), inter(i) {}
+  std::string name() const override { return "silu_mul_r" + std::to_string(rows) + "_i" + std::to_string(inter); }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor gu = act(be, host_random({rows, 2 * inter}, 13, 4.0f));
+    Tensor y = be.empty({rows, inter}, be.compute_dtype());
+    be.silu_mul(gu, y);
+    return {out(be, "out", y, Check::kBf16)};
+  }
+};
+
+struct TestRope : OpCase {
+  int64_t tokens, heads, row;
+  int32_t rot_begin, rot_dim;
+  bool interleaved;
+  TestRope(int64_t t, int64_t h, int64_t r, int32_t b, int32_t d, bool il)
+      : tokens(t), heads(h), row(r), rot_begin(b), rot_dim(d), interleaved(il) {}
+  std::string name() const override {
+    return "rope_t" + std::to_string(tokens) + "_h" + std::to_string(heads) + "_row" + std::to_string(row) +
+           "_rot" + std::to_string(rot_begin) + "+" + std::to_string(rot_dim) + (interleaved ? "_interleaved" : "_half");
+  }
+  std::vector<Output> run(Backend& be) const override {
+    const int64_t max_pos = 4096;
+    Tensor cs = Tensor::empty({max_pos, rot_dim}, DType::kF32);
+    for (int64_t p = 0; p < max_pos; ++p)
+      for (int32_t j = 0; j < rot_dim / 2; ++j) {
+        const double f = std::pow(10000.0, -2.0 * j / rot_dim) * static_cast<double>(p);
+        cs.f32()[p * rot_dim + j] = static_cast<float>(std::cos(f));
+        cs.f32()[p * rot_dim + rot_dim / 2 + j] = static_cast<float>(std::sin(f));
+      }
+    Tensor x = act(be, host_random({tokens, heads, row}, 14));
+    std::vector<int32_t> pos;
+    for (int64_t i = 0; i < tokens; ++i) pos.push_back(static_cast<int32_t>((i * 997) % max_pos));
+    // The table in f32 on both backends: the op's own arithmetic only.
+    be.rope(x, rot_begin, rot_dim, ints(be, pos), be.upload(cs, DType::kF32), interleaved);
+    return {out(be, "x", x, Check::kBf16)};
+  }
+};
+
+struct TestColumns : OpCase {
+  int64_t rows, cols, begin, width;
+  bool write;
+  TestColumns(int64_t r, int64_t c, int64_t b, int64_t w, bool wr) : rows(r), cols(c), begin(b), width(w), write(wr) {}
+  std::string name() const override {
+    return std::string(write ? "write" : "copy") + "_columns_r" + std::to_string(rows) + "_c" +
+           std::to_string(cols) + "_at" + std::to_string(begin) + "_w" + std::to_string(width);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    if (!write) {
+      Tensor src = act(be, host_random({rows, cols}, 15));
+      Tensor dst = be.empty({rows, width}, be.compute_dtype());
+      be.copy_columns(src, static_cast<int32_t>(begin), dst);
+      return {out(be, "dst", dst, Check::kExact)};
+    }
+    Tensor dst = act(be, host_random({rows, cols}, 16));
+    Tensor src = act(be, host_random({rows, width}, 17));
+    be.write_columns(src, dst, static_cast<int32_t>(begin));
+    return {out(be, "dst", dst, Check::kExact)};
+  }
+};
+
+// A paged batch over a shuffled pool: seqs = (cached tokens, new tokens) each.
+struct PagedSetup {
+  KvLayout layout;
+  PagedBatch batch;
+  std::vector<int32_t> positions, slots, qo{0}, kv_ptr{0}, kv_idx, last;
+  int32_t num_tokens = 0, max_kv = 0;
+
+  PagedSetup(const std::vector<std::pair<int, int>>& seqs, int32_t block_size, int32_t layers,
+             int32_t entry) {
+    int32_t blocks = 3;
+    for (auto [c, n] : seqs) blocks += (c + n + block_size - 1) / block_size;
+    std::vector<int32_t> perm(static_cast<size_t>(blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(21));
+    size_t next = 0;
+    for (auto [c, n] : seqs) {
+      const int32_t len = c + n, nb = (len + block_size - 1) / block_size;
+      std::vector<int32_t> table(perm.begin() + static_cast<long>(next), perm.begin() + static_cast<long>(next + static_cast<size_t>(nb)));
+      next += static_cast<size_t>(nb);
+      for (int32_t p = c; p < len; ++p) {
+        positions.push_back(p);
+        slots.push_back(table[static_cast<size_t>(p / block_size)] * block_size + p % block_size);
+      }
+      num_tokens += n;
+      qo.push_back(num_tokens);
+      kv_idx.insert(kv_idx.end(), table.begin(), table.end());
+      kv_ptr.push_back(static_cast<int32_t>(kv_idx.size()));
+      last.push_back(nb > 0 ? len - (nb - 1) * block_size : 0);
+      max_kv = std::max(max_kv, len);
+    }
+    layout = KvLayout{blocks, layers, block_size, entry};
+  }
+  PagedBatch make(Backend& be) const {
+    PagedBatch b;
+    b.positions = ints(be, positions);
+    b.slot_mapping = ints(be, slots);
+    b.qo_indptr = ints(be, qo);
+    b.kv_indptr = ints(be, kv_ptr);
+    b.kv_indices = ints(be, kv_idx.empty() ? std::vector<int32_t>{0} : kv_idx);
+    b.kv_last_len = ints(be, last);
+    b.num_seqs = static_cast<int32_t>(last.size());
+    b.num_tokens = num_tokens;
+    b.max_kv_len = max_kv;
+    return b;
+  }
+};
+
+struct TestStoreKv : OpCase {
+  int32_t block_size, width, entry, offset;
+  TestStoreKv(int32_t bs, int32_t w, int32_t e, int32_t off) : block_size(bs), width(w), entry(e), offset(off) {}
+  std::string name() const override {
+    return "store_kv_bs" + std::to_string(block_size) + "_w" + std::to_string(width) + "_entry" +
+           std::to_string(entry) + "_at" + std::to_string(offset);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    PagedSetup s({{0, 37}, {50, 3}, {7, 1}, {0, 0}, {200, 64}}, block_size, 3, entry);
+    PagedBatch b = s.make(be);
+    Tensor pool = act(be, host_random({s.layout.num_blocks, 3, block_size, entry}, 22));
+    Tensor src = act(be, host_random({s.num_tokens, width}, 23));
+    be.store_kv(src, pool, s.layout, 1, offset, b);
+    return {out(be, "pool", pool, Check::kExact)};
+  }
+};
+
+struct TestPagedAttention : OpCase {
+  std::string label;
+  int32_t hq, hkv, dqk, dv, block_size;
+  bool mla;
+  std::vector<std::pair<int, int>> seqs;  // (cached, new)
+  TestPagedAttention(std::string l, int32_t q, int32_t kv, int32_t dk, int32_t dv_, bool m, int32_t bs,
+                     std::vector<std::pair<int, int>> s)
+      : label(std::move(l)), hq(q), hkv(kv), dqk(dk), dv(dv_), block_size(bs), mla(m), seqs(std::move(s)) {}
+  std::string name() const override {
+    return "paged_attention_" + label + "_hq" + std::to_string(hq) + "_hkv" + std::to_string(hkv) + "_d" +
+           std::to_string(dqk) + "x" + std::to_string(dv) + "_bs" + std::to_string(block_size);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    const int32_t entry = mla ? dqk : 2 * hkv * dqk;
+    const int32_t layers = 2, layer = 1;
+    PagedSetup s(seqs, block_size, layers, entry);
+    PagedBatch b = s.make(be);
+    Tensor pool = act(be, host_random({s.layout.num_blocks, layers, block_size, entry}, 31));
+    Tensor q = act(be, host_random({s.num_tokens, hq, dqk}, 32));
+    Tensor o = be.empty({s.num_tokens, hq, dv}, be.compute_dtype());
+    PagedAttentionParams p;
+    p.q = &q;
+    p.out = &o;
+    p.pool = &pool;
+    p.layout = s.layout;
+    p.layer = layer;
+    p.num_q_heads = hq;
+    p.num_kv_heads = hkv;
+    p.head_dim_qk = dqk;
+    p.head_dim_v = dv;
+    p.k_offset = 0;
+    p.v_offset = mla ? 0 : hkv * dqk;
+    p.kv_head_stride = mla ? 0 : dqk;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+    p.batch = &b;
+    be.paged_attention(p);
+    return {out(be, "out", o, Check::kBf16)};
+  }
+};
+
+struct TestHeadLinear : OpCase {
+  int64_t t, heads, k, n;
+  TestHeadLinear(int64_t t_, int64_t h, int64_t k_, int64_t n_) : t(t_), heads(h), k(k_), n(n_) {}
+  std::string name() const override {
+    return "head_linear_t" + std::to_string(t) + "_h" + std::to_string(heads) + "_k" + std::to_string(k) + "_n" + std::to_string(n);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor x = act(be, host_random({t, heads, k}, 41));
+    Tensor w = act(be, host_random({heads, n, k}, 42, 0.1f));
+    Tensor y = be.empty({t, heads, n}, be.compute_dtype());
+    be.head_linear(x, w, y);
+    return {out(be, "y", y, Check::kBf16)};
+  }
+};
+
+struct TestMoeRoute : OpCase {
+  std::string label;
+  MoeRoutingParams p;
+  int64_t tokens;
+  bool bias;
+  TestMoeRoute(std::string l, MoeRoutingParams p_, int64_t t, bool b) : label(std::move(l)), p(p_), tokens(t), bias(b) {}
+  std::string name() const override { return "moe_route_" + label; }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor logits = be.upload(host_random({tokens, p.num_experts}, 51, 3.0f), DType::kF32);
+    Tensor bias_host = host_random({p.num_experts}, 52, 0.1f);  // host f32, as the model passes it
+    MoeRoutingParams q = p;
+    q.correction_bias = bias ? &bias_host : nullptr;
+    Tensor ids = be.empty({tokens, p.top_k}, DType::kI32);
+    Tensor w = be.empty({tokens, p.top_k}, DType::kF32);
+    be.moe_route(logits, q, ids, w);
+    return {out(be, "topk_ids", ids, Check::kIds), out(be, "topk_weights", w, Check::kF32)};
+  }
+};
+
+struct TestMoeExperts : OpCase {
+  int64_t tokens, hidden, inter, experts, top_k;
+  TestMoeExperts(int64_t t, int64_t h, int64_t i, int64_t e, int64_t k) : tokens(t), hidden(h), inter(i), experts(e), top_k(k) {}
+  std::string name() const override {
+    return "moe_experts_t" + std::to_string(tokens) + "_h" + std::to_string(hidden) + "_i" + std::to_string(inter) +
+           "_e" + std::to_string(experts) + "_k" + std::to_string(top_k);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor x = act(be, host_random({tokens, hidden}, 61));
+    ExpertWeights w{act(be, host_random({experts, 2 * inter, hidden}, 62, 0.1f)),
+                    act(be, host_random({experts, hidden, inter}, 63, 0.1f))};
+    std::vector<int32_t> ids;
+    std::mt19937 rng(64);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int32_t> e(static_cast<size_t>(experts));
+      std::iota(e.begin(), e.end(), 0);
+      std::shuffle(e.begin(), e.end(), rng);
+      ids.insert(ids.end(), e.begin(), e.begin() + top_k);
+    }
+    Tensor idt = ints(be, ids).reshape({tokens, top_k});
+    Tensor wt = be.upload(host_random({tokens, top_k}, 65), DType::kF32);
+    Tensor y = be.empty({tokens, hidden}, be.compute_dtype());
+    be.moe_experts(x, idt, wt, w, y);
+    return {out(be, "out", y, Check::kBf16)};
+  }
+};
+
+// ---- the table ---------------------------------------------------------------------------------
+
+std::vector<std::shared_ptr<OpCase>> all_cases() {
+  using P = std::vector<std::pair<int, int>>;
+  std::vector<std::shared_ptr<OpCase>> c;
+  auto add = [&](OpCase* x) { c.emplace_back(x); };
+  add(new TestEmbedding(32001, 256, 37));
+  add(new TestEmbedding(1000, 4096, 3));
+  add(new TestLinear(1, 4096, 4096));
+  add(new TestLinear(33, 1000, 512));
+  add(new TestLinear(128, 1024, 1024));
+  add(new TestLinear(5, 96, 128, true));
+  add(new TestLinear(3, 32001, 128, false, true));
+  add(new TestLinear(7, 64, 2048, false, true));  // router logits
+  add(new TestRmsNorm(7, 4096));
+  add(new TestRmsNorm(31, 576, true));
+  add(new TestRmsNorm(3, 4095));
+  add(new TestAddRmsNorm(9, 4096));
+  add(new TestAddRmsNorm(1, 7168));
+  add(new TestAdd(10001));
+  add(new TestSiluMul(13, 1408));
+  add(new TestSiluMul(1, 14336));
+  add(new TestRope(17, 8, 128, 0, 128, false));
+  add(new TestRope(17, 16, 192, 128, 64, true));
+  add(new TestRope(5, 1, 64, 0, 64, true));
+  add(new TestColumns(19, 6144, 4096, 1024, false));
+  add(new TestColumns(19, 576, 512, 64, false));
+  add(new TestColumns(16, 576, 0, 512, true));
+  add(new TestColumns(16, 576, 512, 64, true));
+  add(new TestStoreKv(16, 1024, 2048, 1024));
+  add(new TestStoreKv(1, 512, 576, 0));
+  add(new TestStoreKv(64, 64, 576, 512));
+  // GQA decode (one new token per sequence), ragged contexts incl. kv_len 97 and a long one.
+  add(new TestPagedAttention("gqa_decode", 32, 8, 128, 128, false, 16, P{{96, 1}, {0, 1}, {299, 1}, {1023, 1}}));
+  add(new TestPagedAttention("gqa_decode_split", 32, 8, 128, 128, false, 64, P{{2999, 1}, {600, 1}}));
+  add(new TestPagedAttention("gqa_decode_bs1", 8, 2, 64, 64, false, 1, P{{96, 1}, {40, 1}}));
+  // GQA prefill: ragged, with cached prefixes, an empty sequence (no new tokens), block sizes 1/16/64.
+  add(new TestPagedAttention("gqa_prefill", 32, 8, 128, 128, false, 64, P{{0, 97}, {60, 5}, {33, 1}, {20, 0}, {0, 130}}));
+  add(new TestPagedAttention("gqa_prefill_bs16", 16, 4, 128, 128, false, 16, P{{0, 97}, {17, 40}}));
+  add(new TestPagedAttention("gqa_prefill_bs1", 8, 2, 64, 64, false, 1, P{{0, 33}, {9, 12}}));
+  add(new TestPagedAttention("mha_prefill", 4, 4, 64, 64, false, 16, P{{0, 70}}));
+  // MLA: one kv head, K = [latent 512 | rope 64], V = the latent.
+  add(new TestPagedAttention("mla_decode", 16, 1, 576, 512, true, 64, P{{96, 1}, {512, 1}, {0, 1}}));
+  add(new TestPagedAttention("mla_decode_split", 128, 1, 576, 512, true, 64, P{{1500, 1}}));
+  add(new TestPagedAttention("mla_prefill", 16, 1, 576, 512, true, 16, P{{0, 40}, {93, 7}}));
+  add(new TestPagedAttention("mla_prefill_bs1", 8, 1, 576, 512, true, 1, P{{0, 20}, {5, 3}}));
+  add(new TestHeadLinear(7, 16, 128, 512));
+  add(new TestHeadLinear(5, 16, 512, 128));
+  add(new TestHeadLinear(1, 128, 128, 512));
+  {
+    MoeRoutingParams p;
+    p.num_experts = 64;
+    p.top_k = 6;
+    add(new TestMoeRoute("softmax_e64_k6", p, 33, false));
+    p.num_groups = 8;
+    p.topk_groups = 3;
+    add(new TestMoeRoute("softmax_grouped_e64_g8_top3", p, 33, false));
+    MoeRoutingParams v3;
+    v3.scoring = MoeRoutingParams::Scoring::kSigmoid;
+    v3.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
+    v3.num_experts = 256;
+    v3.top_k = 8;
+    v3.num_groups = 8;
+    v3.topk_groups = 4;
+    v3.renormalize = true;
+    v3.renorm_eps = 1e-20f;
+    v3.scaling = 2.5f;
+    add(new TestMoeRoute("sigmoid_bias_v3_e256_k8", v3, 65, true));
+  }
+  add(new TestMoeExperts(19, 256, 128, 8, 2));
+  add(new TestMoeExperts(3, 1024, 512, 16, 6));
+  add(new TestMoeExperts(64, 512, 256, 16, 4));
+  return c;
+}
+
+// ---- driver ------------------------------------------------------------------------------------
+
+std::unique_ptr<Backend> make_test_backend(std::string* why) {
+#ifdef DI_HAVE_CUDA
+  if (!cuda::cuda_available()) {
+    *why = "no CUDA device visible";
+    return nullptr;
+  }
+  return make_backend("cuda");
+#else
+  *why = "built without CUDA";
+  return nullptr;
+#endif
+}
+
+Backend* gpu() {
+  static std::string why;
+  static std::unique_ptr<Backend> be = make_test_backend(&why);
+  return be.get();
+}
+
+std::string skip_reason() {
+  std::string why;
+  if (gpu() == nullptr) make_test_backend(&why);
+  return why;
+}
+
+class BackendOps : public ::testing::TestWithParam<std::shared_ptr<OpCase>> {};
+
+TEST_P(BackendOps, MatchesCpu) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const OpCase& c = *GetParam();
+  auto cpu = make_cpu_backend();
+  const std::vector<Output> ref = c.run(*cpu);
+  const std::vector<Output> got = c.run(*be);
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(ref[i].value.numel(), got[i].value.numel()) << ref[i].name;
+    const Metrics m = compare(ref[i].value, got[i].value);
+    bool ok = true;
+    switch (ref[i].check) {
+      case Check::kExact:
+        ok = m.max_abs == 0.0 && m.mismatches == 0;
+        break;
+      case Check::kIds:
+        ok = m.mismatches == 0;
+        break;
+      case Check::kF32:
+        ok = m.nmse <= 1e-5 && m.mismatches == 0;
+        break;
+      case Check::kBf16:
+        ok = m.diff < 1e-3 && m.mismatches == 0 &&
+             (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
+        break;
+    }
+    std::printf("[op] %-60s %-12s n=%-9lld diff=%.2e nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+                c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.diff, m.nmse,
+                m.max_abs, m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_TRUE(ok) << c.name() << " output '" << ref[i].name << "': diff " << m.diff << " nmse " << m.nmse
+                    << " max_abs " << m.max_abs << " (max_ref " << m.max_ref << ") mismatches "
+                    << m.mismatches << " of " << m.n;
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::shared_ptr<OpCase>>& info) {
+  std::string n = info.param->name();
+  for (auto& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---- sampling on the GPU vs the CPU sampler ------------------------------------------------------
+
+TEST(GpuSampling, SameTokenAsCpuSampler) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "GPU sampling test skipped: " << skip_reason();
+  const int64_t vocab = 32001;
+  std::vector<sampling::SamplingParams> params;
+  std::vector<int64_t> positions;
+  auto row = [&](float t, int32_t k, float p, float mp, uint64_t seed, int64_t pos) {
+    sampling::SamplingParams s;
+    s.temperature = t;
+    s.top_k = k;
+    s.top_p = p;
+    s.min_p = mp;
+    s.seed = seed;
+    params.push_back(s);
+    positions.push_back(pos);
+  };
+  for (int i = 0; i < 8; ++i) {
+    row(0.0f, -1, 1.0f, 0.0f, 1, i);                 // greedy
+    row(1.0f, -1, 1.0f, 0.0f, 7 + i, 100 + i);       // plain
+    row(0.7f, 50, 1.0f, 0.0f, 99, 3 * i);            // top-k
+    row(0.9f, -1, 0.9f, 0.0f, 1234 + i, i);          // top-p
+    row(1.3f, -1, 1.0f, 0.05f, 5, 1000 + i);         // min-p (pre-filter path)
+    row(0.8f, 40, 0.95f, 0.02f, 42 + i, 17 * i);     // all filters
+  }
+  const auto rows = static_cast<int64_t>(params.size());
+  // Peaky logits with exact ties (ids ordered) so canonical tie-breaking matters.
+  Tensor logits = Tensor::empty({rows, vocab}, DType::kF32);
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* l = logits.f32() + r * vocab;
+    for (int64_t v = 0; v < vocab; ++v) l[v] = std::round(nd(rng) * 8.0f) / 8.0f;
+    l[(r * 131) % vocab] = 9.5f;
+    l[(r * 131 + 7) % vocab] = 9.5f;  // a tie for the top: the lower id wins greedy
+    if (r % 5 == 0) l[3] = -INFINITY;
+  }
+  auto& cb = static_cast<cuda::CudaBackend&>(*be);
+  const std::vector<int32_t> got =
+      cuda::sample_on_gpu(cb, cb.upload(logits, DType::kF32), params, positions);
+  int mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::span<const float> l(logits.f32() + r * vocab, static_cast<size_t>(vocab));
+    const int32_t want = sampling::sample_token(l, params[static_cast<size_t>(r)],
+                                                positions[static_cast<size_t>(r)], {}, {});
+    if (want != got[static_cast<size_t>(r)]) {
+      ++mismatches;
+      std::printf("[sample] row %lld: cpu %d gpu %d\n", static_cast<long long>(r), want,
+                  got[static_cast<size_t>(r)]);
+    }
+  }
+  std::printf("[op] %-60s rows=%lld mismatches=%d %s\n", "gpu_sampling_vs_cpu_v32001",
+              static_cast<long long>(rows), mismatches, mismatches == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(mismatches, 0);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace di::testing
