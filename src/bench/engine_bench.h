@@ -1,18 +1,22 @@
 #pragma once
-// `deepinfer bench engine`: offline throughput and latency of the engine core, no HTTP.
+// `deepinfer bench engine`: offline throughput and latency of the serving engine (engine/engine.h:
+// the engine thread, scheduler, paged KV cache, sampler), without HTTP.
 //
 // For each batch size B, B requests of --input-len random token ids (no shared prefixes) and
-// --output-len new tokens run as one continuous batch through Generator (engine/generator.h):
+// exactly --output-len greedy tokens each (no stop tokens) are submitted at once; the token sinks
+// time-stamp every token. With t0 the submit time, first_i / last_i request i's first / last
+// token:
 //
-//   prefill run  max_tokens = 1: one forward over all B prompts + one sample      → t_prefill
-//   full run     max_tokens = output_len: the prefill step + (output_len - 1) decode steps → t_full
+//   prefill end       P = max_i first_i                 (every prompt has been prefilled)
+//   prefill tok/s     = B * input_len / (P - t0)
+//   decode tok/s      = tokens emitted after P / (max_i last_i - P)
+//   decode step (ms)  = gaps between consecutive tokens of one request, both after P: in a
+//                       pure-decode batch every step emits one token per request, so a gap is one
+//                       step (mean / p50 / p99)
+//   TTFT (ms)         = first_i - t0 (mean / p50 / max)
+//   total tok/s       = B * (input_len + output_len) / (max_i last_i - t0)
 //
-//   prefill tok/s     = B * input_len / t_prefill
-//   decode step (ms)  = (t_full - t_prefill) / (output_len - 1)     one token for each of B rows
-//   decode tok/s      = B * (output_len - 1) / (t_full - t_prefill)
-//   total tok/s       = B * (input_len + output_len) / t_full
-//
-// Each time is the median of --iters runs after --warmup-iters unrecorded ones.
+// Each number is the median over --iters rounds after --warmup-iters unrecorded ones.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,24 +34,33 @@ struct EngineBenchOptions {
   int32_t iters = 3;
   int32_t warmup_iters = 1;
   int32_t block_size = 64;
-  int32_t prefill_chunk = 0;  // 0 = whole prompts in one step
+  int64_t kv_cache_mb = 4096;
+  int32_t max_batched_tokens = 8192;  // per-step token budget (chunked prefill)
   uint64_t seed = 0;
   std::string result_json;
 };
 
-struct EngineBenchPoint {
-  int32_t batch_size = 0;
-  double prefill_s = 0;  // median t_prefill
-  double full_s = 0;     // median t_full
-  double prefill_tok_s = 0;
-  double decode_tok_s = 0;
-  double decode_step_ms = 0;
-  double total_tok_s = 0;
+// What one round measured: token times of each request, seconds from the submit.
+struct EngineRound {
+  int32_t input_len = 0;
+  std::vector<std::vector<double>> token_times;  // [request][token]
 };
 
-// The derived numbers from measured times (separate for testing).
-EngineBenchPoint engine_point(int32_t batch_size, int32_t input_len, int32_t output_len,
-                              double prefill_s, double full_s);
+struct EngineRoundMetrics {
+  double prefill_tok_s = 0;
+  double decode_tok_s = 0;  // 0 when no token came after the prefill end
+  double step_ms_mean = 0;
+  double step_ms_p50 = 0;
+  double step_ms_p99 = 0;
+  double ttft_ms_mean = 0;
+  double ttft_ms_p50 = 0;
+  double ttft_ms_max = 0;
+  double total_tok_s = 0;
+  double e2e_s = 0;
+};
+
+// The numbers above from one round's timeline (separate from the engine, for tests).
+EngineRoundMetrics engine_round_metrics(const EngineRound& round);
 
 nlohmann::json run_engine_bench(const EngineBenchOptions& options);
 std::string format_engine_table(const nlohmann::json& results);

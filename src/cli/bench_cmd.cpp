@@ -145,10 +145,13 @@ CommandRegistration reg("bench", "Benchmarks: serve (load generator), sweep (Par
   e->add_option("--output-len", engine->output_len, "New tokens per request")->capture_default_str();
   e->add_option("--batch-sizes", *engine_batches, "Comma-separated batch sizes")
       ->capture_default_str();
-  e->add_option("--iters", engine->iters, "Timed runs per batch size (median)")->capture_default_str();
-  e->add_option("--warmup-iters", engine->warmup_iters, "Untimed runs first")->capture_default_str();
+  e->add_option("--iters", engine->iters, "Timed rounds per batch size (median)")->capture_default_str();
+  e->add_option("--warmup-iters", engine->warmup_iters, "Untimed rounds first")->capture_default_str();
   e->add_option("--block-size", engine->block_size, "KV block size")->capture_default_str();
-  e->add_option("--prefill-chunk", engine->prefill_chunk, "Prefill chunk tokens (0 = whole)")
+  e->add_option("--kv-cache-mb", engine->kv_cache_mb, "KV cache pool size in MiB")
+      ->capture_default_str();
+  e->add_option("--max-batched-tokens", engine->max_batched_tokens,
+                "Tokens per engine step (chunked prefill budget)")
       ->capture_default_str();
   e->add_option("--seed", engine->seed, "Seed of the prompt ids")->capture_default_str();
   e->add_option("--result-json", engine->result_json, "Write the results here");

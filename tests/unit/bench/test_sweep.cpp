@@ -66,17 +66,31 @@ TEST(Sweep, PlotsAreValidPngs) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(EngineBench, DerivedNumbers) {
-  // 8 requests x 512 prompt tokens prefilled in 0.5 s; 128 tokens each in 2.5 s in total, so
-  // 127 decode steps took 2.0 s.
-  const EngineBenchPoint p = engine_point(8, 512, 128, 0.5, 2.5);
-  EXPECT_DOUBLE_EQ(p.prefill_tok_s, 8 * 512 / 0.5);
-  EXPECT_DOUBLE_EQ(p.decode_tok_s, 8 * 127 / 2.0);
-  EXPECT_DOUBLE_EQ(p.decode_step_ms, 2000.0 / 127);
-  EXPECT_DOUBLE_EQ(p.total_tok_s, 8 * (512 + 128) / 2.5);
-  const EngineBenchPoint one = engine_point(1, 10, 1, 0.1, 0.1);  // no decode phase
-  EXPECT_EQ(one.decode_tok_s, 0);
-  EXPECT_THROW(engine_point(1, 10, 10, 0, 1), Error);
+TEST(EngineBench, RoundMetricsFromATimeline) {
+  // Two requests of 100 prompt tokens. Request 1 is prefilled one step after request 0 (at 0.2 s,
+  // while request 0 already decodes at 0.3 s); from 0.2 s on, both decode one token per 0.1 s
+  // step.
+  EngineRound r;
+  r.input_len = 100;
+  r.token_times = {{0.1, 0.3, 0.4, 0.5}, {0.2, 0.3, 0.4, 0.5}};
+  const EngineRoundMetrics m = engine_round_metrics(r);
+  EXPECT_DOUBLE_EQ(m.prefill_tok_s, 200 / 0.2);  // every prompt done at 0.2 s
+  EXPECT_NEAR(m.decode_tok_s, 6 / 0.3, 1e-9);    // 6 tokens after 0.2 s, over 0.3 s
+  // Gaps that start at or after the prefill end: 2 of request 0, 3 of request 1; request 0's
+  // 0.1 -> 0.3 gap spans request 1's prefill and is not a decode step.
+  EXPECT_NEAR(m.step_ms_mean, 100, 1e-9);
+  EXPECT_NEAR(m.step_ms_p99, 100, 1e-9);
+  EXPECT_NEAR(m.ttft_ms_mean, 150, 1e-9);
+  EXPECT_NEAR(m.ttft_ms_max, 200, 1e-9);
+  EXPECT_NEAR(m.total_tok_s, (200 + 8) / 0.5, 1e-9);
+  EXPECT_DOUBLE_EQ(m.e2e_s, 0.5);
+
+  EngineRound one;  // a single token each: prefill only
+  one.input_len = 10;
+  one.token_times = {{0.05}};
+  EXPECT_EQ(engine_round_metrics(one).decode_tok_s, 0);
+  one.token_times = {{}};
+  EXPECT_THROW(engine_round_metrics(one), Error);
 }
 
 }  // namespace
