@@ -140,8 +140,8 @@ Dataset build_jsonl(const DatasetOptions& o, PromptTextBuilder& text) {
   std::map<int32_t, int32_t> turns_seen;
   std::string line;
   int64_t line_no = 0;
-  while (std::getline(in, line) && (o.num_requests <= 0 || static_cast<int64_t>(d.requests.size()) <
-                                                               o.num_requests)) {
+  while (std::getline(in, line) &&
+         (o.num_requests <= 0 || static_cast<int64_t>(d.requests.size()) < o.num_requests)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j;
@@ -174,8 +174,8 @@ Dataset build_jsonl(const DatasetOptions& o, PromptTextBuilder& text) {
       r.max_tokens = j["max_tokens"].get<int32_t>();
     }
     if (j.contains("session_id")) {
-      const std::string sid = j["session_id"].is_string() ? j["session_id"].get<std::string>()
-                                                          : j["session_id"].dump();
+      const std::string sid =
+          j["session_id"].is_string() ? j["session_id"].get<std::string>() : j["session_id"].dump();
       auto [it, inserted] = session_ids.emplace(sid, d.num_sessions);
       if (inserted) ++d.num_sessions;
       r.session_idx = it->second;

@@ -50,9 +50,9 @@ struct DatasetOptions {
   int64_t num_requests = 100;
   uint64_t seed = 0;
 
-  int32_t input_len = 1024;   // random
-  int32_t output_len = 128;   // all: max_tokens (jsonl: when a line has none)
-  double range_ratio = 0.0;   // random: lengths uniform in [len*(1-r), len*(1+r)]
+  int32_t input_len = 1024;       // random
+  int32_t output_len = 128;       // all: max_tokens (jsonl: when a line has none)
+  double range_ratio = 0.0;       // random: lengths uniform in [len*(1-r), len*(1+r)]
   int32_t shared_prefix_len = 0;  // random: tokens of a prefix common to every request
 
   // multiturn / agent; -1 = the dataset's default (multiturn 4 / 512 / 128, agent 8 / 16384 / 1024)

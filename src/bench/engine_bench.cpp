@@ -133,9 +133,10 @@ json run_engine_bench(const EngineBenchOptions& o) {
   DI_CHECK(started.is_ok(), "engine did not start: {}", started.status().to_string());
   std::unique_ptr<Engine> engine = std::move(started).value();
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
-  DI_CHECK(o.input_len + o.output_len <= engine->max_model_len(),
-           "input {} + output {} tokens exceed the engine's max_model_len {} (raise --kv-cache-mb?)",
-           o.input_len, o.output_len, engine->max_model_len());
+  DI_CHECK(
+      o.input_len + o.output_len <= engine->max_model_len(),
+      "input {} + output {} tokens exceed the engine's max_model_len {} (raise --kv-cache-mb?)",
+      o.input_len, o.output_len, engine->max_model_len());
   DI_LOG_INFO("bench engine: {} ({}) on {} loaded in {:.1f} s", cfg.model_dir,
               arch_name(model_cfg.arch), cfg.backend, load_s);
 
@@ -167,8 +168,7 @@ json run_engine_bench(const EngineBenchOptions& o) {
               {"ttft_ms_max", med(&EngineRoundMetrics::ttft_ms_max)},
               {"total_tok_s", med(&EngineRoundMetrics::total_tok_s)},
               {"e2e_s", med(&EngineRoundMetrics::e2e_s)},
-              {"engine_steps_per_round",
-               static_cast<double>(after.steps - before.steps) / o.iters},
+              {"engine_steps_per_round", static_cast<double>(after.steps - before.steps) / o.iters},
               {"preemptions", after.preemptions - before.preemptions}};
     if (after.preemptions > before.preemptions) {
       DI_LOG_WARN("batch {}: {} preemptions (KV pool too small: raise --kv-cache-mb)", b,
@@ -201,10 +201,10 @@ json run_engine_bench(const EngineBenchOptions& o) {
 }
 
 std::string format_engine_table(const json& r) {
-  std::string s = fmt::format("{} ({}, {}): input {} / output {} tokens\n",
-                              r.at("model").get<std::string>(), r.at("arch").get<std::string>(),
-                              r.at("backend").get<std::string>(), r.at("input_len").get<int>(),
-                              r.at("output_len").get<int>());
+  std::string s =
+      fmt::format("{} ({}, {}): input {} / output {} tokens\n", r.at("model").get<std::string>(),
+                  r.at("arch").get<std::string>(), r.at("backend").get<std::string>(),
+                  r.at("input_len").get<int>(), r.at("output_len").get<int>());
   s += fmt::format("{:>6} {:>14} {:>14} {:>12} {:>12} {:>12} {:>12}\n", "batch", "prefill tok/s",
                    "decode tok/s", "step p50 ms", "step p99 ms", "TTFT p50 ms", "total tok/s");
   for (const json& p : r.at("points")) {

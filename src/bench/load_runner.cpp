@@ -25,7 +25,9 @@ using Clock = std::chrono::steady_clock;
 class ProgressBar {
  public:
   ProgressBar(std::string label, size_t total, bool enabled)
-      : label_(std::move(label)), total_(total), enabled_(enabled && total > 0),
+      : label_(std::move(label)),
+        total_(total),
+        enabled_(enabled && total > 0),
         tty_(isatty(fileno(stderr)) != 0) {
     if (enabled_) thread_ = std::thread([this] { loop(); });
   }
@@ -70,8 +72,8 @@ class ProgressBar {
     std::string bar(filled, '#');
     bar.resize(kWidth, '.');
     const std::string line = fmt::format(
-        "{} [{}] {}/{} ok {} failed {} | {:.1f} s | {:.1f} output tok/s", label_, bar, done,
-        total_, ok, failed, t, t > 0 ? static_cast<double>(tokens_.load()) / t : 0.0);
+        "{} [{}] {}/{} ok {} failed {} | {:.1f} s | {:.1f} output tok/s", label_, bar, done, total_,
+        ok, failed, t, t > 0 ? static_cast<double>(tokens_.load()) / t : 0.0);
     if (tty_) {
       fmt::print(stderr, "\r{}\x1b[K{}", line, final ? "\n" : "");
     } else {
@@ -109,9 +111,9 @@ LoadResult run_load(const Dataset& dataset, const ClientOptions& client, const L
   SessionQueue queue(std::move(session_of));
   const std::vector<double> release =
       arrival_offsets(static_cast<int64_t>(n), load.request_rate, load.seed, load.burstiness);
-  const size_t num_workers =
-      load.concurrency > 0 ? std::min<size_t>(static_cast<size_t>(load.concurrency), n)
-                           : std::min<size_t>(n, 1024);
+  const size_t num_workers = load.concurrency > 0
+                                 ? std::min<size_t>(static_cast<size_t>(load.concurrency), n)
+                                 : std::min<size_t>(n, 1024);
 
   const Clock::time_point origin = Clock::now();
   std::atomic<size_t> next_slot{0};

@@ -18,11 +18,11 @@
 namespace di::bench {
 
 struct LoadOptions {
-  int32_t concurrency = 0;     // 0 = no cap
-  double request_rate = 0;     // req/s; 0 or inf = release everything at once
-  double burstiness = 1.0;     // gamma shape of the gaps; 1 = Poisson
+  int32_t concurrency = 0;  // 0 = no cap
+  double request_rate = 0;  // req/s; 0 or inf = release everything at once
+  double burstiness = 1.0;  // gamma shape of the gaps; 1 = Poisson
   uint64_t seed = 0;
-  bool progress = true;        // progress bar on stderr
+  bool progress = true;  // progress bar on stderr
   std::string progress_label = "bench";
 };
 

@@ -143,8 +143,8 @@ nlohmann::json to_json(const ServingMetrics& m) {
   j["prefix_cache_usage"] = {
       {"cached_tokens", m.usage_cached_tokens},
       {"prompt_tokens", m.usage_prompt_tokens_with_cache_info},
-      {"hit_rate", m.usage_cache_hit_rate ? nlohmann::json(*m.usage_cache_hit_rate)
-                                          : nlohmann::json(nullptr)}};
+      {"hit_rate",
+       m.usage_cache_hit_rate ? nlohmann::json(*m.usage_cache_hit_rate) : nlohmann::json(nullptr)}};
   return j;
 }
 

@@ -43,7 +43,7 @@ struct ServingMetrics {
 
   int64_t total_input_tokens = 0;
   int64_t total_output_tokens = 0;
-  int64_t max_output_tokens = 0;  // largest single response
+  int64_t max_output_tokens = 0;       // largest single response
   double request_throughput = 0;       // req/s
   double input_token_throughput = 0;   // tok/s
   double output_token_throughput = 0;  // tok/s

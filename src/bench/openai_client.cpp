@@ -31,7 +31,8 @@ json build_request_body(const BenchRequest& request, const ClientOptions& option
   return body;
 }
 
-// ---- StreamAccumulator ---------------------------------------------------------------------------
+// ---- StreamAccumulator
+// ---------------------------------------------------------------------------
 
 void StreamAccumulator::fail(std::string type, std::string message) {
   if (failed_) return;  // the first error is the one that counts
@@ -128,7 +129,8 @@ void StreamAccumulator::finish(double t_s) {
   record_.success = !failed_;
 }
 
-// ---- OpenAiClient --------------------------------------------------------------------------------
+// ---- OpenAiClient
+// --------------------------------------------------------------------------------
 
 struct OpenAiClient::Impl {
   explicit Impl(const std::string& base_url) : client(base_url) {}
@@ -230,8 +232,7 @@ Result<std::string> http_get(const std::string& base_url, const std::string& pat
                        httplib::to_string(res.error()));
   }
   if (res->status != 200) {
-    return make_status(StatusCode::kUnavailable, "GET {}{}: HTTP {}", base_url, path,
-                       res->status);
+    return make_status(StatusCode::kUnavailable, "GET {}{}: HTTP {}", base_url, path, res->status);
   }
   return res->body;
 }

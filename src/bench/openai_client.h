@@ -23,11 +23,11 @@ struct ClientOptions {
   std::string base_url = "http://127.0.0.1:8000";
   std::string endpoint = "/v1/completions";
   std::string model;
-  std::string api_key;          // sent as "Authorization: Bearer ..." when set
+  std::string api_key;  // sent as "Authorization: Bearer ..." when set
   bool ignore_eos = true;
   double temperature = 0.0;
   nlohmann::json extra_body = nlohmann::json::object();  // merged into every request body
-  double timeout_s = 600;       // per read; a stalled stream fails as "timeout"
+  double timeout_s = 600;  // per read; a stalled stream fails as "timeout"
 };
 
 // The message-list format for chat endpoints, the single-prompt one otherwise.

@@ -20,7 +20,9 @@ namespace {
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
 }
-bool is_name_char(char c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
+bool is_name_char(char c) {
+  return is_name_start(c) || (c >= '0' && c <= '9');
+}
 
 void skip_blanks(std::string_view s, size_t& i) {
   while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;

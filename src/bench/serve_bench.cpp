@@ -92,8 +92,7 @@ json record_json(const RequestRecord& r) {
 ServeBench::ServeBench(const std::string& tokenizer_path)
     : tokenizer_path_(tokenizer_path.empty() ? default_tokenizer_path() : tokenizer_path) {
   auto tok = recipe::Tokenizer::from_file(tokenizer_path_);
-  DI_CHECK(tok.is_ok(), "cannot load tokenizer '{}': {}", tokenizer_path_,
-           tok.status().message());
+  DI_CHECK(tok.is_ok(), "cannot load tokenizer '{}': {}", tokenizer_path_, tok.status().message());
   tokenizer_ = tok.value();
 }
 
@@ -109,8 +108,7 @@ json ServeBench::run(ServeBenchOptions o) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_build).count());
   if (dataset.num_length_checked > 0 && dataset.num_exact_length != dataset.num_length_checked) {
     DI_LOG_WARN("{} of {} prompts re-tokenize to a length other than asked for (see the JSON)",
-                dataset.num_length_checked - dataset.num_exact_length,
-                dataset.num_length_checked);
+                dataset.num_length_checked - dataset.num_exact_length, dataset.num_length_checked);
   }
   auto count_tokens = [this](const std::string& s) {
     return static_cast<int32_t>(tokenizer_->encode_ordinary(s).size());
@@ -170,8 +168,7 @@ json ServeBench::run(ServeBenchOptions o) {
   j["tokenizer"] = tokenizer_path_;
   j["ignore_eos"] = o.client.ignore_eos;
   j["load"] = {{"concurrency", o.load.concurrency},
-               {"request_rate", o.load.request_rate > 0 ? json(o.load.request_rate)
-                                                        : json("inf")},
+               {"request_rate", o.load.request_rate > 0 ? json(o.load.request_rate) : json("inf")},
                {"burstiness", o.load.burstiness},
                {"seed", o.load.seed},
                {"num_warmups", o.num_warmups}};
@@ -267,10 +264,9 @@ std::string format_results_table(const json& r) {
                                      : std::string("not reported"));
   const json& srv = r.value("prefix_cache_server_metrics", json(nullptr));
   if (srv.is_object()) {
-    line("Hit rate from /metrics (%)",
-         srv.contains("hit_rate") && srv.at("hit_rate").is_number()
-             ? num(json(srv.at("hit_rate").get<double>() * 100.0), 1)
-             : std::string("n/a"));
+    line("Hit rate from /metrics (%)", srv.contains("hit_rate") && srv.at("hit_rate").is_number()
+                                           ? num(json(srv.at("hit_rate").get<double>() * 100.0), 1)
+                                           : std::string("n/a"));
   }
   s += fmt::format("{:=^58}\n", "");
   return s;

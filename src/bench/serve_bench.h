@@ -25,7 +25,7 @@ struct ServeBenchOptions {
   std::string metrics_path = "/metrics";  // "" = do not scrape
   std::string metrics_hit_name;           // override the prefix-cache counter names
   std::string metrics_query_name;
-  std::string result_json;  // write the results here when set
+  std::string result_json;     // write the results here when set
   bool save_detailed = false;  // per-request timelines in the JSON
   bool print_table = true;
 };

@@ -32,8 +32,8 @@ class SessionQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> session_of_;
-  std::vector<size_t> pending_;       // request indices not yet taken, in order
-  std::vector<bool> session_busy_;    // a turn of this session is in flight
+  std::vector<size_t> pending_;     // request indices not yet taken, in order
+  std::vector<bool> session_busy_;  // a turn of this session is in flight
   std::vector<bool> taken_;
   size_t num_taken_ = 0;
   size_t num_completed_ = 0;

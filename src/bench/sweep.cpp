@@ -96,7 +96,8 @@ json run_sweep(ServeBench& bench, const SweepOptions& o) {
           static_cast<int64_t>(o.prompts_per_concurrency) * c, run.dataset.num_requests);
     }
     if (o.vary_seed) run.dataset.seed = o.base.dataset.seed + 1000 * i;
-    run.result_json = (std::filesystem::path(o.output_dir) / fmt::format("run_c{}.json", c)).string();
+    run.result_json =
+        (std::filesystem::path(o.output_dir) / fmt::format("run_c{}.json", c)).string();
     DI_LOG_INFO("sweep: concurrency {} ({} requests)", c, run.dataset.num_requests);
     json r = bench.run(run);
     const json& m = r.at("metrics");
@@ -136,18 +137,16 @@ json run_sweep(ServeBench& bench, const SweepOptions& o) {
   sweep["plots"] = plot_sweep(sweep, o.output_dir, o.gnuplot);
   write_file(std::filesystem::path(o.output_dir) / "sweep.json", sweep.dump(2) + "\n");
   // A compact table of the sweep on stdout.
-  std::cout << fmt::format("{:>6} {:>16} {:>16} {:>12} {:>12} {:>10}\n", "conc",
-                           "out tok/s/GPU", "tok/s/user", "TTFT p50", "TTFT p99", "cache hit");
+  std::cout << fmt::format("{:>6} {:>16} {:>16} {:>12} {:>12} {:>10}\n", "conc", "out tok/s/GPU",
+                           "tok/s/user", "TTFT p50", "TTFT p99", "cache hit");
   for (const json& run : runs) {
     const json& p = run["point"];
     const json& hit = p["prefix_cache_hit_rate_usage"];
-    std::cout << fmt::format("{:>6} {:>16.1f} {:>16.1f} {:>12.1f} {:>12.1f} {:>10}\n",
-                             p["concurrency"].get<int>(),
-                             num_or(p["output_token_throughput_per_gpu"]),
-                             num_or(p["output_tokens_per_user_s_mean"]), num_or(p["ttft_ms_p50"]),
-                             num_or(p["ttft_ms_p99"]),
-                             hit.is_number() ? fmt::format("{:.1f}%", hit.get<double>() * 100)
-                                             : std::string("n/a"));
+    std::cout << fmt::format(
+        "{:>6} {:>16.1f} {:>16.1f} {:>12.1f} {:>12.1f} {:>10}\n", p["concurrency"].get<int>(),
+        num_or(p["output_token_throughput_per_gpu"]), num_or(p["output_tokens_per_user_s_mean"]),
+        num_or(p["ttft_ms_p50"]), num_or(p["ttft_ms_p99"]),
+        hit.is_number() ? fmt::format("{:.1f}%", hit.get<double>() * 100) : std::string("n/a"));
   }
   return sweep;
 }
@@ -162,13 +161,14 @@ std::vector<std::string> plot_sweep(const json& sweep, const std::string& output
     const json& p = run.at("point");
     dat += fmt::format("{} {:.6g} {:.6g} {:.6g} {:.6g}\n", p.at("concurrency").get<int>(),
                        num_or(p.at("output_tokens_per_user_s_mean")),
-                       num_or(p.at("output_token_throughput_per_gpu")),
-                       num_or(p.at("ttft_ms_p50")), num_or(p.at("ttft_ms_p99")));
+                       num_or(p.at("output_token_throughput_per_gpu")), num_or(p.at("ttft_ms_p50")),
+                       num_or(p.at("ttft_ms_p99")));
     pts.emplace_back(num_or(p.at("output_tokens_per_user_s_mean")),
                      num_or(p.at("output_token_throughput_per_gpu")));
   }
   std::string front = "# the Pareto front, by tok_s_per_user\n";
-  for (size_t i : pareto_front(pts)) front += fmt::format("{:.6g} {:.6g}\n", pts[i].first, pts[i].second);
+  for (size_t i : pareto_front(pts))
+    front += fmt::format("{:.6g} {:.6g}\n", pts[i].first, pts[i].second);
   write_file(dir / "sweep.dat", dat);
   write_file(dir / "pareto_front.dat", front);
 
@@ -207,8 +207,7 @@ std::vector<std::string> plot_sweep(const json& sweep, const std::string& output
   DI_CHECK(gnuplot.find('\'') == std::string::npos && output_dir.find('\'') == std::string::npos,
            "paths with a single quote are not supported: '{}'", output_dir);
   for (const char* script : {"pareto.gp", "ttft_vs_throughput.gp"}) {
-    const std::string cmd =
-        fmt::format("'{}' '{}' 2>&1", gnuplot, (dir / script).string());
+    const std::string cmd = fmt::format("'{}' '{}' 2>&1", gnuplot, (dir / script).string());
     const int rc = std::system(cmd.c_str());
     DI_CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
              "'{}' failed (exit {}); is gnuplot installed (scripts/setup_deps.sh)?", cmd,

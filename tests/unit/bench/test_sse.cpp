@@ -72,8 +72,12 @@ TEST(Sse, FinishDispatchesAnUnterminatedLastEvent) {
   EXPECT_EQ(ev[0].data, "[DONE]");
 }
 
-SseEvent data(const nlohmann::json& j) { return SseEvent{"", j.dump(), ""}; }
-SseEvent done() { return SseEvent{"", "[DONE]", ""}; }
+SseEvent data(const nlohmann::json& j) {
+  return SseEvent{"", j.dump(), ""};
+}
+SseEvent done() {
+  return SseEvent{"", "[DONE]", ""};
+}
 
 TEST(StreamAccumulator, CompletionsStreamWithUsage) {
   RequestRecord r;

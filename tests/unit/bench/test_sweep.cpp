@@ -14,8 +14,8 @@ namespace {
 TEST(Sweep, ParetoFrontMaximizesBoth) {
   // (per-user tok/s, tok/s per GPU) as a concurrency sweep gives them: per-user speed falls as
   // throughput rises; point 3 is dominated by point 2, point 5 duplicates point 4's x.
-  const std::vector<std::pair<double, double>> pts = {
-      {100, 100}, {90, 400}, {60, 900}, {50, 800}, {20, 1500}, {20, 1400}, {5, 1450}};
+  const std::vector<std::pair<double, double>> pts = {{100, 100}, {90, 400},  {60, 900}, {50, 800},
+                                                      {20, 1500}, {20, 1400}, {5, 1450}};
   const auto front = pareto_front(pts);
   EXPECT_EQ(front, (std::vector<size_t>{4, 2, 1, 0}));  // sorted by x ascending
   EXPECT_TRUE(pareto_front({}).empty());
