@@ -1,5 +1,7 @@
 #include "server/api_server.h"
 
+#include <nlohmann/json.hpp>
+
 #include <dirent.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -246,8 +248,21 @@ void ApiServer::install_routes() {
                     "application/json");
     metrics_.count_response("/v1/models", 200);
   });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  // GET /health?integrity=1 also recomputes every scheduler / KV-cache invariant from scratch
+  // (Engine::check_integrity) and answers 500 with the violated invariant when one fails.
+  http_->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
     const bool ok = !shutting_down_.load();
+    if (ok && req.get_param_value("integrity") == "1") {
+      try {
+        engine_.check_integrity();
+        res.set_content(R"({"status":"ok","integrity":"ok"})", "application/json");
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(nlohmann::json{{"status", "error"}, {"integrity", e.what()}}.dump(),
+                        "application/json");
+      }
+      return;
+    }
     res.status = ok ? 200 : 503;
     res.set_content(ok ? R"({"status":"ok"})" : R"({"status":"shutting_down"})",
                     "application/json");

@@ -47,6 +47,8 @@ test('200 abrupt disconnects free every KV block', async () => {
       x.deepinfer_num_requests_waiting === 0 && x.deepinfer_kv_blocks_used === 0 ? x : null;
   }, { timeoutMs: 60000, what: 'KV usage back to zero' });
   assert.equal(m.deepinfer_kv_cache_usage_ratio, 0);
+  const health = await fetch(`${srv.baseURL}/health?integrity=1`);
+  assert.equal(health.status, 200, await health.clone().text());
   const disconnects = m.deepinfer_client_disconnects_total - base.deepinfer_client_disconnects_total;
   const aborted = m.deepinfer_engine_requests_aborted_total - base.deepinfer_engine_requests_aborted_total;
   assert.equal(disconnects, 200, `server noticed ${disconnects} of 200 disconnects`);
