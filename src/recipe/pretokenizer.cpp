@@ -86,7 +86,7 @@ Result<PreTokenizer> PreTokenizer::from_json(const nlohmann::json& node) {
 // The HF `find_matches` loop: leftmost-first matches, with the gaps between them as non-matches.
 // Empty matches are skipped (the scan moves one character on).
 void PreTokenizer::scan(const Stage& stage, std::string_view subject, size_t start, size_t stop,
-                        std::vector<Segment>& out, size_t* resume) {
+                        std::vector<RegexSegment>& out, size_t* resume) {
   size_t pos = start;
   size_t search = start;
   while (pos < stop && pos < subject.size()) {
@@ -117,7 +117,7 @@ void PreTokenizer::scan(const Stage& stage, std::string_view subject, size_t sta
   *resume = pos;
 }
 
-void PreTokenizer::apply_behavior(const Stage& stage, const std::vector<Segment>& segments,
+void PreTokenizer::apply_behavior(const Stage& stage, const std::vector<RegexSegment>& segments,
                                   uint32_t base, std::vector<Span>& out) {
   auto emit = [&](uint32_t b, uint32_t e) {
     if (e > b) out.push_back({base + b, base + e});
@@ -126,7 +126,7 @@ void PreTokenizer::apply_behavior(const Stage& stage, const std::vector<Segment>
   auto matched = [&](size_t i) { return segments[i].is_match != stage.invert; };
   switch (stage.behavior) {
     case SplitBehavior::kIsolated:
-      for (const Segment& s : segments) emit(s.begin, s.end);
+      for (const RegexSegment& s : segments) emit(s.begin, s.end);
       break;
     case SplitBehavior::kRemoved:
       for (size_t i = 0; i < n; ++i) {
@@ -183,7 +183,7 @@ void PreTokenizer::apply_behavior(const Stage& stage, const std::vector<Segment>
 }
 
 void PreTokenizer::run_stage(const Stage& stage, std::string_view text, const std::vector<Span>& in,
-                             std::vector<Span>& out, std::vector<Segment>& scratch) const {
+                             std::vector<Span>& out, std::vector<RegexSegment>& scratch) const {
   for (const Span& span : in) {
     std::string_view piece = text.substr(span.begin, span.end - span.begin);
     scratch.clear();
@@ -199,7 +199,7 @@ std::string_view PreTokenizer::split(std::string_view text, std::string& storage
            text.size());
   std::vector<Span> current{{0, static_cast<uint32_t>(text.size())}};
   std::vector<Span> next;
-  std::vector<Segment> scratch;
+  std::vector<RegexSegment> scratch;
   if (text.empty()) current.clear();
   for (const Stage& stage : stages_) {
     if (stage.add_prefix_space) {
@@ -226,13 +226,13 @@ std::string_view PreTokenizer::split(std::string_view text, std::string& storage
 }
 
 size_t PreTokenizer::scan_first_stage(std::string_view text, size_t start, size_t stop,
-                                      std::vector<Segment>& out) const {
+                                      std::vector<RegexSegment>& out) const {
   size_t resume = start;
   scan(stages_[first_split_], text, start, stop, out, &resume);
   return resume;
 }
 
-void PreTokenizer::finish_first_stage(const std::vector<Segment>& segments,
+void PreTokenizer::finish_first_stage(const std::vector<RegexSegment>& segments,
                                       std::vector<Span>& out) const {
   apply_behavior(stages_[first_split_], segments, 0, out);
 }
@@ -241,7 +241,7 @@ void PreTokenizer::split_after_first(std::string_view text, const Span* spans, s
                                      std::vector<Span>& out) const {
   std::vector<Span> current(spans, spans + num_spans);
   std::vector<Span> next;
-  std::vector<Segment> scratch;
+  std::vector<RegexSegment> scratch;
   for (size_t i = first_split_ + 1; i < stages_.size(); ++i) {
     if (!stages_[i].regex) continue;
     next.clear();

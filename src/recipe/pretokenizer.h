@@ -24,8 +24,9 @@ struct Span {
   uint32_t begin = 0, end = 0;  // byte offsets into the text being encoded
 };
 
-// A raw regex segment: a match or the gap before it, as the scan found it.
-struct Segment {
+// A raw regex segment: a match or the gap before it, as the scan found it. (Not renderer.h's
+// Segment: one name per type in di::recipe, or vector<Segment> instantiations collide — ODR.)
+struct RegexSegment {
   uint32_t begin = 0, end = 0;
   bool is_match = false;
 };
@@ -49,9 +50,9 @@ class PreTokenizer {
   // an open gap [pos, stop) whose true end is decided by the next chunk. Returns the resume
   // position.
   size_t scan_first_stage(std::string_view text, size_t start, size_t stop,
-                          std::vector<Segment>& out) const;
+                          std::vector<RegexSegment>& out) const;
   // Applies the first stage's behaviour to the complete raw segment list.
-  void finish_first_stage(const std::vector<Segment>& segments, std::vector<Span>& out) const;
+  void finish_first_stage(const std::vector<RegexSegment>& segments, std::vector<Span>& out) const;
   // Runs the stages after the first on each span, appending the final pieces.
   void split_after_first(std::string_view text, const Span* spans, size_t num_spans,
                          std::vector<Span>& out) const;
@@ -66,11 +67,11 @@ class PreTokenizer {
   };
   static Status add_stage(const nlohmann::json& node, std::vector<Stage>& stages);
   static void scan(const Stage& stage, std::string_view subject, size_t start, size_t stop,
-                   std::vector<Segment>& out, size_t* resume);
-  static void apply_behavior(const Stage& stage, const std::vector<Segment>& segments,
+                   std::vector<RegexSegment>& out, size_t* resume);
+  static void apply_behavior(const Stage& stage, const std::vector<RegexSegment>& segments,
                              uint32_t base, std::vector<Span>& out);
   void run_stage(const Stage& stage, std::string_view text, const std::vector<Span>& in,
-                 std::vector<Span>& out, std::vector<Segment>& scratch) const;
+                 std::vector<Span>& out, std::vector<RegexSegment>& scratch) const;
 
   std::vector<Stage> stages_;
   size_t first_split_ = 0;  // index of the first stage that splits; stages before it are no-ops

@@ -282,15 +282,15 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   };
 
   // A: first-stage scans per chunk.
-  std::vector<std::vector<Segment>> scans(k_chunks);
+  std::vector<std::vector<RegexSegment>> scans(k_chunks);
   std::vector<size_t> resumes(k_chunks);
   run_parallel(k_chunks, [&](size_t k) {
     resumes[k] = pre.scan_first_stage(t, cuts[k], cuts[k + 1], scans[k]);
   });
 
   // B: stitch.
-  std::vector<Segment> all;
-  auto push = [&](Segment s) {
+  std::vector<RegexSegment> all;
+  auto push = [&](RegexSegment s) {
     if (s.end <= s.begin) return;
     if (!s.is_match && !all.empty() && !all.back().is_match && all.back().end == s.begin) {
       all.back().end = s.end;  // an open gap continues into the next chunk
@@ -300,13 +300,13 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
   };
   size_t cur = 0;  // where the serial scan resumes
   for (size_t k = 0; k < k_chunks; ++k) {
-    const std::vector<Segment>& scan = scans[k];
+    const std::vector<RegexSegment>& scan = scans[k];
     while (cur < resumes[k]) {
       auto it = std::upper_bound(scan.begin(), scan.end(), cur,
-                                 [](size_t pos, const Segment& s) { return pos < s.begin; });
+                                 [](size_t pos, const RegexSegment& s) { return pos < s.begin; });
       const size_t j =
           static_cast<size_t>(it - scan.begin()) - 1;  // scan[j].begin <= cur < scan[j].end
-      const Segment& s = scan[j];
+      const RegexSegment& s = scan[j];
       if (!s.is_match || s.begin == cur) {
         push({static_cast<uint32_t>(cur), s.end, s.is_match});
         for (size_t i = j + 1; i < scan.size(); ++i) push(scan[i]);
@@ -314,9 +314,9 @@ std::vector<TokenId> ByteLevelBpeTokenizer::encode_ordinary_parallel(std::string
         break;
       }
       // Inside one of this chunk's matches: step the serial scan by one match.
-      std::vector<Segment> step;
+      std::vector<RegexSegment> step;
       size_t next = pre.scan_first_stage(t, cur, s.end, step);
-      for (const Segment& x : step) push(x);
+      for (const RegexSegment& x : step) push(x);
       cur = next;
     }
   }
