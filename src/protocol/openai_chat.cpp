@@ -243,18 +243,11 @@ class ChatEncoder final : public StreamEncoder {
 
   void end(const Completion& c, std::string& out) override {
     out += chunk(Json::object(), openai_finish_reason(c.stop));
-    if (include_usage_) {
-      Json j = base();
-      j["choices"] = Json::array();
-      j["usage"] = detail::openai_usage(c.usage);
-      out += sse_data(j);
-    }
-    out += "data: [DONE]\n\n";
+    detail::append_openai_stream_end(base(), c.usage, include_usage_, out);
   }
 
   void fail(const ApiError& e, std::string& out) override {
-    out += "data: " + openai_error_body(e) + "\n\n";
-    out += "data: [DONE]\n\n";
+    detail::append_openai_stream_error(e, out);
   }
 
  private:
@@ -320,6 +313,20 @@ Json openai_usage(const Usage& u) {
               // DeepSeek's spelling of the same numbers.
               {"prompt_cache_hit_tokens", u.cached_tokens},
               {"prompt_cache_miss_tokens", u.prompt_tokens - u.cached_tokens}};
+}
+
+void append_openai_stream_end(Json base, const Usage& u, bool include_usage, std::string& out) {
+  if (include_usage) {
+    base["choices"] = Json::array();
+    base["usage"] = openai_usage(u);
+    out += sse_data(base);
+  }
+  out += "data: [DONE]\n\n";
+}
+
+void append_openai_stream_error(const ApiError& e, std::string& out) {
+  out += "data: " + openai_error_body(e) + "\n\n";
+  out += "data: [DONE]\n\n";
 }
 
 std::unique_ptr<StreamEncoder> make_chat_encoder(const ParsedRequest& r, const ResponseMeta& m) {

@@ -63,18 +63,11 @@ class CompletionsEncoder final : public StreamEncoder {
 
   void end(const Completion& c, std::string& out) override {
     out += chunk("", openai_finish_reason(c.stop));
-    if (include_usage_) {
-      Json j = base();
-      j["choices"] = Json::array();
-      j["usage"] = detail::openai_usage(c.usage);
-      out += sse_data(j);
-    }
-    out += "data: [DONE]\n\n";
+    detail::append_openai_stream_end(base(), c.usage, include_usage_, out);
   }
 
   void fail(const ApiError& e, std::string& out) override {
-    out += "data: " + openai_error_body(e) + "\n\n";
-    out += "data: [DONE]\n\n";
+    detail::append_openai_stream_error(e, out);
   }
 
  private:

@@ -64,6 +64,11 @@ Json completions_body(const ParsedRequest& r, const ResponseMeta& m, const Compl
 Json responses_body(const ParsedRequest& r, const ResponseMeta& m, const Completion& c);
 Json messages_body(const ParsedRequest& r, const ResponseMeta& m, const Completion& c);
 Json openai_usage(const Usage& u);
+// The last SSE events of an OpenAI chat / completions stream: the usage chunk (an empty `choices`
+// on `base`, only with stream_options.include_usage) and `data: [DONE]`.
+void append_openai_stream_end(Json base, const Usage& u, bool include_usage, std::string& out);
+// An error event in the OpenAI error shape, then `data: [DONE]`.
+void append_openai_stream_error(const ApiError& e, std::string& out);
 }  // namespace detail
 
 }  // namespace di::protocol
