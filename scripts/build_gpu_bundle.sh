@@ -13,11 +13,11 @@ JOBS=${JOBS:-2}
 
 cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=OFF \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
-targets=(test_backend_ops test_cuda_golden)
+# test_backend_ops plus every executable named test_cuda_* or bench_cuda_* (new GPU tests and
+# benchmarks join the bundle by their name alone).
 all_targets=$(ninja -C build-cuda -t targets all 2>/dev/null || true)
-if grep -q '^bench_cuda_llama:' <<<"$all_targets"; then
-  targets+=(bench_cuda_llama)
-fi
+mapfile -t targets < <(sed -n 's/^\(test_backend_ops\|test_cuda_[a-z0-9_]*\|bench_cuda_[a-z0-9_]*\): .*/\1/p' \
+  <<<"$all_targets" | sort -u)
 ninja -C build-cuda -j"$JOBS" "${targets[@]}"
 
 rm -rf .gpu_bin .gpu_libs

@@ -67,6 +67,11 @@ run_step golden 90 .gpu_bin/test_cuda_golden --gtest_color=no
 if [ -x .gpu_bin/bench_cuda_llama ]; then
   run_step bench 200 .gpu_bin/bench_cuda_llama
 fi
+# More steps, one file per subsystem (scripts/gpu_steps/*.sh, sourced in name order): each calls
+# run_step NAME TIMEOUT CMD... and may append lines to $OUT/summary_extra.txt for the table.
+for f in scripts/gpu_steps/*.sh; do
+  [ -e "$f" ] && . "$f"
+done
 if python3 -c 'import torch, transformers' >/dev/null 2>&1; then
   run_step hf 75 python3 scripts/bench_hf_llama.py
 else
@@ -113,4 +118,5 @@ grep -h -E 'what\(\)|terminate|error' "$OUT/golden.log" "$OUT/ops.log" 2>/dev/nu
 echo "---- bench ----"
 grep -h -E '^\[bench\]|error|Error' "$OUT/bench.log" 2>/dev/null | head -30
 grep -h -E '^\[hf\]|Error' "$OUT/hf.log" 2>/dev/null | tail -3
+[ -s "$OUT/summary_extra.txt" ] && { echo "---- more ----"; cat "$OUT/summary_extra.txt"; }
 echo "logs: $OUT"
