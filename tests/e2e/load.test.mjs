@@ -23,8 +23,16 @@ function percentile(values, p) {
 test(`${numClients} concurrent streaming clients all complete`, async () => {
   const t0 = performance.now();
   const ttfts = [];
-  const results = await Promise.all(Array.from({ length: numClients }, async (_, i) => {
+  const settled = await Promise.allSettled(Array.from({ length: numClients }, async (_, i) => {
     const start = performance.now();
+    try {
+      return await oneStream(i, start);
+    } catch (e) {
+      e.at = performance.now() - t0;
+      throw e;
+    }
+  }));
+  async function oneStream(i, start) {
     const stream = await srv.openai.chat.completions.create({
       model: modelName, max_tokens: maxTokens, ignore_eos: true, temperature: 0.8, seed: i, stream: true,
       stream_options: { include_usage: true },
@@ -42,8 +50,20 @@ test(`${numClients} concurrent streaming clients all complete`, async () => {
       finish = chunk.choices[0].finish_reason ?? finish;
     }
     return { text, usage, finish };
-  }));
+  }
   const wall = (performance.now() - t0) / 1000;
+  // Every failure, not just the first, with the server's state and log: a lost stream must be
+  // explainable from the test output alone.
+  const failed = settled.map((r, i) => [i, r]).filter(([, r]) => r.status === 'rejected');
+  if (failed.length > 0) {
+    const alive = srv.proc.exitCode === null && srv.proc.signalCode === null;
+    const detail = failed.slice(0, 5).map(([i, r]) =>
+      `client ${i} at ${r.reason?.at?.toFixed?.(0)} ms: ${r.reason} / ${r.reason?.cause ?? ''} / ${r.reason?.cause?.cause ?? ''}`);
+    assert.fail(`${failed.length} of ${numClients} streams failed; server ` +
+      `${alive ? 'alive' : `exited (code ${srv.proc.exitCode}, signal ${srv.proc.signalCode})`}\n` +
+      `${detail.join('\n')}\nserver stderr (tail):\n${srv.stderr().slice(-4000)}`);
+  }
+  const results = settled.map((r) => r.value);
   for (const r of results) {
     assert.equal(r.finish, 'length');
     assert.equal(r.usage.completion_tokens, maxTokens);
