@@ -5,8 +5,9 @@
 //     top-8) at 2 / 4 / 8 tokens per expert (T chosen so every expert is touched that often) and
 //     at T = 1; reports GB/s of expert weights read (touched experts x 3·H·I bf16) vs the 4.28 TB/s
 //     copy bandwidth, graph replay and eager times.
-//   prefill path at T = 4096 (device alignment, one read-back of the counts, cuBLAS per expert):
-//     TFLOP/s (2 · T·k · 3·H·I) vs 787 TFLOP/s cuBLAS bf16 peak.
+//   prefill at T = 4096, both paths: cuBLAS per expert after one read-back of the counts (default)
+//     and the tensor-core grouped GEMM on device offsets (set_moe_grouped_gemm): TFLOP/s
+//     (2 · T·k · 3·H·I) vs 787 TFLOP/s cuBLAS bf16 peak.
 //
 //   bench_cuda_moe [--quick]
 // Prints "[moe] ..." lines (machine-readable key=value).
@@ -122,17 +123,20 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick) {
     std::fflush(stdout);
   }
 
-  // Prefill: T = 4096 through the default path choice (above the decode threshold).
-  {
+  // Prefill at T = 4096: cuBLAS per expert after one counts read-back (the default), and the
+  // tensor-core grouped GEMM on device offsets (opt-in, set_moe_grouped_gemm).
+  for (const bool grouped : {false, true}) {
     const int64_t tokens = 4096;
     Problem p = make_problem(be, s, tokens, 7);
+    be.set_moe_grouped_gemm(grouped);
     auto op = [&] { be.moe_experts(p.x, p.ids, p.weights, w, p.out); };
     const double us = time_us(be, 2, quick ? 3 : 5, 3, op);
+    be.set_moe_grouped_gemm(false);
     const double flops = 2.0 * static_cast<double>(tokens * s.top_k) * 3.0 * static_cast<double>(s.hidden * s.inter);
     const double tflops = flops / (us * 1e-6) / 1e12;
-    std::printf("[moe] shape=%s path=prefill T=%lld k=%lld us=%.1f TFLOPs=%.1f pct_peak=%.1f\n", s.name,
-                static_cast<long long>(tokens), static_cast<long long>(s.top_k), us, tflops,
-                100.0 * tflops * 1e12 / kPeakFlops);
+    std::printf("[moe] shape=%s path=%s T=%lld k=%lld us=%.1f TFLOPs=%.1f pct_peak=%.1f\n", s.name,
+                grouped ? "prefill_grouped" : "prefill_cublas", static_cast<long long>(tokens),
+                static_cast<long long>(s.top_k), us, tflops, 100.0 * tflops * 1e12 / kPeakFlops);
     std::fflush(stdout);
   }
 }

@@ -492,17 +492,42 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   Tensor active = empty({max_active + 1}, DType::kI32);  // [max_active] list, then the count
   Tensor row_token = empty({slots}, DType::kI32);
   Tensor slot_row = empty({slots}, DType::kI32);
+  auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
+  const bool vec_ok = h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) &&
+                      aligned16(w.down);
+  const bool decode = slots <= moe_device_max_slots_ && vec_ok;
+  const bool grouped = !decode && moe_grouped_gemm_ && vec_ok;
+  Tensor tile_start = grouped ? empty({num_experts + 1}, DType::kI32) : Tensor{};
   launch_moe_align(MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
                                   static_cast<int32_t>(num_experts), mptr<int32_t>(offsets),
                                   mptr<int32_t>(active), mptr<int32_t>(active) + max_active,
-                                  mptr<int32_t>(row_token), mptr<int32_t>(slot_row)},
+                                  mptr<int32_t>(row_token), mptr<int32_t>(slot_row),
+                                  grouped ? kMoeGemmBM : 0,
+                                  grouped ? mptr<int32_t>(tile_start) : nullptr},
                    stream_);
   CUDA_CHECK_LAUNCH("moe_align");
   Tensor y = empty({slots, h}, DType::kF32);  // expert output per row, f32
-  auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
-  const bool decode = slots <= moe_device_max_slots_ && h % 8 == 0 && inter % 8 == 0 &&
-                      aligned16(x) && aligned16(w.gate_up) && aligned16(w.down);
-  if (decode) {
+  if (grouped) {
+    // Tensor-core grouped GEMMs on the device offsets: no host sync, capturable.
+    const auto max_tiles = static_cast<int32_t>((slots + kMoeGemmBM - 1) / kMoeGemmBM + max_active);
+    Tensor gu = empty({slots, two_i}, DType::kBF16);
+    launch_moe_grouped_gemm(MoeGroupedGemmParams{cptr<bf16_t>(x), cptr<int32_t>(row_token),
+                                                 cptr<bf16_t>(w.gate_up), cptr<int32_t>(offsets),
+                                                 cptr<int32_t>(tile_start), gu.raw(), false,
+                                                 static_cast<int32_t>(two_i), static_cast<int32_t>(h),
+                                                 static_cast<int32_t>(num_experts), max_tiles},
+                            stream_);
+    CUDA_CHECK_LAUNCH("moe_grouped_gemm gate_up");
+    Tensor act = empty({slots, inter}, DType::kBF16);
+    silu_mul(gu, act);
+    launch_moe_grouped_gemm(MoeGroupedGemmParams{cptr<bf16_t>(act), nullptr, cptr<bf16_t>(w.down),
+                                                 cptr<int32_t>(offsets), cptr<int32_t>(tile_start),
+                                                 y.raw(), true, static_cast<int32_t>(h),
+                                                 static_cast<int32_t>(inter),
+                                                 static_cast<int32_t>(num_experts), max_tiles},
+                            stream_);
+    CUDA_CHECK_LAUNCH("moe_grouped_gemm down");
+  } else if (decode) {
     // Graph-capturable: grids from upper bounds, untouched experts never launched work.
     Tensor act_f32 = empty({slots, inter}, DType::kF32);
     launch_moe_decode(MoeDecodeParams{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),

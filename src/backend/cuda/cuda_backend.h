@@ -79,6 +79,10 @@ class CudaBackend final : public Backend {
   // else the prefill path (device alignment, one read-back of the counts, cuBLAS per expert).
   void set_moe_device_max_slots(int64_t slots) { moe_device_max_slots_ = slots; }
   int64_t moe_device_max_slots() const { return moe_device_max_slots_; }
+  // Above that threshold: true = the tensor-core grouped GEMM on device offsets (no host sync,
+  // capturable), false = one read-back of the counts + cuBLAS per expert (the default until the
+  // grouped kernel has passed test_cuda_moe on a GPU).
+  void set_moe_grouped_gemm(bool on) { moe_grouped_gemm_ = on; }
 
  private:
   void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
@@ -92,6 +96,7 @@ class CudaBackend final : public Backend {
   int32_t attention_max_kv_override_ = 0;
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
+  bool moe_grouped_gemm_ = false;
   // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.
   std::unordered_map<const void*, Tensor> host_cache_;
 };

@@ -14,7 +14,7 @@ namespace {
 __global__ void __launch_bounds__(kMoeAlignThreads) moe_align_kernel(MoeAlignParams p) {
   __shared__ int32_t base[kMoeMaxExperts];  // counts, then the next free row of each expert
   __shared__ int32_t tile_ids[kMoeAlignThreads];
-  __shared__ int32_t warp_c[32], warp_a[32];
+  __shared__ int32_t warp_c[32], warp_a[32], warp_t[32];
   const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
   const int lane = tid & 31, warp = tid >> 5, nwarps = (nt + 31) >> 5;
   const int num_e = p.num_experts;
@@ -27,47 +27,57 @@ __global__ void __launch_bounds__(kMoeAlignThreads) moe_align_kernel(MoeAlignPar
   }
   __syncthreads();
 
-  // Exclusive scans of the counts (-> offsets) and of the touched flags (-> active list).
-  // num_e <= blockDim.x: thread e owns expert e.
+  // Exclusive scans of the counts (-> offsets), of the touched flags (-> active list) and of the
+  // m-tiles per expert (-> tile_start). num_e <= blockDim.x: thread e owns expert e.
   const int c = tid < num_e ? base[tid] : 0;
   const int a = c > 0 ? 1 : 0;
-  int ic = c, ia = a;
+  const int tl = p.tile_m > 0 ? (c + p.tile_m - 1) / p.tile_m : 0;
+  int ic = c, ia = a, it = tl;
   for (int o = 1; o < 32; o <<= 1) {
     const int yc = __shfl_up_sync(0xffffffffu, ic, o), ya = __shfl_up_sync(0xffffffffu, ia, o);
+    const int yt = __shfl_up_sync(0xffffffffu, it, o);
     if (lane >= o) {
       ic += yc;
       ia += ya;
+      it += yt;
     }
   }
   if (lane == 31) {
     warp_c[warp] = ic;
     warp_a[warp] = ia;
+    warp_t[warp] = it;
   }
   __syncthreads();
   if (warp == 0) {
     const int wc = lane < nwarps ? warp_c[lane] : 0, wa = lane < nwarps ? warp_a[lane] : 0;
-    int sc = wc, sa = wa;
+    const int wt = lane < nwarps ? warp_t[lane] : 0;
+    int sc = wc, sa = wa, st = wt;
     for (int o = 1; o < 32; o <<= 1) {
       const int yc = __shfl_up_sync(0xffffffffu, sc, o), ya = __shfl_up_sync(0xffffffffu, sa, o);
+      const int yt = __shfl_up_sync(0xffffffffu, st, o);
       if (lane >= o) {
         sc += yc;
         sa += ya;
+        st += yt;
       }
     }
     if (lane < nwarps) {
       warp_c[lane] = sc - wc;  // exclusive prefix of the warp totals
       warp_a[lane] = sa - wa;
+      warp_t[lane] = st - wt;
     }
   }
   __syncthreads();
   if (tid < num_e) {
-    const int exc = warp_c[warp] + ic - c, exa = warp_a[warp] + ia - a;
+    const int exc = warp_c[warp] + ic - c, exa = warp_a[warp] + ia - a, ext = warp_t[warp] + it - tl;
     p.offsets[tid] = exc;
     base[tid] = exc;  // only thread tid reads or writes base[tid] in this phase
     if (a) p.active[exa] = tid;
+    if (p.tile_start) p.tile_start[tid] = ext;
     if (tid == num_e - 1) {
       p.offsets[num_e] = exc + c;
       *p.num_active = exa + a;
+      if (p.tile_start) p.tile_start[num_e] = ext + tl;
     }
   }
   __syncthreads();

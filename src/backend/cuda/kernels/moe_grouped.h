@@ -32,6 +32,8 @@ struct MoeAlignParams {
   int32_t* num_active;      // [1]
   int32_t* row_token;       // [slots] token of row r (rows >= offsets[E] unused)
   int32_t* slot_row;        // [slots] row of slot i, -1 for an expert id outside [0, E) (skipped)
+  int32_t tile_m;           // > 0: also write tile_start for the grouped GEMM (its BM), else 0
+  int32_t* tile_start;      // [E + 1] m-tiles of tile_m rows before expert e, or null
 };
 void launch_moe_align(const MoeAlignParams& p, cudaStream_t stream);
 
@@ -52,6 +54,27 @@ struct MoeDecodeParams {
   int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
 };
 void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream);
+
+// Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
+// offsets: c[r, :] = a[a_rows ? a_rows[r] : r, :] · w[e]ᵀ for every row r of expert e.
+// Grid (max_m_tiles, ⌈n / 128⌉): block x is the x-th m-tile of kMoeGemmBM rows in expert order
+// (tile_start from moe_align with tile_m = kMoeGemmBM); blocks beyond the last tile exit. So it is
+// capturable too. Requires k % 8 == 0, n % 8 == 0, 16-byte aligned a and w.
+inline constexpr int kMoeGemmBM = 64;
+struct MoeGroupedGemmParams {
+  const __nv_bfloat16* a;    // [*, k]
+  const int32_t* a_rows;     // [rows] source row of a for grouped row r, or null (identity)
+  const __nv_bfloat16* w;    // [E, n, k]
+  const int32_t* offsets;    // [E + 1]
+  const int32_t* tile_start; // [E + 1]
+  void* c;                   // [rows, n] f32 or bf16
+  bool c_f32;
+  int32_t n;
+  int32_t k;
+  int32_t num_experts;
+  int32_t max_m_tiles;       // grid.x: ⌈slots / BM⌉ + min(E, slots) bounds Σ_e ⌈count_e / BM⌉
+};
+void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
 
 // out[t, :] = Σ_j topk_weights[t, j] · y[slot_row[t * top_k + j], :] (slots with row -1 skipped).
 struct MoeCombineF32Params {
