@@ -495,7 +495,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
   const bool vec_ok = h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) &&
                       aligned16(w.down);
-  const bool decode = slots <= moe_device_max_slots_ && vec_ok;
+  // Inside a CUDA graph capture the host read-back of the cuBLAS path is impossible: take the
+  // decode kernels at any size then (correct for any rows per expert, just slower at large T).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  const bool decode = vec_ok && (slots <= moe_device_max_slots_ ||
+                                 (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_));
   const bool grouped = !decode && moe_grouped_gemm_ && vec_ok;
   Tensor tile_start = grouped ? empty({num_experts + 1}, DType::kI32) : Tensor{};
   launch_moe_align(MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
