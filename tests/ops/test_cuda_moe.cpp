@@ -233,6 +233,16 @@ TEST(CudaMoeGraph, CaptureReplayBitwiseEqualsEager) {
   be->copy_to_device(host_ids1, ids);
   be->moe_experts(x, ids, wt, w, y);
   EXPECT_EQ(compare(eager1, be->download(y)).max_abs, 0.0);
+  // Above the decode threshold, a capture still takes the device-only kernels (no read-back).
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(4);
+  cuda::CudaGraph graph_big;
+  graph_big.capture(*be, [&] { be->moe_experts(x, ids, wt, w, y); });
+  be->set_moe_device_max_slots(saved);
+  graph_big.replay();
+  const double m3 = compare(eager1, be->download(y)).max_abs;
+  std::printf("[moe-op] graph_above_threshold_vs_eager max_abs=%.3e %s\n", m3, m3 == 0.0 ? "PASS" : "FAIL");
+  EXPECT_EQ(m3, 0.0);
 }
 
 // The tensor-core grouped prefill path reads only device offsets: captured, it replays bitwise
