@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/moe.h"
+#include "backend/cuda/kernels/moe_grouped.h"
 
 namespace di {
 namespace cuda {
@@ -443,6 +445,14 @@ void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Ten
   if (p.correction_bias) {
     DI_CHECK(p.correction_bias->numel() == e, "cuda moe_route: bias {} for {} experts",
              p.correction_bias->describe(), e);
+    if (p.correction_bias->device() == Device::kCPU && !host_cache_.contains(p.correction_bias->raw())) {
+      // The host bias is uploaded once, lazily; an upload cannot be captured in a CUDA graph.
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+      DI_CHECK(capturing == cudaStreamCaptureStatusNone,
+               "cuda moe_route: the host correction bias is first used inside a CUDA graph "
+               "capture; run one eager step (warm-up) before capturing");
+    }
     bias = device_f32(*p.correction_bias, "correction_bias");
   }
   launch_moe_route(MoeRouteParams{cptr<float>(logits), bias, mptr<int32_t>(topk_ids),
@@ -470,53 +480,99 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
            "cuda moe_experts: x {} gate_up {} down {} out {} ids {}", x.describe(),
            w.gate_up.describe(), w.down.describe(), out.describe(), topk_ids.describe());
   if (t == 0) return;
-  // Host plan (a device sync: TODO(#6) grouped GEMM with device-side offsets): rows grouped by
-  // expert ascending, slots ascending within an expert.
-  Tensor ids_host = download(topk_ids);
   const int64_t slots = t * k;
-  std::vector<int64_t> count(static_cast<size_t>(num_experts), 0);
-  for (int64_t i = 0; i < slots; ++i) {
-    const int32_t e = ids_host.data<int32_t>()[i];
-    DI_CHECK(e >= 0 && e < num_experts, "cuda moe_experts: expert id {} of {}", e, num_experts);
-    ++count[static_cast<size_t>(e)];
+  DI_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts && slots < (int64_t{1} << 31) &&
+               topk_weights.numel() == slots,
+           "cuda moe_experts: {} experts (max {}), {} slots, weights {}", num_experts,
+           kMoeMaxExperts, slots, topk_weights.describe());
+  // Device-side alignment (issue #6): rows grouped by expert ascending, slots ascending within an
+  // expert. Every buffer is sized by the upper bound `slots`; nothing is read back here.
+  const int64_t max_active = std::min(num_experts, slots);
+  Tensor offsets = empty({num_experts + 1}, DType::kI32);
+  Tensor active = empty({max_active + 1}, DType::kI32);  // [max_active] list, then the count
+  Tensor row_token = empty({slots}, DType::kI32);
+  Tensor slot_row = empty({slots}, DType::kI32);
+  auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
+  const bool vec_ok = h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) &&
+                      aligned16(w.down);
+  // Inside a CUDA graph capture the host read-back of the cuBLAS path is impossible: take the
+  // decode kernels at any size then (correct for any rows per expert, just slower at large T).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  const bool decode = vec_ok && (slots <= moe_device_max_slots_ ||
+                                 (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_));
+  const bool grouped = !decode && moe_grouped_gemm_ && vec_ok;
+  Tensor tile_start = grouped ? empty({num_experts + 1}, DType::kI32) : Tensor{};
+  launch_moe_align(MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
+                                  static_cast<int32_t>(num_experts), mptr<int32_t>(offsets),
+                                  mptr<int32_t>(active), mptr<int32_t>(active) + max_active,
+                                  mptr<int32_t>(row_token), mptr<int32_t>(slot_row),
+                                  grouped ? kMoeGemmBM : 0,
+                                  grouped ? mptr<int32_t>(tile_start) : nullptr},
+                   stream_);
+  CUDA_CHECK_LAUNCH("moe_align");
+  Tensor y = empty({slots, h}, DType::kF32);  // expert output per row, f32
+  if (grouped) {
+    // Tensor-core grouped GEMMs on the device offsets: no host sync, capturable.
+    const auto max_tiles = static_cast<int32_t>((slots + kMoeGemmBM - 1) / kMoeGemmBM + max_active);
+    Tensor gu = empty({slots, two_i}, DType::kBF16);
+    launch_moe_grouped_gemm(MoeGroupedGemmParams{cptr<bf16_t>(x), cptr<int32_t>(row_token),
+                                                 cptr<bf16_t>(w.gate_up), cptr<int32_t>(offsets),
+                                                 cptr<int32_t>(tile_start), gu.raw(), false,
+                                                 static_cast<int32_t>(two_i), static_cast<int32_t>(h),
+                                                 static_cast<int32_t>(num_experts), max_tiles},
+                            stream_);
+    CUDA_CHECK_LAUNCH("moe_grouped_gemm gate_up");
+    Tensor act = empty({slots, inter}, DType::kBF16);
+    silu_mul(gu, act);
+    launch_moe_grouped_gemm(MoeGroupedGemmParams{cptr<bf16_t>(act), nullptr, cptr<bf16_t>(w.down),
+                                                 cptr<int32_t>(offsets), cptr<int32_t>(tile_start),
+                                                 y.raw(), true, static_cast<int32_t>(h),
+                                                 static_cast<int32_t>(inter),
+                                                 static_cast<int32_t>(num_experts), max_tiles},
+                            stream_);
+    CUDA_CHECK_LAUNCH("moe_grouped_gemm down");
+  } else if (decode) {
+    // Graph-capturable: grids from upper bounds, untouched experts never launched work.
+    Tensor act_f32 = empty({slots, inter}, DType::kF32);
+    launch_moe_decode(MoeDecodeParams{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
+                                      cptr<int32_t>(offsets), cptr<int32_t>(active),
+                                      cptr<int32_t>(active) + max_active, cptr<int32_t>(row_token),
+                                      mptr<float>(act_f32), mptr<float>(y), static_cast<int32_t>(h),
+                                      static_cast<int32_t>(inter), static_cast<int32_t>(max_active),
+                                      static_cast<int32_t>(std::min(t, slots))},
+                      stream_);
+    CUDA_CHECK_LAUNCH("moe_decode");
+  } else {
+    // Prefill: one read-back of the E + 1 offsets (a host sync), then cuBLAS per touched expert.
+    Tensor off_host = download(offsets);
+    const int32_t* off = off_host.data<int32_t>();
+    DI_CHECK(off[num_experts] == slots, "cuda moe_experts: {} of {} expert ids outside [0, {})",
+             slots - off[num_experts], slots, num_experts);
+    Tensor xin = empty({slots, h}, DType::kBF16);
+    embedding(row_token, x, xin);
+    Tensor gu = empty({slots, two_i}, DType::kBF16);
+    const size_t esz = 2;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const int64_t o = off[e], c = off[e + 1] - o;
+      if (c == 0) continue;
+      gemm_bf16(mptr<char>(xin) + o * h * esz, h, cptr<char>(w.gate_up) + e * two_i * h * esz, h,
+                mptr<char>(gu) + o * two_i * esz, two_i, false, c, two_i, h);
+    }
+    Tensor act = empty({slots, inter}, DType::kBF16);
+    silu_mul(gu, act);
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const int64_t o = off[e], c = off[e + 1] - o;
+      if (c == 0) continue;
+      gemm_bf16(mptr<char>(act) + o * inter * esz, inter,
+                cptr<char>(w.down) + e * h * inter * esz, inter, mptr<char>(y) + o * h * 4, h,
+                true, c, h, inter);
+    }
   }
-  std::vector<int64_t> offset(static_cast<size_t>(num_experts) + 1, 0);
-  for (int64_t e = 0; e < num_experts; ++e)
-    offset[static_cast<size_t>(e) + 1] = offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
-  Tensor gather_tok = Tensor::empty({slots}, DType::kI32);
-  Tensor slot_row = Tensor::empty({slots}, DType::kI32);
-  std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
-  for (int64_t i = 0; i < slots; ++i) {
-    const auto e = static_cast<size_t>(ids_host.data<int32_t>()[i]);
-    const int64_t row = fill[e]++;
-    gather_tok.data<int32_t>()[row] = static_cast<int32_t>(i / k);
-    slot_row.data<int32_t>()[i] = static_cast<int32_t>(row);
-  }
-  Tensor gather_dev = upload(gather_tok, DType::kI32);
-  Tensor slot_row_dev = upload(slot_row, DType::kI32);
-  Tensor xin = empty({slots, h}, DType::kBF16);
-  embedding(gather_dev, x, xin);
-  Tensor gu = empty({slots, two_i}, DType::kBF16);
-  const size_t esz = 2;
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t c = count[static_cast<size_t>(e)], off = offset[static_cast<size_t>(e)];
-    if (c == 0) continue;
-    gemm_bf16(mptr<char>(xin) + off * h * esz, h, cptr<char>(w.gate_up) + e * two_i * h * esz, h,
-              mptr<char>(gu) + off * two_i * esz, two_i, false, c, two_i, h);
-  }
-  Tensor act = empty({slots, inter}, DType::kBF16);
-  silu_mul(gu, act);
-  Tensor y = empty({slots, h}, DType::kBF16);
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const int64_t c = count[static_cast<size_t>(e)], off = offset[static_cast<size_t>(e)];
-    if (c == 0) continue;
-    gemm_bf16(mptr<char>(act) + off * inter * esz, inter, cptr<char>(w.down) + e * h * inter * esz,
-              inter, mptr<char>(y) + off * h * esz, h, false, c, h, inter);
-  }
-  launch_moe_combine(MoeCombineParams{cptr<bf16_t>(y), cptr<int32_t>(slot_row_dev),
-                                      cptr<float>(topk_weights), mptr<bf16_t>(out), t,
-                                      static_cast<int32_t>(k), static_cast<int32_t>(h)},
-                     stream_);
+  launch_moe_combine_f32(MoeCombineF32Params{cptr<float>(y), cptr<int32_t>(slot_row),
+                                             cptr<float>(topk_weights), mptr<bf16_t>(out), t,
+                                             static_cast<int32_t>(k), static_cast<int32_t>(h)},
+                         stream_);
   CUDA_CHECK_LAUNCH("moe_combine");
 }
 

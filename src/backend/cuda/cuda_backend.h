@@ -2,8 +2,8 @@
 // The CUDA backend: bf16 activations and KV cache, fp32 accumulation, weights in bf16.
 // GEMMs through cuBLAS (bf16 in, fp32 compute); everything else through the kernels in kernels/
 // (one POD params struct per kernel). All work goes to one stream owned by the backend; the host
-// only blocks in download() and synchronize() (and moe_experts, which reads the routing back —
-// TODO(#6)).
+// only blocks in download() and synchronize() (and moe_experts above moe_device_max_slots()
+// (token, slot) pairs: the prefill path reads the per-expert counts back once).
 //
 //   auto be = make_backend("cuda");
 //   Tensor w = be->upload(host_f32, DType::kBF16);   // weights
@@ -75,6 +75,14 @@ class CudaBackend final : public Backend {
   // Forces the attention kernel's KV split count for the next calls (0 = planner's choice); a
   // CUDA-graph bucket captures with the largest context it will serve.
   void set_attention_max_kv_len(int32_t max_kv_len) { attention_max_kv_override_ = max_kv_len; }
+  // moe_experts runs the device-only (graph-capturable) decode kernels when T * top_k <= this,
+  // else the prefill path (device alignment, one read-back of the counts, cuBLAS per expert).
+  void set_moe_device_max_slots(int64_t slots) { moe_device_max_slots_ = slots; }
+  int64_t moe_device_max_slots() const { return moe_device_max_slots_; }
+  // Above that threshold: true = the tensor-core grouped GEMM on device offsets (no host sync,
+  // capturable), false = one read-back of the counts + cuBLAS per expert (the default until the
+  // grouped kernel has passed test_cuda_moe on a GPU).
+  void set_moe_grouped_gemm(bool on) { moe_grouped_gemm_ = on; }
 
  private:
   void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
@@ -87,6 +95,8 @@ class CudaBackend final : public Backend {
   CudaAllocator allocator_;
   int32_t attention_max_kv_override_ = 0;
   size_t max_smem_optin_ = 0;
+  int64_t moe_device_max_slots_ = 2048;
+  bool moe_grouped_gemm_ = false;
   // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.
   std::unordered_map<const void*, Tensor> host_cache_;
 };

@@ -1,7 +1,7 @@
 #pragma once
 // Mixture-of-experts kernels: the router (scores, group limit, top-k, weights) and the weighted
-// combine of per-expert outputs. The expert GEMMs themselves are cuBLAS calls per expert
-// (cuda_backend.cpp); a grouped, graph-capturable version is issue #6.
+// combine of per-expert outputs (bf16 rows; moe_experts now uses moe_grouped.h: device-side
+// alignment, decode kernels, grouped GEMM and an f32 combine — issue #6).
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 

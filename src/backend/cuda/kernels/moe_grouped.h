@@ -1,0 +1,91 @@
+#pragma once
+// Mixture-of-experts expert computation without host round trips (issue #6).
+//
+//   1. moe_align (one block): from topk_ids [T, k] builds, on the device, the per-expert exclusive
+//      offsets, the list of touched experts, and the permutation of the (token, slot) pairs into
+//      rows grouped by expert (expert ascending, slot ascending within an expert: a stable
+//      counting sort). All buffers are sized by the upper bound T * k, so nothing is read back.
+//   2. decode path: moe_gate_up (gate_up GEMV + silu·mul, f32 out) and moe_down (down GEMV, f32 out).
+//      Grid = (row tiles, min(E, T * k)); block y handles the y-th touched expert (blocks beyond
+//      the number of touched experts exit at once), each warp one weight row (gate_up: the gate
+//      row j and the up row I + j together), reading it once with 16-byte loads and applying it to
+//      every row routed to that expert, MT rows at a time (fp32 accumulation).
+//   3. moe_combine_f32: out[t] = Σ_j w[t, j] · y[slot_row[t, j]], j ascending (no float atomics).
+// Everything is launched with host-known sizes, so the whole op is CUDA-graph capturable.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace di::cuda {
+
+inline constexpr int kMoeAlignThreads = 1024;
+inline constexpr int kMoeMaxExperts = kMoeAlignThreads;  // the offsets scan is one block wide
+
+struct MoeAlignParams {
+  const int32_t* topk_ids;  // [slots] expert of slot i = t * top_k + j
+  int64_t slots;            // T * top_k (< 2^31)
+  int32_t top_k;
+  int32_t num_experts;      // 1 .. kMoeMaxExperts
+  int32_t* offsets;         // [E + 1] rows of expert e: [offsets[e], offsets[e + 1])
+  int32_t* active;          // [min(E, slots)] touched experts, ascending; the first *num_active valid
+  int32_t* num_active;      // [1]
+  int32_t* row_token;       // [slots] token of row r (rows >= offsets[E] unused)
+  int32_t* slot_row;        // [slots] row of slot i, -1 for an expert id outside [0, E) (skipped)
+  int32_t tile_m;           // > 0: also write tile_start for the grouped GEMM (its BM), else 0
+  int32_t* tile_start;      // [E + 1] m-tiles of tile_m rows before expert e, or null
+};
+void launch_moe_align(const MoeAlignParams& p, cudaStream_t stream);
+
+// The decode path. Requires hidden % 8 == 0, inter % 8 == 0 and 16-byte aligned x / weights.
+struct MoeDecodeParams {
+  const __nv_bfloat16* x;        // [T, hidden]
+  const __nv_bfloat16* gate_up;  // [E, 2 * inter, hidden]
+  const __nv_bfloat16* down;     // [E, hidden, inter]
+  const int32_t* offsets;        // from moe_align
+  const int32_t* active;
+  const int32_t* num_active;
+  const int32_t* row_token;
+  float* act;                    // [slots, inter] silu(gate) * up per row
+  float* y;                      // [slots, hidden] expert output per row
+  int32_t hidden;
+  int32_t inter;
+  int32_t max_active;            // grid.y = min(E, slots)
+  int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
+};
+void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream);
+
+// Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
+// offsets: c[r, :] = a[a_rows ? a_rows[r] : r, :] · w[e]ᵀ for every row r of expert e.
+// Grid (max_m_tiles, ⌈n / 128⌉): block x is the x-th m-tile of kMoeGemmBM rows in expert order
+// (tile_start from moe_align with tile_m = kMoeGemmBM); blocks beyond the last tile exit. So it is
+// capturable too. Requires k % 8 == 0, n % 8 == 0, 16-byte aligned a and w.
+inline constexpr int kMoeGemmBM = 64;
+struct MoeGroupedGemmParams {
+  const __nv_bfloat16* a;    // [*, k]
+  const int32_t* a_rows;     // [rows] source row of a for grouped row r, or null (identity)
+  const __nv_bfloat16* w;    // [E, n, k]
+  const int32_t* offsets;    // [E + 1]
+  const int32_t* tile_start; // [E + 1]
+  void* c;                   // [rows, n] f32 or bf16
+  bool c_f32;
+  int32_t n;
+  int32_t k;
+  int32_t num_experts;
+  int32_t max_m_tiles;       // grid.x: ⌈slots / BM⌉ + min(E, slots) bounds Σ_e ⌈count_e / BM⌉
+};
+void launch_moe_grouped_gemm(const MoeGroupedGemmParams& p, cudaStream_t stream);
+
+// out[t, :] = Σ_j topk_weights[t, j] · y[slot_row[t * top_k + j], :] (slots with row -1 skipped).
+struct MoeCombineF32Params {
+  const float* y;              // [rows, hidden]
+  const int32_t* slot_row;     // [tokens * top_k]
+  const float* topk_weights;   // [tokens, top_k]
+  __nv_bfloat16* out;          // [tokens, hidden]
+  int64_t tokens;
+  int32_t top_k;
+  int32_t hidden;
+};
+void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream);
+
+}  // namespace di::cuda

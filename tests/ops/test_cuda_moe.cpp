@@ -1,0 +1,379 @@
+// CUDA moe_experts (device-side alignment, decode kernels, prefill path) against the CPU op, plus
+// CUDA-graph capture + replay of the decode path (bitwise equal to eager). Skips without a GPU.
+// Prints one "[moe-op] ..." line per case and path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "op_case.h"
+
+#ifdef DI_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
+#include "core/cuda_check.h"
+#endif
+
+namespace di::testing {
+namespace {
+
+#ifdef DI_HAVE_CUDA
+
+enum class Routing { kUniform, kSkewed };
+
+struct MoeCase {
+  int64_t tokens, experts, top_k, hidden, inter;
+  Routing routing;
+  std::string name() const {
+    std::string s("t");  // appended piecewise (GCC 12 -Wrestrict false positive on "t" + ...)
+    s += std::to_string(tokens);
+    s += "_e";
+    s += std::to_string(experts);
+    s += "_k";
+    s += std::to_string(top_k);
+    s += "_h";
+    s += std::to_string(hidden);
+    s += "_i";
+    s += std::to_string(inter);
+    s += routing == Routing::kSkewed ? "_skewed" : "_uniform";
+    return s;
+  }
+};
+
+// Fast host fill (splitmix64), values rounded to bf16 so both backends see the same inputs.
+Tensor host_fill(const Shape& shape, uint64_t seed, float scale) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s += 0x9E3779B97F4A7C15ull;
+    uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    t.f32()[i] = round_bf16((2.0f * u - 1.0f) * scale);
+  }
+  return t;
+}
+
+// Distinct experts per token. Skewed: slot 0 of every token is one hot expert, the others come
+// from a small pool, so most experts get no token and one gets all.
+std::vector<int32_t> make_ids(const MoeCase& c, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int32_t> ids;
+  const auto e = static_cast<int32_t>(c.experts);
+  const int32_t hot = e / 2 + 1 < e ? e / 2 + 1 : 0;
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    std::vector<int32_t> pool;
+    if (c.routing == Routing::kUniform) {
+      pool.resize(static_cast<size_t>(e));
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng);
+    } else {
+      pool.push_back(hot);
+      std::vector<int32_t> rest;
+      const int32_t limit = std::max<int32_t>(static_cast<int32_t>(c.top_k) + 1, e / 4);
+      for (int32_t i = 0; i < std::min(limit, e); ++i)
+        if (i != hot) rest.push_back(i);
+      std::shuffle(rest.begin(), rest.end(), rng);
+      pool.insert(pool.end(), rest.begin(), rest.end());
+    }
+    ids.insert(ids.end(), pool.begin(), pool.begin() + c.top_k);
+  }
+  return ids;
+}
+
+struct Inputs {
+  Tensor x, gate_up, down, weights;
+  std::vector<int32_t> ids;
+};
+
+Inputs make_inputs(const MoeCase& c) {
+  Inputs in;
+  in.x = host_fill({c.tokens, c.hidden}, 1, 1.0f);
+  in.gate_up = host_fill({c.experts, 2 * c.inter, c.hidden}, 2, 0.05f);
+  in.down = host_fill({c.experts, c.hidden, c.inter}, 3, 0.05f);
+  in.weights = host_fill({c.tokens, c.top_k}, 4, 1.0f);
+  in.ids = make_ids(c, 5);
+  return in;
+}
+
+// The inputs on one backend (uploaded once, reused by every path).
+struct OnBackend {
+  Tensor x, ids, weights;
+  ExpertWeights w;
+};
+
+OnBackend upload_inputs(Backend& be, const MoeCase& c, const Inputs& in) {
+  return OnBackend{act(be, in.x), ints(be, in.ids).reshape({c.tokens, c.top_k}),
+                   be.upload(in.weights, DType::kF32), ExpertWeights{act(be, in.gate_up), act(be, in.down)}};
+}
+
+Tensor run_moe(Backend& be, const MoeCase& c, const OnBackend& d) {
+  Tensor y = be.empty({c.tokens, c.hidden}, be.compute_dtype());
+  be.moe_experts(d.x, d.ids, d.weights, d.w, y);
+  return be.download(y);
+}
+
+cuda::CudaBackend* gpu() {
+  static std::unique_ptr<Backend> be =
+      cuda::cuda_available() ? make_backend("cuda") : std::unique_ptr<Backend>{};
+  return static_cast<cuda::CudaBackend*>(be.get());
+}
+
+bool check_bf16(const std::string& label, const Tensor& ref, const Tensor& got) {
+  const Metrics m = compare(ref, got);
+  const bool ok = m.diff < 1e-3 && m.mismatches == 0 && m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3);
+  std::printf("[moe-op] %-52s n=%-8lld diff=%.2e max_abs=%.3e max_ref=%.3e %s\n", label.c_str(),
+              static_cast<long long>(m.n), m.diff, m.max_abs, m.max_ref, ok ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  return ok;
+}
+
+class CudaMoe : public ::testing::TestWithParam<MoeCase> {};
+
+// Decode path (every case up to 2048 slots) and the default prefill path (cuBLAS), vs the CPU op.
+TEST_P(CudaMoe, MatchesCpuOnBothPaths) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  const MoeCase& c = GetParam();
+  const Inputs in = make_inputs(c);
+  auto cpu = make_cpu_backend();
+  const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
+  const OnBackend d = upload_inputs(*be, c, in);
+  const int64_t saved = be->moe_device_max_slots();
+  if (c.tokens * c.top_k <= 2048) {
+    be->set_moe_device_max_slots(int64_t{1} << 40);
+    const Tensor got = run_moe(*be, c, d);
+    EXPECT_TRUE(check_bf16(c.name() + "_decode", ref, got)) << c.name() << " decode path";
+  }
+  be->set_moe_device_max_slots(0);
+  const Tensor got = run_moe(*be, c, d);
+  be->set_moe_device_max_slots(saved);
+  EXPECT_TRUE(check_bf16(c.name() + "_prefill", ref, got)) << c.name() << " prefill path (cuBLAS)";
+}
+
+// The opt-in tensor-core grouped prefill GEMM, vs the CPU op. A separate suite (filter
+// *Grouped*) so the GPU step can run it in its own process: a fault there hides nothing else.
+class CudaMoeGrouped : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(CudaMoeGrouped, MatchesCpu) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  const MoeCase& c = GetParam();
+  const Inputs in = make_inputs(c);
+  auto cpu = make_cpu_backend();
+  const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
+  const OnBackend d = upload_inputs(*be, c, in);
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(0);
+  be->set_moe_grouped_gemm(true);
+  const Tensor got = run_moe(*be, c, d);
+  be->set_moe_grouped_gemm(false);
+  be->set_moe_device_max_slots(saved);
+  EXPECT_TRUE(check_bf16(c.name() + "_grouped", ref, got)) << c.name() << " prefill path (grouped mma)";
+}
+
+std::vector<MoeCase> small_cases() {
+  std::vector<MoeCase> v;
+  const Routing U = Routing::kUniform, S = Routing::kSkewed;
+  // Odd-ish sizes (H 136 = 4·32 + 8, I 72 = 2·32 + 8: k tails), every T, E and k of the brief.
+  for (int64_t t : {1, 2, 3, 8, 33, 300, 1024})
+    for (int64_t e : {8, 16, 64, 128})
+      for (int64_t k : {1, 2, 6, 8})
+        if (k <= e) v.push_back({t, e, k, 136, 72, ((t + e + k) % 2) ? S : U});
+  return v;
+}
+
+std::vector<MoeCase> cases() {
+  std::vector<MoeCase> v = small_cases();
+  const Routing U = Routing::kUniform, S = Routing::kSkewed;
+  // Real sizes (DeepSeek-V2-Lite / Qwen3-30B-A3B hidden and intermediate), few experts so the
+  // CPU reference stays quick.
+  v.push_back({1, 8, 6, 2048, 1408, U});
+  v.push_back({3, 8, 6, 2048, 1408, S});
+  v.push_back({8, 16, 6, 2048, 1408, U});
+  v.push_back({2, 16, 8, 2048, 768, U});
+  v.push_back({33, 16, 8, 2048, 768, S});
+  v.push_back({8, 8, 2, 2048, 768, S});
+  return v;
+}
+
+std::vector<MoeCase> grouped_cases() {
+  std::vector<MoeCase> v = small_cases();
+  v.push_back({8, 16, 6, 2048, 1408, Routing::kUniform});
+  v.push_back({33, 16, 8, 2048, 768, Routing::kSkewed});
+  v.push_back({300, 8, 2, 256, 1408, Routing::kSkewed});  // ~600 rows on one expert
+  return v;
+}
+
+std::string case_name(const ::testing::TestParamInfo<MoeCase>& i) { return i.param.name(); }
+INSTANTIATE_TEST_SUITE_P(Table, CudaMoe, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Table, CudaMoeGrouped, ::testing::ValuesIn(grouped_cases()), case_name);
+
+// The decode path captured in a CUDA graph replays bitwise like eager, and a replay after the
+// routing changed (new ids copied into the same buffer) follows the new routing.
+TEST(CudaMoeGraph, CaptureReplayBitwiseEqualsEager) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  const MoeCase c{8, 64, 6, 2048, 1408, Routing::kUniform};
+  const Inputs in = make_inputs(c);
+  MoeCase c2 = c;
+  c2.routing = Routing::kSkewed;
+  const std::vector<int32_t> ids2 = make_ids(c2, 9);
+  ASSERT_LE(c.tokens * c.top_k, be->moe_device_max_slots());
+
+  Tensor x = act(*be, in.x);
+  ExpertWeights w{act(*be, in.gate_up), act(*be, in.down)};
+  Tensor ids = ints(*be, in.ids).reshape({c.tokens, c.top_k});
+  Tensor wt = be->upload(in.weights, DType::kF32);
+  Tensor y = be->empty({c.tokens, c.hidden}, DType::kBF16);
+  be->moe_experts(x, ids, wt, w, y);
+  const Tensor eager1 = be->download(y);
+  const Tensor host_ids2 = host_i32(ids2);
+  be->copy_to_device(host_ids2, ids);
+  be->moe_experts(x, ids, wt, w, y);
+  const Tensor eager2 = be->download(y);
+
+  const Tensor host_ids1 = host_i32(in.ids);
+  be->copy_to_device(host_ids1, ids);
+  be->synchronize();
+  cuda::CudaGraph graph;
+  graph.capture(*be, [&] { be->moe_experts(x, ids, wt, w, y); });
+  be->zeros({1}, DType::kI32);  // unrelated work between capture and replay
+  CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), be->stream()));
+  graph.replay();
+  const Tensor replay1 = be->download(y);
+  be->copy_to_device(host_ids2, ids);
+  graph.replay();
+  const Tensor replay2 = be->download(y);
+
+  const Metrics m1 = compare(eager1, replay1), m2 = compare(eager2, replay2);
+  const Metrics d12 = compare(eager1, eager2);
+  std::printf("[moe-op] graph_replay_vs_eager max_abs=%.3e / after_reroute max_abs=%.3e "
+              "(routing change moved outputs by %.3e) %s\n",
+              m1.max_abs, m2.max_abs, d12.max_abs,
+              m1.max_abs == 0.0 && m2.max_abs == 0.0 && d12.max_abs > 0.0 ? "PASS" : "FAIL");
+  EXPECT_EQ(m1.max_abs, 0.0);
+  EXPECT_EQ(m2.max_abs, 0.0);
+  EXPECT_GT(d12.max_abs, 0.0);
+  // And eager is deterministic run to run.
+  be->copy_to_device(host_ids1, ids);
+  be->moe_experts(x, ids, wt, w, y);
+  EXPECT_EQ(compare(eager1, be->download(y)).max_abs, 0.0);
+  // Above the decode threshold, a capture still takes the device-only kernels (no read-back).
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(4);
+  cuda::CudaGraph graph_big;
+  graph_big.capture(*be, [&] { be->moe_experts(x, ids, wt, w, y); });
+  be->set_moe_device_max_slots(saved);
+  graph_big.replay();
+  const double m3 = compare(eager1, be->download(y)).max_abs;
+  std::printf("[moe-op] graph_above_threshold_vs_eager max_abs=%.3e %s\n", m3, m3 == 0.0 ? "PASS" : "FAIL");
+  EXPECT_EQ(m3, 0.0);
+}
+
+// The tensor-core grouped prefill path reads only device offsets: captured, it replays bitwise
+// like eager, also after the routing changed.
+TEST(CudaMoeGroupedGraph, PrefillReplayBitwiseEqualsEager) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  const MoeCase c{300, 64, 6, 256, 136, Routing::kUniform};
+  const Inputs in = make_inputs(c);
+  MoeCase c2 = c;
+  c2.routing = Routing::kSkewed;
+  const Tensor host_ids1 = host_i32(in.ids), host_ids2 = host_i32(make_ids(c2, 9));
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(0);
+  be->set_moe_grouped_gemm(true);
+  Tensor x = act(*be, in.x);
+  ExpertWeights w{act(*be, in.gate_up), act(*be, in.down)};
+  Tensor ids = ints(*be, in.ids).reshape({c.tokens, c.top_k});
+  Tensor wt = be->upload(in.weights, DType::kF32);
+  Tensor y = be->empty({c.tokens, c.hidden}, DType::kBF16);
+  be->moe_experts(x, ids, wt, w, y);
+  const Tensor eager1 = be->download(y);
+  be->copy_to_device(host_ids2, ids);
+  be->moe_experts(x, ids, wt, w, y);
+  const Tensor eager2 = be->download(y);
+  be->copy_to_device(host_ids1, ids);
+  be->synchronize();
+  cuda::CudaGraph graph;
+  graph.capture(*be, [&] { be->moe_experts(x, ids, wt, w, y); });
+  graph.replay();
+  const Tensor replay1 = be->download(y);
+  be->copy_to_device(host_ids2, ids);
+  graph.replay();
+  const Tensor replay2 = be->download(y);
+  be->set_moe_grouped_gemm(false);
+  be->set_moe_device_max_slots(saved);
+  const double worst = std::max(compare(eager1, replay1).max_abs, compare(eager2, replay2).max_abs);
+  const bool ok = worst == 0.0 && compare(eager1, eager2).max_abs > 0.0;
+  std::printf("[moe-op] graph_grouped_prefill_vs_eager max_abs=%.3e %s\n", worst, ok ? "PASS" : "FAIL");
+  EXPECT_TRUE(ok);
+}
+
+// Router + experts of a DeepSeek-V3-style layer (sigmoid, host correction bias, group limit,
+// renormalised and scaled weights) in one graph: replays bitwise like eager, for two logit sets.
+TEST(CudaMoeGraph, RouteAndExpertsReplayBitwiseEqualsEager) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  const int64_t t = 16, e = 64, k = 6, h = 256, inter = 128;
+  MoeRoutingParams rp;
+  rp.scoring = MoeRoutingParams::Scoring::kSigmoid;
+  rp.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
+  rp.num_experts = static_cast<int32_t>(e);
+  rp.top_k = static_cast<int32_t>(k);
+  rp.num_groups = 8;
+  rp.topk_groups = 4;
+  rp.renormalize = true;
+  rp.renorm_eps = 1e-20f;
+  rp.scaling = 2.5f;
+  const Tensor bias_host = host_fill({e}, 21, 0.1f);  // host f32, as the model passes it
+  rp.correction_bias = &bias_host;
+  const Tensor logits1 = host_fill({t, e}, 22, 3.0f), logits2 = host_fill({t, e}, 23, 3.0f);
+  Tensor logits = be->upload(logits1, DType::kF32);
+  Tensor x = act(*be, host_fill({t, h}, 24, 1.0f));
+  ExpertWeights w{act(*be, host_fill({e, 2 * inter, h}, 25, 0.05f)),
+                  act(*be, host_fill({e, h, inter}, 26, 0.05f))};
+  Tensor ids = be->empty({t, k}, DType::kI32), wts = be->empty({t, k}, DType::kF32);
+  Tensor y = be->empty({t, h}, DType::kBF16);
+  auto step = [&] {
+    be->moe_route(logits, rp, ids, wts);
+    be->moe_experts(x, ids, wts, w, y);
+  };
+  step();  // eager warm-up (uploads the host bias once)
+  const Tensor e_ids1 = be->download(ids), e_w1 = be->download(wts), e_y1 = be->download(y);
+  be->copy_to_device(logits2, logits);
+  step();
+  const Tensor e_ids2 = be->download(ids), e_w2 = be->download(wts), e_y2 = be->download(y);
+  be->copy_to_device(logits1, logits);
+  be->synchronize();
+  cuda::CudaGraph graph;
+  graph.capture(*be, step);
+  graph.replay();
+  const Tensor g_ids1 = be->download(ids), g_w1 = be->download(wts), g_y1 = be->download(y);
+  be->copy_to_device(logits2, logits);
+  graph.replay();
+  const Tensor g_ids2 = be->download(ids), g_w2 = be->download(wts), g_y2 = be->download(y);
+  const double worst = std::max({compare(e_w1, g_w1).max_abs, compare(e_y1, g_y1).max_abs,
+                                 compare(e_w2, g_w2).max_abs, compare(e_y2, g_y2).max_abs});
+  const int64_t id_mism = compare(e_ids1, g_ids1).mismatches + compare(e_ids2, g_ids2).mismatches;
+  const bool ok = worst == 0.0 && id_mism == 0 && compare(e_y1, e_y2).max_abs > 0.0;
+  std::printf("[moe-op] graph_route_experts_vs_eager max_abs=%.3e id_mismatches=%lld %s\n", worst,
+              static_cast<long long>(id_mism), ok ? "PASS" : "FAIL");
+  EXPECT_TRUE(ok);
+}
+
+#else
+
+TEST(CudaMoe, Skipped) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace di::testing
