@@ -3,8 +3,8 @@
 // backend; linear() also accepts an fp8_e4m3 weight with block scales (tensor.h) and dequantizes
 // it with them, optionally quantizing the activations the way the CUDA FP8 path does
 // (kernels/fp8_quant.cu: e4m3, one scale amax/448 per row and 128 columns). Used by
-// tests/unit/model/test_fp8_loader.cpp (loader behaviour, on the CPU) and tests/ops/test_cuda_fp8.cpp
-// (the CUDA model against this emulation).
+// tests/unit/model/test_fp8_loader.cpp (loader behaviour, on the CPU) and
+// tests/ops/test_cuda_fp8.cpp (the CUDA model against this emulation).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -49,9 +49,9 @@ class Fp8CpuBackend final : public Backend {
     const int64_t n = w.size(0), k = w.size(1);
     DI_CHECK(n % 128 == 0 && k % 128 == 0, "ineligible FP8 weight {}", w.describe());
     const int64_t ld = ((k / 128) + 3) / 4 * 4;  // rows padded to 16 bytes (tensor.h)
-    DI_CHECK(s->dtype() == DType::kF32 && s->dim() == 2 && s->size(0) == n / 128 &&
-                 s->size(1) == ld,
-             "scales {} for weight {}", s->describe(), w.describe());
+    DI_CHECK(
+        s->dtype() == DType::kF32 && s->dim() == 2 && s->size(0) == n / 128 && s->size(1) == ld,
+        "scales {} for weight {}", s->describe(), w.describe());
     for (int64_t b = 0; b < n / 128; ++b)
       for (int64_t j = k / 128; j < ld; ++j)
         DI_CHECK(s->f32()[b * ld + j] == 1.0f, "scale padding of {} is not 1", w.describe());
@@ -61,8 +61,8 @@ class Fp8CpuBackend final : public Backend {
       Tensor f = Tensor::empty({n, k}, DType::kF32);
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < k; ++j)
-          f.f32()[i * k + j] = fp8e4m3_to_f32(w.data<uint8_t>()[i * k + j]) *
-                               s->f32()[(i / 128) * ld + j / 128];
+          f.f32()[i * k + j] =
+              fp8e4m3_to_f32(w.data<uint8_t>()[i * k + j]) * s->f32()[(i / 128) * ld + j / 128];
       it = dequantized_.emplace(w.raw(), f).first;
     }
     if (!quantize_x_) return inner_->linear(x, it->second, bias, y);

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "../integration/golden_util.h"
-#include "fp8_cpu_backend.h"
 #include "backend/backend.h"
 #include "engine/generator.h"
+#include "fp8_cpu_backend.h"
 #include "model/make_model.h"
 #include "model/model.h"
 
@@ -134,7 +134,8 @@ TEST(CudaFp8Linear, MatchesCpuReferenceWithinQuantizationBound) {
     // Reference and the bound's two sums, on the CPU backend (fp32).
     Tensor ref = cpu->empty({m_max, n}, DType::kF32);
     cpu->linear(x, w.deq, nullptr, ref);
-    Tensor abs_x = Tensor::empty({m_max, k}, DType::kF32), grp = Tensor::empty({m_max, k}, DType::kF32);
+    Tensor abs_x = Tensor::empty({m_max, k}, DType::kF32),
+           grp = Tensor::empty({m_max, k}, DType::kF32);
     Tensor abs_w = Tensor::empty({n, k}, DType::kF32);
     for (int64_t i = 0; i < m_max; ++i)
       for (int64_t g = 0; g < k / 128; ++g) {
@@ -147,7 +148,8 @@ TEST(CudaFp8Linear, MatchesCpuReferenceWithinQuantizationBound) {
         }
       }
     for (int64_t i = 0; i < n * k; ++i) abs_w.f32()[i] = std::fabs(w.deq.f32()[i]);
-    Tensor sum_abs = cpu->empty({m_max, n}, DType::kF32), sum_sub = cpu->empty({m_max, n}, DType::kF32);
+    Tensor sum_abs = cpu->empty({m_max, n}, DType::kF32),
+           sum_sub = cpu->empty({m_max, n}, DType::kF32);
     cpu->linear(abs_x, abs_w, nullptr, sum_abs);
     cpu->linear(grp, abs_w, nullptr, sum_sub);
 
@@ -170,9 +172,10 @@ TEST(CudaFp8Linear, MatchesCpuReferenceWithinQuantizationBound) {
         if (e > bound) ++over;
       }
       const double nerr = std::sqrt(err2 / std::max(ref2, 1e-30));
-      std::printf("[fp8] test m=%lld n=%lld k=%lld norm_err=%.4f worst_err_over_bound=%.3f over=%lld\n",
-                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                  nerr, worst, static_cast<long long>(over));
+      std::printf(
+          "[fp8] test m=%lld n=%lld k=%lld norm_err=%.4f worst_err_over_bound=%.3f over=%lld\n",
+          static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), nerr,
+          worst, static_cast<long long>(over));
       std::fflush(stdout);
       EXPECT_EQ(over, 0) << "m " << m << " n " << n << " k " << k;
       EXPECT_LE(nerr, 0.05) << "m " << m << " n " << n << " k " << k;
@@ -235,7 +238,8 @@ TEST(CudaFp8Model, DeepseekV3SmallFp8MatchesCpu) {
   for (const auto& [what, ref] : refs) {
     const double tol = std::string(what) == "cpu" ? 0.15 : 0.06;
     for (size_t i = 0; i < reqs.size(); ++i) {
-      const double err = testing::max_rel_error(ref[i].last_prompt_logits, got[i].last_prompt_logits);
+      const double err =
+          testing::max_rel_error(ref[i].last_prompt_logits, got[i].last_prompt_logits);
       std::vector<float> l = ref[i].last_prompt_logits;
       std::partial_sort(l.begin(), l.begin() + 2, l.end(), std::greater<float>());
       float max_abs = 0;
@@ -244,10 +248,11 @@ TEST(CudaFp8Model, DeepseekV3SmallFp8MatchesCpu) {
       while (same < ref[i].output.size() && same < got[i].output.size() &&
              ref[i].output[same] == got[i].output[same])
         ++same;
-      std::printf("[fp8] model deepseek_v3-small-fp8 vs %s prompt %zu: logits max_rel_err=%.3e "
-                  "(tol %.2f) greedy %zu/%zu tokens agree%s\n",
-                  what, i, err, tol, same, ref[i].output.size(),
-                  same == ref[i].output.size() ? "" : " (flip)");
+      std::printf(
+          "[fp8] model deepseek_v3-small-fp8 vs %s prompt %zu: logits max_rel_err=%.3e "
+          "(tol %.2f) greedy %zu/%zu tokens agree%s\n",
+          what, i, err, tol, same, ref[i].output.size(),
+          same == ref[i].output.size() ? "" : " (flip)");
       std::fflush(stdout);
       EXPECT_LE(err, tol) << what << " prompt " << i;
       if ((l[0] - l[1]) > 4.0 * err * max_abs) {

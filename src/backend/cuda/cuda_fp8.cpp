@@ -110,8 +110,8 @@ struct CudaBackend::Fp8Plans {
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.d, p.d, pref,
-                                                             1, &result, &found);
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p.ok) {
@@ -146,8 +146,10 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, Tensor& y) {
            y.describe());
   const int64_t n = w.size(0), k = w.size(1);
   const int64_t m = x.numel() / std::max<int64_t>(k, 1);
-  DI_CHECK(supports_fp8_block_linear(n, k), "cuda linear (fp8): weight {} is not [n, k] with n, k "
-           "multiples of 128", w.describe());
+  DI_CHECK(supports_fp8_block_linear(n, k),
+           "cuda linear (fp8): weight {} is not [n, k] with n, k "
+           "multiples of 128",
+           w.describe());
   DI_CHECK(x.size(-1) == k, "cuda linear (fp8): x {} does not match weight {}", x.describe(),
            w.describe());
   DI_CHECK(y.numel() == m * n, "cuda linear (fp8): y {} is not [{}, {}]", y.describe(), m, n);
@@ -191,8 +193,8 @@ void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, Tensor& y) {
     d = scratch.raw();
   }
   const float alpha = 1.0f, beta = 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(fp8_plans_->lt, plan->op, &alpha, w.raw(), plan->a, xq.raw(),
-                              plan->b, &beta, d, plan->d, d, plan->d, &plan->algo, cublas_workspace_,
+  CUBLAS_CHECK(cublasLtMatmul(fp8_plans_->lt, plan->op, &alpha, w.raw(), plan->a, xq.raw(), plan->b,
+                              &beta, d, plan->d, d, plan->d, &plan->algo, cublas_workspace_,
                               kLtWorkspaceBytes, stream_));
   if (via_scratch) {
     // Row-major: the first m rows of [m_pad, n] are one contiguous prefix.

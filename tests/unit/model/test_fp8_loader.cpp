@@ -15,11 +15,11 @@
 #include <unordered_map>
 #include <utility>
 
+#include "../../ops/fp8_cpu_backend.h"
 #include "backend/backend.h"
 #include "engine/generator.h"
 #include "model/make_model.h"
 #include "model/model.h"
-#include "../../ops/fp8_cpu_backend.h"
 
 namespace di {
 namespace {
@@ -30,8 +30,7 @@ using testing::Fp8CpuBackend;
 class TempDir {
  public:
   explicit TempDir(const std::string& tag)
-      : path_(fs::temp_directory_path() /
-              ("di_fp8_" + tag + "_" + std::to_string(::getpid()))) {
+      : path_(fs::temp_directory_path() / ("di_fp8_" + tag + "_" + std::to_string(::getpid()))) {
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
