@@ -92,6 +92,14 @@ class Backend {
   virtual Device device() const = 0;
   // The dtype activations and the KV cache use on this backend (f32 on the CPU).
   virtual DType compute_dtype() const = 0;
+  // Whether linear() takes a DeepSeek block-scaled FP8 weight [n, k] (fp8_e4m3 with 128x128
+  // f32 block_scales(), see tensor.h) as-is. The WeightLoader asks this per linear weight and
+  // dequantizes when the answer is no (always on the CPU backend, the reference).
+  virtual bool supports_fp8_block_linear(int64_t n, int64_t k) const {
+    (void)n;
+    (void)k;
+    return false;
+  }
 
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor zeros(const Shape& shape, DType dtype) = 0;

@@ -1,5 +1,6 @@
 #include "model/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/thread_pool.h"
@@ -36,7 +37,44 @@ Tensor WeightLoader::load_host_f32(const std::string& name, const Shape& shape) 
   return out;
 }
 
+Tensor WeightLoader::try_load_fp8(const std::vector<std::string>& names,
+                                  const std::vector<Shape>& shapes) {
+  constexpr int64_t kBlock = 128;
+  if (names.empty() || names.size() != shapes.size()) return Tensor();
+  if (config_.fp8_block_n != kBlock || config_.fp8_block_k != kBlock) return Tensor();
+  const int64_t cols = shapes[0].size() == 2 ? shapes[0][1] : -1;
+  int64_t rows = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Shape& s = shapes[i];
+    if (s.size() != 2 || s[1] != cols || s[0] % kBlock != 0) return Tensor();
+    if (!ck_.has(names[i]) || !ck_.has(names[i] + "_scale_inv")) return Tensor();
+    if (ck_.entry(names[i]).dtype != DType::kFP8E4M3) return Tensor();
+    rows += s[0];
+  }
+  if (cols <= 0 || !backend_.supports_fp8_block_linear(rows, cols)) return Tensor();
+  // Scales: the checkpoint's [rows/128, kb] with rows padded to kb4 (tensor.h, block_scales()).
+  const int64_t kb = (cols + kBlock - 1) / kBlock, kb4 = fp8_block_scale_cols(cols);
+  Tensor q = Tensor::empty({rows, cols}, DType::kFP8E4M3);
+  Tensor scale = Tensor::empty({rows / kBlock, kb4}, DType::kF32);
+  std::fill(scale.f32(), scale.f32() + scale.numel(), 1.0f);
+  int64_t at = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int64_t r = shapes[i][0];
+    Tensor part = ck_.get(names[i], shapes[i]);
+    Tensor part_scale = ck_.get(names[i] + "_scale_inv", {r / kBlock, kb}).to_f32();
+    std::memcpy(q.data<uint8_t>() + at * cols, part.raw(), static_cast<size_t>(r * cols));
+    for (int64_t b = 0; b < r / kBlock; ++b)
+      std::memcpy(scale.f32() + (at / kBlock + b) * kb4, part_scale.f32() + b * kb,
+                  static_cast<size_t>(kb) * sizeof(float));
+    at += r;
+  }
+  ++num_fp8_kept_;
+  Tensor dev_q = backend_.upload(q, DType::kFP8E4M3);
+  return dev_q.with_block_scales(backend_.upload(scale, DType::kF32));
+}
+
 Tensor WeightLoader::load(const std::string& name, const Shape& shape) {
+  if (Tensor q = try_load_fp8({name}, {shape}); !q.is_null()) return q;
   return upload(load_host_f32(name, shape));
 }
 
@@ -47,6 +85,7 @@ Tensor WeightLoader::load_optional(const std::string& name, const Shape& shape) 
 
 Tensor WeightLoader::load_concat_rows(const std::vector<std::string>& names,
                                       const std::vector<Shape>& shapes) {
+  if (Tensor q = try_load_fp8(names, shapes); !q.is_null()) return q;
   int64_t rows = 0, cols = shapes.at(0).back();
   for (const auto& s : shapes) rows += s[0];
   Tensor out = Tensor::empty({rows, cols}, DType::kF32);

@@ -2,6 +2,16 @@
 // Reads checkpoint tensors, converts them to the backend's compute dtype and uploads them.
 // FP8 (e4m3) weights with `<name>_scale_inv` 128×128 block scales are dequantized on the CPU
 // backend (the reference); tied embeddings and expert stacking are handled here too.
+//
+// Block-scaled FP8 on the device (issue #6): load() and load_concat_rows() keep a weight in FP8 —
+// the e4m3 bytes plus its f32 scale_inv attached as Tensor::block_scales() — when all of these
+// hold: the checkpoint stores it as e4m3 with `_scale_inv`, it is 2-D, the blocks are 128×128,
+// every concatenated part has a multiple of 128 rows (so the scale rows concatenate too), and
+// backend.supports_fp8_block_linear(n, k) says yes for the whole [n, k]. Otherwise it is
+// dequantized exactly as before. Only linear weights are stored as FP8 in DeepSeek checkpoints
+// (embeddings, norms, the router gate and lm_head are bf16), so what load() keeps in FP8 only
+// ever reaches Backend::linear. load_host_f32 (e.g. kv_b_proj, split on the host) and
+// load_experts (MoE experts: TODO(#6) grouped FP8 GEMM) always dequantize.
 #include <string>
 #include <vector>
 
@@ -28,11 +38,18 @@ class WeightLoader {
   ExpertWeights load_experts(const std::string& prefix, int64_t num_experts, int64_t hidden,
                              int64_t inter);
   Tensor upload(const Tensor& host_f32);
+  // Number of weights kept in FP8 by this loader so far (tests, logs).
+  int64_t num_fp8_kept() const { return num_fp8_kept_; }
 
  private:
   const Checkpoint& ck_;
   Backend& backend_;
   const ModelConfig& config_;
+  int64_t num_fp8_kept_ = 0;
+
+  // The row-concatenation of `names` as a device FP8 weight with block scales, or a null Tensor
+  // when the conditions above do not hold (the caller dequantizes).
+  Tensor try_load_fp8(const std::vector<std::string>& names, const std::vector<Shape>& shapes);
 };
 
 }  // namespace di

@@ -47,6 +47,17 @@ Tensor Tensor::view_of(void* data, const Shape& shape, DType dtype, std::shared_
   return t;
 }
 
+Tensor Tensor::with_block_scales(Tensor scales) const {
+  DI_CHECK(dtype_ == DType::kFP8E4M3 && dim() == 2 && scales.dtype() == DType::kF32 &&
+               scales.dim() == 2 && scales.device() == device_,
+           "with_block_scales: {} with scales {} (need a 2-d fp8_e4m3 weight, 2-d f32 scales on "
+           "the same device)",
+           describe(), scales.describe());
+  Tensor t = *this;
+  t.block_scales_ = std::make_shared<const Tensor>(std::move(scales));
+  return t;
+}
+
 int64_t Tensor::size(int64_t d) const {
   if (d < 0) d += dim();
   DI_CHECK(d >= 0 && d < dim(), "dimension {} out of range for {}", d, describe());

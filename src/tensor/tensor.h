@@ -64,13 +64,29 @@ class Tensor {
 
   std::string describe() const;  // "bf16[4096, 11008]"
 
+  // ---- Block-scaled FP8 weights (DeepSeek; issue #6) ----
+  // An e4m3 linear weight w [N, K] may carry its f32 block scales `scale_inv` (on the same device):
+  //   w[i, j] = fp8[i, j] * scales[i / 128, j / 128],
+  // scales of shape [ceil(N/128), fp8_block_scale_cols(K)]: the checkpoint's row-major
+  // [ceil(N/128), ceil(K/128)] with each row padded to a multiple of 4 floats (16 bytes; padding
+  // = 1.0), the layout cuBLASLt's BLK128x128_32F mode reads.
+  // Only a backend that reports supports_fp8_block_linear() is handed such weights (by the
+  // WeightLoader, for 2-D linear weights); everywhere else weights are dequantized at load.
+  // Copies share the scales; reshape/slice views drop them.
+  const Tensor* block_scales() const { return block_scales_.get(); }
+  Tensor with_block_scales(Tensor scales) const;
+
  private:
   void* data_ = nullptr;
   Shape shape_;
   DType dtype_ = DType::kF32;
   Device device_ = Device::kCPU;
   std::shared_ptr<void> storage_;
+  std::shared_ptr<const Tensor> block_scales_;  // FP8 block scales (see block_scales())
 };
+
+// Columns of an FP8 weight's block-scale tensor for k input features (see block_scales()).
+inline int64_t fp8_block_scale_cols(int64_t k) { return ((k + 127) / 128 + 3) / 4 * 4; }
 
 // Throws with the tensor's name when its shape differs from `expected`.
 void check_shape(const Tensor& t, const Shape& expected, const std::string& name);

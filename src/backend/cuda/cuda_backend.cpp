@@ -173,6 +173,18 @@ void CudaBackend::gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t l
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  if (w.dtype() == DType::kFP8E4M3) {  // block-scaled FP8 weight (cuda_fp8.cpp)
+    linear_fp8(x, w, y);
+    if (bias != nullptr) {
+      const int64_t n = w.size(0), m = y.numel() / std::max<int64_t>(n, 1);
+      check_dev(*bias, DType::kBF16, "linear", "bias");
+      DI_CHECK(bias->numel() == n, "cuda linear: bias {} for {} outputs", bias->describe(), n);
+      launch_bias_add(BiasAddParams{y.raw(), y.dtype() == DType::kF32, cptr<bf16_t>(*bias), m, n},
+                      stream_);
+      CUDA_CHECK_LAUNCH("bias_add");
+    }
+    return;
+  }
   check_dev(x, DType::kBF16, "linear", "x");
   check_dev(w, DType::kBF16, "linear", "w");
   DI_CHECK(y.device() == Device::kCUDA && (y.dtype() == DType::kBF16 || y.dtype() == DType::kF32),

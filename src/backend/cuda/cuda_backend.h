@@ -34,6 +34,8 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::kCUDA; }
   DType compute_dtype() const override { return DType::kBF16; }
+  // FP8 block-scaled linear through cuBLASLt (cuda_fp8.cpp): n and k multiples of 128.
+  bool supports_fp8_block_linear(int64_t n, int64_t k) const override;
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor zeros(const Shape& shape, DType dtype) override;
@@ -88,6 +90,10 @@ class CudaBackend final : public Backend {
   void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
                  bool y_f32, int64_t m, int64_t n, int64_t k);
   const float* device_f32(const Tensor& t, const char* what);
+  // y = x · dequant(w)ᵀ for an FP8 weight with block scales (cuda_fp8.cpp).
+  void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y);
+  struct Fp8Plans;  // cuBLASLt handle + per-shape descriptors and heuristics (cuda_fp8.cpp)
+  std::shared_ptr<Fp8Plans> fp8_plans_;
 
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
