@@ -16,7 +16,7 @@
 // 23,300 and Qwen3-30B-A3B 684 / 2,310 / 9,830 tok/s at concurrency 1 / 32 / 256.)
 //
 //   bench_cuda_model --preset deepseek-v2-lite [--conc 1,32,256] [--ctx 2048] [--layers N]
-//                    [--block-size 64] [--reps 5] [--graph|--eager] [--roofline-only]
+//                    [--block-size 64] [--reps 5] [--graph|--eager] [--roofline-only] [--tag T]
 // Prints one line per concurrency:
 //   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=..
 //           roofline_tok_s=.. pct=..
@@ -54,6 +54,7 @@ struct Args {
   int reps = 5;
   int graph = -1;  // -1 auto (graph unless MoE), 0 eager, 1 graph
   bool roofline_only = false;  // print the rooflines and exit (no GPU needed)
+  std::string tag;             // printed as tag=... (e.g. an A/B variant set through the env)
 };
 
 std::string arch_of(const std::string& preset) {
@@ -138,6 +139,8 @@ Args parse(int argc, char** argv) {
       a.graph = 1;
     } else if (!std::strcmp(argv[i], "--eager")) {
       a.graph = 0;
+    } else if (!std::strcmp(argv[i], "--tag")) {
+      a.tag = next();
     } else if (!std::strcmp(argv[i], "--roofline-only")) {
       a.roofline_only = true;
     } else {
@@ -229,9 +232,9 @@ int run(const Args& args) {
       const double bytes = 2.0 * step_params(config, conc) + conc * (ctx + 1.0) * kv_token_bytes;
       const double roof_tok_s = conc / (bytes / kBandwidth);
       const double tok_s = 1e3 * conc / ms;
-      std::printf("[model] preset=%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "
+      std::printf("[model] preset=%s%s%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "
                   "roofline_tok_s=%.1f pct=%.1f\n",
-                  args.preset.c_str(), conc, ctx, use_graph ? "graph" : "eager", ms, tok_s, roof_tok_s,
+                  args.preset.c_str(), args.tag.empty() ? "" : " tag=", args.tag.c_str(), conc, ctx, use_graph ? "graph" : "eager", ms, tok_s, roof_tok_s,
                   100.0 * tok_s / roof_tok_s);
     } catch (const std::exception& e) {
       ++failures;

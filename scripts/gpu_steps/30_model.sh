@@ -1,22 +1,26 @@
 # GPU step (sourced by scripts/gpu_check.sh): the MLA decode kernel's op tests, then the
 # real-model decode benchmark with random device weights (bench/cuda/bench_cuda_model.cpp) for
 # DeepSeek-V2-Lite and Qwen3-30B-A3B at concurrency 1 / 32 / 256 with 2048-token contexts, and
-# Llama-3.1-8B at concurrency 1 with 512. Worst case 150 s (the timeouts below).
+# Llama-3.1-8B at concurrency 1 with 512; V2-Lite once more with the generic attention kernel
+# (DEEPINFER_MLA_KERNEL=0, lines tagged tag=generic-attn) as the A/B of the MLA decode kernel.
+# Worst case 150 s (the timeouts below).
 # Lines in $OUT/summary_extra.txt:
 #   [mla] test_cuda_mla rc=0 passed=16 failed=0
 #   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=.. roofline_tok_s=.. pct=..
 if [ -x .gpu_bin/test_cuda_mla ]; then
-  run_step mla_ops 25 .gpu_bin/test_cuda_mla --gtest_color=no
+  run_step mla_ops 20 .gpu_bin/test_cuda_mla --gtest_color=no
   {
     echo "[mla] test_cuda_mla rc=${rcs[${#rcs[@]}-1]} passed=$(grep -c '^\[       OK \]' "$OUT/mla_ops.log") failed=$(grep -o '^\[  FAILED  \] [A-Za-z][^ ,]*' "$OUT/mla_ops.log" | sort -u | wc -l)"
     grep -E '^\[mla\] .*FAIL' "$OUT/mla_ops.log" | head -20
   } >>"$OUT/summary_extra.txt"
 fi
 if [ -x .gpu_bin/bench_cuda_model ]; then
-  run_step model_v2lite 45 .gpu_bin/bench_cuda_model --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048
-  run_step model_qwen3moe 55 .gpu_bin/bench_cuda_model --preset qwen3-30b-a3b --conc 1,32,256 --ctx 2048
-  run_step model_llama8b 25 .gpu_bin/bench_cuda_model --preset llama3-8b --conc 1 --ctx 512
-  for n in model_v2lite model_qwen3moe model_llama8b; do
+  run_step model_v2lite 40 .gpu_bin/bench_cuda_model --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048
+  run_step model_qwen3moe 45 .gpu_bin/bench_cuda_model --preset qwen3-30b-a3b --conc 1,32,256 --ctx 2048
+  run_step model_llama8b 20 .gpu_bin/bench_cuda_model --preset llama3-8b --conc 1 --ctx 512
+  run_step model_v2lite_generic 25 env DEEPINFER_MLA_KERNEL=0 .gpu_bin/bench_cuda_model \
+    --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048 --reps 3 --tag generic-attn
+  for n in model_v2lite model_qwen3moe model_llama8b model_v2lite_generic; do
     grep -E '^\[model\]' "$OUT/$n.log" >>"$OUT/summary_extra.txt" || echo "[model] $n: no output (see $n.log)" >>"$OUT/summary_extra.txt"
   done
 fi

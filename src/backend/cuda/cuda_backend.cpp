@@ -366,7 +366,8 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
       mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
                            p.layout.entry_size) &&
       reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0) {
+      reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0) {
     const MlaDecodePlan plan =
         plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v);
     const size_t smem = mla_decode_smem_bytes(plan.rows_per_tile, p.head_dim_qk);
