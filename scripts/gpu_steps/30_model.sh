@@ -2,7 +2,8 @@
 # real-model decode benchmark with random device weights (bench/cuda/bench_cuda_model.cpp) for
 # DeepSeek-V2-Lite and Qwen3-30B-A3B at concurrency 1 / 32 / 256 with 2048-token contexts, and
 # Llama-3.1-8B at concurrency 1 with 512; V2-Lite once more with the generic attention kernel
-# (DEEPINFER_MLA_KERNEL=0, lines tagged tag=generic-attn) as the A/B of the MLA decode kernel.
+# (DEEPINFER_MLA_KERNEL=0, lines tagged tag=generic-attn) as the A/B of the MLA decode kernel, and
+# with a 128-entry MLA split (tag=mla-split128: fewer f32 partials at batch 256, fewer CTAs at 1).
 # Worst case 150 s (the timeouts below).
 # Lines in $OUT/summary_extra.txt:
 #   [mla] test_cuda_mla rc=0 passed=16 failed=0
@@ -15,12 +16,14 @@ if [ -x .gpu_bin/test_cuda_mla ]; then
   } >>"$OUT/summary_extra.txt"
 fi
 if [ -x .gpu_bin/bench_cuda_model ]; then
-  run_step model_v2lite 40 .gpu_bin/bench_cuda_model --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048
-  run_step model_qwen3moe 45 .gpu_bin/bench_cuda_model --preset qwen3-30b-a3b --conc 1,32,256 --ctx 2048
+  run_step model_v2lite 35 .gpu_bin/bench_cuda_model --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048
+  run_step model_qwen3moe 40 .gpu_bin/bench_cuda_model --preset qwen3-30b-a3b --conc 1,32,256 --ctx 2048
   run_step model_llama8b 20 .gpu_bin/bench_cuda_model --preset llama3-8b --conc 1 --ctx 512
-  run_step model_v2lite_generic 25 env DEEPINFER_MLA_KERNEL=0 .gpu_bin/bench_cuda_model \
+  run_step model_v2lite_generic 20 env DEEPINFER_MLA_KERNEL=0 .gpu_bin/bench_cuda_model \
     --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048 --reps 3 --tag generic-attn
-  for n in model_v2lite model_qwen3moe model_llama8b model_v2lite_generic; do
+  run_step model_v2lite_split128 15 env DEEPINFER_MLA_SPLIT=128 .gpu_bin/bench_cuda_model \
+    --preset deepseek-v2-lite --conc 1,256 --ctx 2048 --reps 3 --tag mla-split128
+  for n in model_v2lite model_qwen3moe model_llama8b model_v2lite_generic model_v2lite_split128; do
     grep -E '^\[model\]' "$OUT/$n.log" >>"$OUT/summary_extra.txt" || echo "[model] $n: no output (see $n.log)" >>"$OUT/summary_extra.txt"
   done
 fi
