@@ -52,7 +52,7 @@ struct Args {
   int32_t block_size = 64;
   int64_t layers = 0;  // 0 = the preset's
   int reps = 5;
-  int graph = -1;  // -1 auto (graph unless MoE), 0 eager, 1 graph
+  int graph = -1;              // -1 auto (graph unless MoE), 0 eager, 1 graph
   bool roofline_only = false;  // print the rooflines and exit (no GPU needed)
   std::string tag;             // printed as tag=... (e.g. an A/B variant set through the env)
 };
@@ -70,17 +70,21 @@ double step_params(const ModelConfig& c, int32_t conc) {
   const double h = static_cast<double>(c.hidden_size);
   double attn = 0.0;
   if (c.is_mla()) {
-    const double hq = static_cast<double>(c.num_attention_heads), dn = static_cast<double>(c.qk_nope_head_dim),
-                 dr = static_cast<double>(c.qk_rope_head_dim), dv = static_cast<double>(c.v_head_dim),
-                 lat = static_cast<double>(c.kv_lora_rank), lq = static_cast<double>(c.q_lora_rank);
+    const double hq = static_cast<double>(c.num_attention_heads),
+                 dn = static_cast<double>(c.qk_nope_head_dim),
+                 dr = static_cast<double>(c.qk_rope_head_dim),
+                 dv = static_cast<double>(c.v_head_dim), lat = static_cast<double>(c.kv_lora_rank),
+                 lq = static_cast<double>(c.q_lora_rank);
     attn = (lq > 0 ? h * lq + lq * hq * (dn + dr) : hq * (dn + dr) * h) + (lat + dr) * h +
            hq * (dn + dv) * lat + h * hq * dv;
   } else {
-    const double d = static_cast<double>(c.head_dim), hq = static_cast<double>(c.num_attention_heads),
+    const double d = static_cast<double>(c.head_dim),
+                 hq = static_cast<double>(c.num_attention_heads),
                  hkv = static_cast<double>(c.num_key_value_heads);
     attn = (hq + 2 * hkv) * d * h + h * hq * d;
   }
-  const double e = static_cast<double>(c.num_experts), k = static_cast<double>(c.num_experts_per_tok);
+  const double e = static_cast<double>(c.num_experts),
+               k = static_cast<double>(c.num_experts_per_tok);
   const double touched = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(conc))) : 0.0;
   const double expert = 3.0 * static_cast<double>(c.moe_intermediate_size) * h;
   double total = static_cast<double>(c.vocab_size) * h;  // lm_head
@@ -154,8 +158,9 @@ Args parse(int argc, char** argv) {
 int run(const Args& args) {
   const std::string arch = arch_of(args.preset);
   if (arch.empty()) {
-    std::printf("[model] preset=%s error=unknown preset (deepseek-v2-lite, qwen3-30b-a3b, llama3-8b)\n",
-                args.preset.c_str());
+    std::printf(
+        "[model] preset=%s error=unknown preset (deepseek-v2-lite, qwen3-30b-a3b, llama3-8b)\n",
+        args.preset.c_str());
     return 2;
   }
   model::ModelSpec spec = model::model_spec(arch, args.preset).value();
@@ -168,10 +173,13 @@ int run(const Args& args) {
         static_cast<double>(config.is_mla() ? config.kv_lora_rank + config.qk_rope_head_dim
                                             : 2 * config.num_key_value_heads * config.head_dim);
     for (int32_t conc : args.conc) {
-      const double bytes = 2.0 * step_params(config, conc) + conc * (args.ctx + 1.0) * kv_token_bytes;
-      std::printf("[model] preset=%s conc=%d ctx=%d weights_touched_gb=%.2f kv_gb=%.2f roofline_tok_s=%.1f\n",
-                  args.preset.c_str(), conc, args.ctx, 2.0 * step_params(config, conc) / 1e9,
-                  conc * (args.ctx + 1.0) * kv_token_bytes / 1e9, conc / (bytes / kBandwidth));
+      const double bytes =
+          2.0 * step_params(config, conc) + conc * (args.ctx + 1.0) * kv_token_bytes;
+      std::printf(
+          "[model] preset=%s conc=%d ctx=%d weights_touched_gb=%.2f kv_gb=%.2f "
+          "roofline_tok_s=%.1f\n",
+          args.preset.c_str(), conc, args.ctx, 2.0 * step_params(config, conc) / 1e9,
+          conc * (args.ctx + 1.0) * kv_token_bytes / 1e9, conc / (bytes / kBandwidth));
     }
     return 0;
   }
@@ -191,16 +199,18 @@ int run(const Args& args) {
   const int32_t bps = (ctx + 1 + bs - 1) / bs;  // blocks per sequence (covers position ctx)
   const int32_t max_conc = *std::max_element(args.conc.begin(), args.conc.end());
   const KvLayout layout = model->kv_layout(max_conc * bps, bs);
-  Tensor pool = be.empty({layout.num_blocks, layout.num_layers, bs, layout.entry_size}, DType::kBF16);
+  Tensor pool =
+      be.empty({layout.num_blocks, layout.num_layers, bs, layout.entry_size}, DType::kBF16);
   be.fill_random(pool, 4242, 1.0f);  // random KV written directly (no prefill)
   be.synchronize();
   const bool moe = config.num_experts > 0;
   const bool use_graph = args.graph == 1 || (args.graph == -1 && !moe);
-  std::printf("[model] setup preset=%s layers=%lld weights_gb=%.2f kv_gb=%.2f kv=random_fill "
-              "mode=%s setup_s=%.1f\n",
-              args.preset.c_str(), static_cast<long long>(config.num_hidden_layers), weight_bytes / 1e9,
-              static_cast<double>(pool.nbytes()) / 1e9, use_graph ? "graph" : "eager",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::printf(
+      "[model] setup preset=%s layers=%lld weights_gb=%.2f kv_gb=%.2f kv=random_fill "
+      "mode=%s setup_s=%.1f\n",
+      args.preset.c_str(), static_cast<long long>(config.num_hidden_layers), weight_bytes / 1e9,
+      static_cast<double>(pool.nbytes()) / 1e9, use_graph ? "graph" : "eager",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::fflush(stdout);
   const double kv_token_bytes = 2.0 * layout.entry_size * static_cast<double>(layout.num_layers);
 
@@ -232,13 +242,15 @@ int run(const Args& args) {
       const double bytes = 2.0 * step_params(config, conc) + conc * (ctx + 1.0) * kv_token_bytes;
       const double roof_tok_s = conc / (bytes / kBandwidth);
       const double tok_s = 1e3 * conc / ms;
-      std::printf("[model] preset=%s%s%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "
-                  "roofline_tok_s=%.1f pct=%.1f\n",
-                  args.preset.c_str(), args.tag.empty() ? "" : " tag=", args.tag.c_str(), conc, ctx, use_graph ? "graph" : "eager", ms, tok_s, roof_tok_s,
-                  100.0 * tok_s / roof_tok_s);
+      std::printf(
+          "[model] preset=%s%s%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "
+          "roofline_tok_s=%.1f pct=%.1f\n",
+          args.preset.c_str(), args.tag.empty() ? "" : " tag=", args.tag.c_str(), conc, ctx,
+          use_graph ? "graph" : "eager", ms, tok_s, roof_tok_s, 100.0 * tok_s / roof_tok_s);
     } catch (const std::exception& e) {
       ++failures;
-      std::printf("[model] preset=%s conc=%d ctx=%d error=%s\n", args.preset.c_str(), conc, ctx, e.what());
+      std::printf("[model] preset=%s conc=%d ctx=%d error=%s\n", args.preset.c_str(), conc, ctx,
+                  e.what());
     }
     std::fflush(stdout);
   }

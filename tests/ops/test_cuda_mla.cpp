@@ -136,7 +136,9 @@ Backend* gpu() {
   return be.get();
 }
 #else
-Backend* gpu() { return nullptr; }
+Backend* gpu() {
+  return nullptr;
+}
 #endif
 
 class MlaDecode : public ::testing::TestWithParam<MlaCase> {};
@@ -192,7 +194,8 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
   std::vector<std::vector<int32_t>> tables(4);
   int32_t next = 0;
   for (size_t s = 0; s < 4; ++s)
-    for (int32_t b = 0; b < (lens[s] + bs - 1) / bs; ++b) tables[s].push_back((next++ * 7) % nblocks);
+    for (int32_t b = 0; b < (lens[s] + bs - 1) / bs; ++b)
+      tables[s].push_back((next++ * 7) % nblocks);
   auto run = [&](size_t nseq) {
     std::vector<int32_t> pos, slots, qo{0}, kv_ptr{0}, kv_idx, last;
     int32_t max_kv = 0;

@@ -20,7 +20,8 @@ namespace {
 
 ModelConfig preset_config(const std::string& arch, const std::string& preset) {
   model::ModelSpec spec = model::model_spec(arch, preset).value();
-  return parse_model_config(model::hf_config(spec, DType::kBF16).dump(), arch + ":" + preset).value();
+  return parse_model_config(model::hf_config(spec, DType::kBF16).dump(), arch + ":" + preset)
+      .value();
 }
 
 Tensor ints(Backend& be, const std::vector<int32_t>& v) {
@@ -33,8 +34,9 @@ Tensor ints(Backend& be, const std::vector<int32_t>& v) {
 // the logits of both steps' last rows, concatenated.
 std::vector<float> run_two_steps(Model& m, Backend& be) {
   const KvLayout layout = m.kv_layout(2, 16);
-  Tensor pool = be.zeros({layout.num_blocks, layout.num_layers, layout.block_size, layout.entry_size},
-                         be.compute_dtype());
+  Tensor pool =
+      be.zeros({layout.num_blocks, layout.num_layers, layout.block_size, layout.entry_size},
+               be.compute_dtype());
   std::vector<float> out;
   auto step = [&](const std::vector<int32_t>& ids, int32_t first_pos) {
     const auto n = static_cast<int32_t>(ids.size());
@@ -84,12 +86,13 @@ TEST_P(RandomModel, RunsAndIsDeterministicForASeed) {
   EXPECT_NE(la, lc) << "another seed gave the same logits";
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, RandomModel,
-                         ::testing::Values(std::pair<std::string, std::string>{"llama", "tiny"},
-                                           std::pair<std::string, std::string>{"qwen3_moe", "tiny"},
-                                           std::pair<std::string, std::string>{"deepseek_v2", "tiny"},
-                                           std::pair<std::string, std::string>{"deepseek_v3", "tiny"}),
-                         [](const auto& info) { return info.param.first; });
+INSTANTIATE_TEST_SUITE_P(
+    Tiny, RandomModel,
+    ::testing::Values(std::pair<std::string, std::string>{"llama", "tiny"},
+                      std::pair<std::string, std::string>{"qwen3_moe", "tiny"},
+                      std::pair<std::string, std::string>{"deepseek_v2", "tiny"},
+                      std::pair<std::string, std::string>{"deepseek_v3", "tiny"}),
+    [](const auto& info) { return info.param.first; });
 
 TEST(RandomWeightsTest, HostValuesFollowTheScaleRules) {
   RandomWeights r;

@@ -30,7 +30,9 @@ constexpr int kPld = kTok + 8;  // bf16 probability row stride
 constexpr int kMaxDqk = 576;
 constexpr int kMaxDv = 512;
 
-__host__ __device__ inline int pad16(int d) { return (d + 15) & ~15; }
+__host__ __device__ inline int pad16(int d) {
+  return (d + 15) & ~15;
+}
 
 struct MlaSmem {
   int q_off, k_off, s_off, p_off, m_off, l_off, corr_off, pos_off, total;
@@ -108,7 +110,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
   int lo = 0, hi = p.num_seqs - 1;  // the sequence owning the tile: last s with indptr[s] <= tile
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (p.tile_indptr[mid] <= tile) lo = mid; else hi = mid - 1;
+    if (p.tile_indptr[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int s = lo;
   const int heads = p.num_heads;

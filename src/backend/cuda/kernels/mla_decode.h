@@ -25,32 +25,32 @@
 namespace di::cuda {
 
 struct MlaDecodeParams {
-  const __nv_bfloat16* q;      // [num_tokens, num_heads, dqk]
-  __nv_bfloat16* out;          // [num_tokens, num_heads, dv]
-  const __nv_bfloat16* pool;   // [num_blocks][num_layers][block_size][entry_size]
-  int64_t block_stride;        // elements per pool block (all layers)
-  int64_t layer_offset;        // elements from a block's start to this layer's entries
+  const __nv_bfloat16* q;     // [num_tokens, num_heads, dqk]
+  __nv_bfloat16* out;         // [num_tokens, num_heads, dv]
+  const __nv_bfloat16* pool;  // [num_blocks][num_layers][block_size][entry_size]
+  int64_t block_stride;       // elements per pool block (all layers)
+  int64_t layer_offset;       // elements from a block's start to this layer's entries
   int32_t block_size;
-  int32_t entry_size;          // % 8 == 0
-  int32_t num_heads;           // q heads (all share the one latent head)
-  int32_t dqk;                 // latent + rope, % 8 == 0, <= 576
-  int32_t dv;                  // latent, % 8 == 0, <= 512, < dqk
-  float scale;                 // softmax scale on q·k
-  const int32_t* positions;    // [num_tokens]: token sees cache positions [0, pos]
-  const int32_t* qo_indptr;    // [num_seqs + 1]
-  const int32_t* kv_indptr;    // [num_seqs + 1]
+  int32_t entry_size;        // % 8 == 0
+  int32_t num_heads;         // q heads (all share the one latent head)
+  int32_t dqk;               // latent + rope, % 8 == 0, <= 576
+  int32_t dv;                // latent, % 8 == 0, <= 512, < dqk
+  float scale;               // softmax scale on q·k
+  const int32_t* positions;  // [num_tokens]: token sees cache positions [0, pos]
+  const int32_t* qo_indptr;  // [num_seqs + 1]
+  const int32_t* kv_indptr;  // [num_seqs + 1]
   const int32_t* kv_indices;
   const int32_t* kv_last_len;  // [num_seqs]
   int32_t num_seqs;
   int32_t num_tokens;
   // plan
-  int32_t rows_per_tile;       // 16 or 32 (kernel instantiation)
-  int32_t max_tiles;           // grid.x bound: ceil(num_tokens * num_heads / rows) + num_seqs
-  int32_t* tile_indptr;        // [num_seqs + 1] workspace
-  int32_t split_size;          // kv tokens per split (any positive value)
+  int32_t rows_per_tile;  // 16 or 32 (kernel instantiation)
+  int32_t max_tiles;      // grid.x bound: ceil(num_tokens * num_heads / rows) + num_seqs
+  int32_t* tile_indptr;   // [num_seqs + 1] workspace
+  int32_t split_size;     // kv tokens per split (any positive value)
   int32_t num_splits;
-  float* partial_o;            // [num_splits, num_tokens * num_heads, dv]   (num_splits > 1)
-  float* partial_ml;           // [num_splits, num_tokens * num_heads, 2]
+  float* partial_o;   // [num_splits, num_tokens * num_heads, dv]   (num_splits > 1)
+  float* partial_ml;  // [num_splits, num_tokens * num_heads, 2]
 };
 
 struct MlaDecodePlan {
