@@ -45,7 +45,7 @@ class MlaModel final : public Model {
   MlaModel(ModelConfig config, Backend& backend, const Checkpoint& ck, const LoadOptions& opts)
       : Model(std::move(config), backend) {
     const ModelConfig& c = config_;
-    WeightLoader w(ck, backend, c);
+    WeightLoader w(ck, backend, c, opts.random);
     ends_ = DecoderEnds::load(w, c);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       layers_.push_back(load_layer(w, "model.layers." + std::to_string(l) + ".", l));

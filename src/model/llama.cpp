@@ -24,7 +24,7 @@ class GqaModel final : public Model {
   GqaModel(ModelConfig config, Backend& backend, const Checkpoint& ck, const LoadOptions& opts)
       : Model(std::move(config), backend) {
     const ModelConfig& c = config_;
-    WeightLoader w(ck, backend, c);
+    WeightLoader w(ck, backend, c, opts.random);
     const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
                   hkv = c.num_key_value_heads;
     ends_ = DecoderEnds::load(w, c);

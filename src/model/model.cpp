@@ -4,6 +4,7 @@
 
 #include "core/logging.h"
 #include "model/architectures.h"
+#include "model/weight_loader.h"
 
 namespace di {
 
@@ -27,6 +28,14 @@ std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend
             arch_name(config.arch), list, unused.size() > 8 ? ", ..." : "");
   }
   return model;
+}
+
+std::unique_ptr<Model> make_random_model(const ModelConfig& config, Backend& backend,
+                                         const RandomWeights& random, LoadOptions options) {
+  const Checkpoint empty;  // has() is false for every name in random mode
+  options.random = &random;
+  return config.is_mla() ? make_mla_model(config, backend, empty, options)
+                         : make_gqa_model(config, backend, empty, options);
 }
 
 }  // namespace di

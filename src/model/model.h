@@ -12,9 +12,13 @@
 
 namespace di {
 
+struct RandomWeights;  // model/weight_loader.h
+
 struct LoadOptions {
   // Longest context the engine will run; sizes the rope tables. 0 = max_position_embeddings.
   int64_t max_context = 0;
+  // Set by make_random_model(): weights come from RandomWeights, not from the checkpoint.
+  const RandomWeights* random = nullptr;
 };
 
 class Model {
@@ -52,5 +56,12 @@ class Model {
 // or dtypes, and truncated or corrupt files.
 std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend,
                                   const LoadOptions& options = {});
+
+// The model of `config` with random weights made directly on `backend` (no checkpoint, nothing
+// written): benchmarks at real shapes and tests. Deterministic for random.seed; see RandomWeights.
+//   RandomWeights r{.seed = 1, .fill = [&](Tensor& t, uint64_t s, float a) { cuda.fill_random(t, s, a); }};
+//   auto model = make_random_model(config, cuda, r, {.max_context = 4096});
+std::unique_ptr<Model> make_random_model(const ModelConfig& config, Backend& backend,
+                                         const RandomWeights& random, LoadOptions options = {});
 
 }  // namespace di

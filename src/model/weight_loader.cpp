@@ -1,11 +1,64 @@
 #include "model/weight_loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/thread_pool.h"
 
 namespace di {
+
+namespace {
+
+// The CUDA fill_random kernel's counter hash (kernels/elementwise.cu), for host-made values.
+uint32_t hash_u32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+uint64_t tensor_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, mixed with the model seed
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h ^ (seed * 0x9E3779B97F4A7C15ull + 0x632be59bd9b4e019ull);
+}
+
+bool is_norm(const std::string& name) { return name.find("norm") != std::string::npos; }
+
+// Bound of the uniform distribution of a >= 2-D tensor.
+float matrix_scale(const std::string& name, const Shape& shape) {
+  if (name.find("embed_tokens") != std::string::npos) return 1.0f;
+  const double fan_in = static_cast<double>(std::max<int64_t>(shape.back(), 1));
+  return static_cast<float>(std::sqrt(3.0 / fan_in));
+}
+
+}  // namespace
+
+Tensor random_weight_host(const RandomWeights& r, const std::string& name, const Shape& shape) {
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  const uint64_t seed = tensor_seed(r.seed, name);
+  float scale = 0.0f, mean = 0.0f;
+  if (shape.size() <= 1) {
+    mean = is_norm(name) ? 1.0f : 0.0f;
+    scale = is_norm(name) ? 0.1f : 0.05f;
+  } else {
+    scale = matrix_scale(name, shape);
+  }
+  float* v = out.f32();
+  const int64_t n = out.numel();
+  ThreadPool::global().parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float u = static_cast<float>(hash_u32(seed * 0x9E3779B97F4A7C15ull +
+                                                  static_cast<uint64_t>(i)) >> 8) *
+                      (1.0f / 16777216.0f);
+      v[i] = mean + (2.0f * u - 1.0f) * scale;
+    }
+  });
+  return out;
+}
 
 Tensor WeightLoader::upload(const Tensor& host_f32) {
   if (backend_.device() == Device::kCPU && backend_.compute_dtype() == DType::kF32) return host_f32;
@@ -13,6 +66,7 @@ Tensor WeightLoader::upload(const Tensor& host_f32) {
 }
 
 Tensor WeightLoader::load_host_f32(const std::string& name, const Shape& shape) {
+  if (random_ != nullptr) return random_weight_host(*random_, name, shape);
   Tensor stored = ck_.get(name, shape);
   if (stored.dtype() != DType::kFP8E4M3) return stored.to_f32();
   // DeepSeek FP8: w[i, j] = fp8[i, j] * scale_inv[i / bn, j / bk]
@@ -74,20 +128,26 @@ Tensor WeightLoader::try_load_fp8(const std::vector<std::string>& names,
 }
 
 Tensor WeightLoader::load(const std::string& name, const Shape& shape) {
+  if (random_ != nullptr && random_->fill && shape.size() >= 2) {
+    Tensor t = backend_.empty(shape, backend_.compute_dtype());
+    random_->fill(t, tensor_seed(random_->seed, name), matrix_scale(name, shape));
+    return t;
+  }
   if (Tensor q = try_load_fp8({name}, {shape}); !q.is_null()) return q;
   return upload(load_host_f32(name, shape));
 }
 
 Tensor WeightLoader::load_optional(const std::string& name, const Shape& shape) {
-  if (!ck_.has(name)) return Tensor();
+  if (!has(name)) return Tensor();
   return load(name, shape);
 }
 
 Tensor WeightLoader::load_concat_rows(const std::vector<std::string>& names,
                                       const std::vector<Shape>& shapes) {
-  if (Tensor q = try_load_fp8(names, shapes); !q.is_null()) return q;
   int64_t rows = 0, cols = shapes.at(0).back();
   for (const auto& s : shapes) rows += s[0];
+  if (random_ != nullptr) return load(names.at(0) + "+concat", {rows, cols});
+  if (Tensor q = try_load_fp8(names, shapes); !q.is_null()) return q;
   Tensor out = Tensor::empty({rows, cols}, DType::kF32);
   int64_t at = 0;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -100,6 +160,9 @@ Tensor WeightLoader::load_concat_rows(const std::vector<std::string>& names,
 
 ExpertWeights WeightLoader::load_experts(const std::string& prefix, int64_t num_experts,
                                          int64_t hidden, int64_t inter) {
+  if (random_ != nullptr)
+    return ExpertWeights{load(prefix + "gate_up", {num_experts, 2 * inter, hidden}),
+                         load(prefix + "down", {num_experts, hidden, inter})};
   Tensor gate_up = Tensor::empty({num_experts, 2 * inter, hidden}, DType::kF32);
   Tensor down = Tensor::empty({num_experts, hidden, inter}, DType::kF32);
   const size_t half = static_cast<size_t>(inter * hidden);

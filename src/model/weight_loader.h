@@ -12,6 +12,8 @@
 // (embeddings, norms, the router gate and lm_head are bf16), so what load() keeps in FP8 only
 // ever reaches Backend::linear. load_host_f32 (e.g. kv_b_proj, split on the host) and
 // load_experts (MoE experts: TODO(#6) grouped FP8 GEMM) always dequantize.
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,12 +23,31 @@
 
 namespace di {
 
+// Random weights instead of a checkpoint (benchmarks at real shapes without writing safetensors,
+// tests). Every tensor a model asks for is made with the requested shape: values uniform in
+// (-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in), fan_in = the last dim) for matrices,
+// a = 1 for embed_tokens, 1 + u(-0.1, 0.1) for 1-D norm weights, u(-0.05, 0.05) for other 1-D
+// tensors (biases). Optional tensors are absent (has() is false: no MTP layers, tied heads stay
+// tied). The stream of a tensor is a hash of (seed, name), so a model is deterministic for a seed.
+struct RandomWeights {
+  uint64_t seed = 0;
+  // Fills a device tensor of the compute dtype with uniform(-scale, scale) from `seed` (e.g.
+  // CudaBackend::fill_random). Null: values are generated on the host (the same counter hash as
+  // the CUDA fill_random kernel) and uploaded. 1-D tensors always come from the host.
+  std::function<void(Tensor& t, uint64_t seed, float scale)> fill;
+};
+
+// Host f32 values of RandomWeights for the tensor `name` (what load() returns, before the
+// conversion to the compute dtype when `fill` is null).
+Tensor random_weight_host(const RandomWeights& r, const std::string& name, const Shape& shape);
+
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& ck, Backend& backend, const ModelConfig& config)
-      : ck_(ck), backend_(backend), config_(config) {}
+  WeightLoader(const Checkpoint& ck, Backend& backend, const ModelConfig& config,
+               const RandomWeights* random = nullptr)
+      : ck_(ck), backend_(backend), config_(config), random_(random) {}
 
-  bool has(const std::string& name) const { return ck_.has(name); }
+  bool has(const std::string& name) const { return random_ == nullptr && ck_.has(name); }
   // The tensor `name` with shape `shape`, in the compute dtype, on the device.
   Tensor load(const std::string& name, const Shape& shape);
   Tensor load_optional(const std::string& name, const Shape& shape);  // null if absent
@@ -50,6 +71,7 @@ class WeightLoader {
   // The row-concatenation of `names` as a device FP8 weight with block scales, or a null Tensor
   // when the conditions above do not hold (the caller dequantizes).
   Tensor try_load_fp8(const std::vector<std::string>& names, const std::vector<Shape>& shapes);
+  const RandomWeights* random_ = nullptr;
 };
 
 }  // namespace di

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
 
@@ -345,6 +347,70 @@ void CudaBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
   }
 }
 
+namespace {
+
+// MLA decode (one latent head, K = V = the entry start, dv < dqk, few new tokens per sequence)
+// on the tensor-core kernel of kernels/mla_decode.cu; false when the call is not of that shape
+// (the generic kernel runs). DEEPINFER_MLA_KERNEL=0 disables it.
+bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams& p,
+                    int32_t max_kv) {
+  const PagedBatch& b = *p.batch;
+  const int64_t t = b.num_tokens;
+  static const bool kMlaKernel = [] {
+    const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (!(kMlaKernel && b.num_tokens <= 8 * b.num_seqs &&
+        mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
+                             p.layout.entry_size) &&
+        reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0))
+    return false;
+  const MlaDecodePlan plan =
+      plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v);
+  const size_t smem = mla_decode_smem_bytes(plan.rows_per_tile, p.head_dim_qk);
+  DI_CHECK(smem <= max_smem, "cuda mla_decode: needs {} B of shared memory, the device allows {}",
+           smem, max_smem);
+  const size_t indptr_padded = ((static_cast<size_t>(b.num_seqs) + 1) * 4 + 255) & ~size_t{255};
+  Tensor ws = be.empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
+  char* base = mptr<char>(ws);
+  MlaDecodeParams k{};
+  k.q = cptr<bf16_t>(*p.q);
+  k.out = mptr<bf16_t>(*p.out);
+  k.pool = cptr<bf16_t>(*p.pool);
+  k.block_stride = p.layout.block_stride();
+  k.layer_offset = p.layout.layer_offset(p.layer);
+  k.block_size = p.layout.block_size;
+  k.entry_size = p.layout.entry_size;
+  k.num_heads = p.num_q_heads;
+  k.dqk = p.head_dim_qk;
+  k.dv = p.head_dim_v;
+  k.scale = p.scale;
+  k.positions = cptr<int32_t>(b.positions);
+  k.qo_indptr = cptr<int32_t>(b.qo_indptr);
+  k.kv_indptr = cptr<int32_t>(b.kv_indptr);
+  k.kv_indices = cptr<int32_t>(b.kv_indices);
+  k.kv_last_len = cptr<int32_t>(b.kv_last_len);
+  k.num_seqs = b.num_seqs;
+  k.num_tokens = b.num_tokens;
+  k.rows_per_tile = plan.rows_per_tile;
+  k.max_tiles = plan.max_tiles;
+  k.tile_indptr = reinterpret_cast<int32_t*>(base);
+  k.split_size = plan.split_size;
+  k.num_splits = plan.num_splits;
+  if (plan.num_splits > 1) {
+    const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
+    k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
+    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+  }
+  launch_mla_decode(k, be.stream());
+  CUDA_CHECK_LAUNCH("mla_decode");
+  return true;
+}
+
+}  // namespace
+
 void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   DI_CHECK(p.q && p.out && p.pool && p.batch, "cuda paged_attention: missing q/out/pool/batch");
   check_dev(*p.q, DType::kBF16, "paged_attention", "q");
@@ -368,6 +434,7 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
            p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk, p.head_dim_v);
   if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
+  if (run_mla_decode(*this, max_smem_optin_, p, max_kv)) return;  // kernels/mla_decode.cu
   const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads,
                                                   p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
   const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;

@@ -1,0 +1,275 @@
+// Real-model decode benchmark on the CUDA backend with random device weights: the model is the
+// REAL model code (src/model: make_random_model over the ModelConfig of a make-model preset),
+// every matrix created on the GPU and filled by CudaBackend::fill_random (uniform, std
+// 1/sqrt(fan_in); norms ~1; see RandomWeights) — no safetensors are written or read.
+//
+// The KV cache is filled by writing random values directly (fill_random over the whole pool, no
+// prefill), then each concurrency times decode steps of one new token per sequence at position
+// `ctx` (so every sequence attends ctx + 1 entries). Steps run through cuda::DecodeGraph: replayed
+// as a CUDA graph for dense models, eager for MoE models (CudaBackend::moe_experts reads the
+// routing back to the host, which a graph cannot capture) — the printed mode says which.
+//
+// Roofline: bytes read per step at 4.3 TB/s = weights touched (attention, dense MLPs, router,
+// shared experts, lm_head; for MoE layers the expected number of distinct experts touched by
+// conc tokens choosing top-k of E uniformly, E·(1 − (1 − k/E)^conc)) + the KV of conc·(ctx + 1)
+// tokens. Embedding rows and norms are ignored. (Reference, issue #6: V2-Lite 866 / 4,330 /
+// 23,300 and Qwen3-30B-A3B 684 / 2,310 / 9,830 tok/s at concurrency 1 / 32 / 256.)
+//
+//   bench_cuda_model --preset deepseek-v2-lite [--conc 1,32,256] [--ctx 2048] [--layers N]
+//                    [--block-size 64] [--reps 5] [--graph|--eager] [--roofline-only] [--tag T]
+// Prints one line per concurrency:
+//   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=..
+//           roofline_tok_s=.. pct=..
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
+#include "model/config.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "model/weight_loader.h"
+
+namespace di {
+namespace {
+
+constexpr double kBandwidth = 4.3e12;  // bytes/s, the issue's roofline
+
+struct Args {
+  std::string preset = "deepseek-v2-lite";
+  std::vector<int32_t> conc{1, 32, 256};
+  int32_t ctx = 2048;
+  int32_t block_size = 64;
+  int64_t layers = 0;  // 0 = the preset's
+  int reps = 5;
+  int graph = -1;              // -1 auto (graph unless MoE), 0 eager, 1 graph
+  bool roofline_only = false;  // print the rooflines and exit (no GPU needed)
+  std::string tag;             // printed as tag=... (e.g. an A/B variant set through the env)
+};
+
+std::string arch_of(const std::string& preset) {
+  if (preset == "deepseek-v2-lite") return "deepseek_v2";
+  if (preset == "qwen3-30b-a3b") return "qwen3_moe";
+  if (preset == "llama3-8b") return "llama";
+  if (preset == "deepseek-v3-fp8-small") return "deepseek_v3";
+  return "";
+}
+
+// Parameters read by one decode step of `conc` sequences (see the header comment).
+double step_params(const ModelConfig& c, int32_t conc) {
+  const double h = static_cast<double>(c.hidden_size);
+  double attn = 0.0;
+  if (c.is_mla()) {
+    const double hq = static_cast<double>(c.num_attention_heads),
+                 dn = static_cast<double>(c.qk_nope_head_dim),
+                 dr = static_cast<double>(c.qk_rope_head_dim),
+                 dv = static_cast<double>(c.v_head_dim), lat = static_cast<double>(c.kv_lora_rank),
+                 lq = static_cast<double>(c.q_lora_rank);
+    attn = (lq > 0 ? h * lq + lq * hq * (dn + dr) : hq * (dn + dr) * h) + (lat + dr) * h +
+           hq * (dn + dv) * lat + h * hq * dv;
+  } else {
+    const double d = static_cast<double>(c.head_dim),
+                 hq = static_cast<double>(c.num_attention_heads),
+                 hkv = static_cast<double>(c.num_key_value_heads);
+    attn = (hq + 2 * hkv) * d * h + h * hq * d;
+  }
+  const double e = static_cast<double>(c.num_experts),
+               k = static_cast<double>(c.num_experts_per_tok);
+  const double touched = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(conc))) : 0.0;
+  const double expert = 3.0 * static_cast<double>(c.moe_intermediate_size) * h;
+  double total = static_cast<double>(c.vocab_size) * h;  // lm_head
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    total += attn;
+    if (c.is_moe_layer(l)) {
+      total += e * h + touched * expert + static_cast<double>(c.n_shared_experts) * expert;
+    } else {
+      total += 3.0 * static_cast<double>(c.intermediate_size) * h;
+    }
+  }
+  return total;
+}
+
+double time_ms(cuda::CudaBackend& be, int warmup, int reps, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  be.synchronize();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, be.stream());
+    fn();
+    cudaEventRecord(b, be.stream());
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (!std::strcmp(argv[i], "--preset")) {
+      a.preset = next();
+    } else if (!std::strcmp(argv[i], "--conc")) {
+      a.conc.clear();
+      std::stringstream ss(next());
+      for (std::string v; std::getline(ss, v, ',');) a.conc.push_back(std::atoi(v.c_str()));
+    } else if (!std::strcmp(argv[i], "--ctx")) {
+      a.ctx = std::atoi(next().c_str());
+    } else if (!std::strcmp(argv[i], "--block-size")) {
+      a.block_size = std::atoi(next().c_str());
+    } else if (!std::strcmp(argv[i], "--layers")) {
+      a.layers = std::atoll(next().c_str());
+    } else if (!std::strcmp(argv[i], "--reps")) {
+      a.reps = std::max(1, std::atoi(next().c_str()));
+    } else if (!std::strcmp(argv[i], "--graph")) {
+      a.graph = 1;
+    } else if (!std::strcmp(argv[i], "--eager")) {
+      a.graph = 0;
+    } else if (!std::strcmp(argv[i], "--tag")) {
+      a.tag = next();
+    } else if (!std::strcmp(argv[i], "--roofline-only")) {
+      a.roofline_only = true;
+    } else {
+      std::fprintf(stderr, "bench_cuda_model: unknown argument %s\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+int run(const Args& args) {
+  const std::string arch = arch_of(args.preset);
+  if (arch.empty()) {
+    std::printf(
+        "[model] preset=%s error=unknown preset (deepseek-v2-lite, qwen3-30b-a3b, llama3-8b)\n",
+        args.preset.c_str());
+    return 2;
+  }
+  model::ModelSpec spec = model::model_spec(arch, args.preset).value();
+  ModelConfig config =
+      parse_model_config(model::hf_config(spec, DType::kBF16).dump(), args.preset).value();
+  if (args.layers > 0) config.num_hidden_layers = std::min(config.num_hidden_layers, args.layers);
+  if (args.roofline_only) {
+    const double kv_token_bytes =
+        2.0 * static_cast<double>(config.num_hidden_layers) *
+        static_cast<double>(config.is_mla() ? config.kv_lora_rank + config.qk_rope_head_dim
+                                            : 2 * config.num_key_value_heads * config.head_dim);
+    for (int32_t conc : args.conc) {
+      const double bytes =
+          2.0 * step_params(config, conc) + conc * (args.ctx + 1.0) * kv_token_bytes;
+      std::printf(
+          "[model] preset=%s conc=%d ctx=%d weights_touched_gb=%.2f kv_gb=%.2f "
+          "roofline_tok_s=%.1f\n",
+          args.preset.c_str(), conc, args.ctx, 2.0 * step_params(config, conc) / 1e9,
+          conc * (args.ctx + 1.0) * kv_token_bytes / 1e9, conc / (bytes / kBandwidth));
+    }
+    return 0;
+  }
+
+  cuda::CudaBackend be;
+  const auto t0 = std::chrono::steady_clock::now();
+  RandomWeights random;
+  random.seed = 1;
+  random.fill = [&be](Tensor& t, uint64_t seed, float scale) { be.fill_random(t, seed, scale); };
+  LoadOptions opts;
+  opts.max_context = args.ctx + args.block_size + 1;
+  std::unique_ptr<Model> model = make_random_model(config, be, random, opts);
+  be.synchronize();
+  const double weight_bytes = static_cast<double>(be.allocator().bytes_in_use());
+
+  const int32_t bs = args.block_size, ctx = args.ctx;
+  const int32_t bps = (ctx + 1 + bs - 1) / bs;  // blocks per sequence (covers position ctx)
+  const int32_t max_conc = *std::max_element(args.conc.begin(), args.conc.end());
+  const KvLayout layout = model->kv_layout(max_conc * bps, bs);
+  Tensor pool =
+      be.empty({layout.num_blocks, layout.num_layers, bs, layout.entry_size}, DType::kBF16);
+  be.fill_random(pool, 4242, 1.0f);  // random KV written directly (no prefill)
+  be.synchronize();
+  const bool moe = config.num_experts > 0;
+  const bool use_graph = args.graph == 1 || (args.graph == -1 && !moe);
+  std::printf(
+      "[model] setup preset=%s layers=%lld weights_gb=%.2f kv_gb=%.2f kv=random_fill "
+      "mode=%s setup_s=%.1f\n",
+      args.preset.c_str(), static_cast<long long>(config.num_hidden_layers), weight_bytes / 1e9,
+      static_cast<double>(pool.nbytes()) / 1e9, use_graph ? "graph" : "eager",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::fflush(stdout);
+  const double kv_token_bytes = 2.0 * layout.entry_size * static_cast<double>(layout.num_layers);
+
+  int failures = 0;
+  for (int32_t conc : args.conc) {
+    try {
+      auto fwd = [&](const Tensor& ids, const PagedBatch& b, const Tensor& rows) {
+        return model->forward(ids, b, pool, rows);
+      };
+      cuda::DecodeGraph graph(be, fwd, conc, bps, bs);
+      cuda::DecodeStepInputs in;
+      in.block_size = bs;
+      for (int32_t s = 0; s < conc; ++s) {
+        std::vector<int32_t> table;
+        for (int32_t b = 0; b < bps; ++b) table.push_back(s * bps + b);
+        in.token_ids.push_back(static_cast<int32_t>((int64_t{s} * 7919 + 13) % config.vocab_size));
+        in.positions.push_back(ctx);
+        in.slots.push_back(table[static_cast<size_t>(ctx / bs)] * bs + ctx % bs);
+        in.block_tables.push_back(std::move(table));
+      }
+      double ms = 0.0;
+      if (use_graph) {
+        graph.capture();
+        graph.run(in);
+        ms = time_ms(be, 2, std::max(args.reps, 10), [&] { graph.replay(); });
+      } else {
+        ms = time_ms(be, 1, args.reps, [&] { (void)graph.run_eager(in); });
+      }
+      const double bytes = 2.0 * step_params(config, conc) + conc * (ctx + 1.0) * kv_token_bytes;
+      const double roof_tok_s = conc / (bytes / kBandwidth);
+      const double tok_s = 1e3 * conc / ms;
+      std::printf(
+          "[model] preset=%s%s%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "
+          "roofline_tok_s=%.1f pct=%.1f\n",
+          args.preset.c_str(), args.tag.empty() ? "" : " tag=", args.tag.c_str(), conc, ctx,
+          use_graph ? "graph" : "eager", ms, tok_s, roof_tok_s, 100.0 * tok_s / roof_tok_s);
+    } catch (const std::exception& e) {
+      ++failures;
+      std::printf("[model] preset=%s conc=%d ctx=%d error=%s\n", args.preset.c_str(), conc, ctx,
+                  e.what());
+    }
+    std::fflush(stdout);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace di
+
+int main(int argc, char** argv) {
+  const di::Args args = di::parse(argc, argv);
+  if (!args.roofline_only && !di::cuda::cuda_available()) {
+    std::printf("[model] skipped: no CUDA device\n");
+    return 0;
+  }
+  try {
+    return di::run(args);
+  } catch (const std::exception& e) {
+    std::printf("[model] preset=%s error=%s\n", args.preset.c_str(), e.what());
+    return 1;
+  }
+}
