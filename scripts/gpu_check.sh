@@ -35,9 +35,21 @@ fi
 missing=$(for b in .gpu_bin/*; do ldd "$b" 2>/dev/null; done | grep 'not found' | sort -u)
 
 declare -a names rcs secs
+# Whole-run budget (the device session's time is scarce): a step gets at most what is left of it,
+# and steps past it are skipped (rc=skip in the table).
+BUDGET_S=${GPU_CHECK_BUDGET_S:-1000000}
+BUDGET_S=${BUDGET_S%.*}
+RUN_T0=$(date +%s)
 run_step() {  # name timeout_s command...
   local name=$1 limit=$2
   shift 2
+  local left=$((BUDGET_S - ($(date +%s) - RUN_T0)))
+  if [ "$left" -lt 5 ]; then
+    names+=("$name"); rcs+=("skip"); secs+=(0)
+    echo "[gpu_check] $name skipped: budget spent" | tee "$OUT/$name.log"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local t0=$(date +%s)
   timeout --kill-after=5 "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
