@@ -7,7 +7,9 @@
 //   decode tok/s at batch 1 / 8 / 32 / 128 / 256 with a 512-token context (CUDA graph per bucket;
 //     batch 1 also eager), roofline = max(bytes / BW, FLOPs / peak), bytes = weights + KV read;
 //   prefill tok/s at 512 / 4K / 32K tokens (one sequence, eager);
-//   the paged attention kernel alone, 8K causal prefill, in TFLOP/s.
+//   the paged attention kernel alone, 8K causal prefill, in TFLOP/s: the default path (tensor
+//     cores, attention_prefill_mma.cu, unless DEEPINFER_ATTN_PREFILL=simt), its 8-warp variant
+//     and the CUDA-core kernel, for a before/after ratio.
 //
 //   bench_cuda_llama [--layers 32] [--skip-32k]
 #include <cuda_runtime.h>
@@ -314,8 +316,21 @@ int main(int argc, char** argv) {
       const double ms = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
       const double flops = 4.0 * static_cast<double>(m.hq * m.d) * tokens * (tokens + 1) / 2.0;
       std::printf("[bench] attention prefill 8K causal (32 q / 8 kv heads, d 128): %8.2f ms %6.1f TFLOP/s "
-                  "-> %5.1f%% of 787 TFLOP/s\n",
-                  ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / 787.0);
+                  "-> %5.1f%% of 787 TFLOP/s (path %s)\n",
+                  ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / 787.0,
+                  be.attention_prefill_mma() ? "mma" : "simt");
+      // Before/after (issue #5): the tensor-core kernel with 8 warps per CTA, and the CUDA-core one.
+      const bool mma_on = be.attention_prefill_mma();
+      be.set_attention_prefill_mma(true, 8);
+      const double ms8 = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+      be.set_attention_prefill_mma(false);
+      const double ms_simt = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+      be.set_attention_prefill_mma(mma_on);
+      std::printf("[bench] attention prefill 8K causal mma 8 warps: %8.2f ms %6.1f TFLOP/s -> %5.1f%% of 787\n",
+                  ms8, flops / ms8 / 1e9, 100.0 * flops / ms8 / 1e9 / 787.0);
+      std::printf("[bench] attention prefill 8K causal simt (CUDA cores): %8.2f ms %6.1f TFLOP/s -> %5.1f%% of "
+                  "787; speedup %.1fx (default path vs simt)\n",
+                  ms_simt, flops / ms_simt / 1e9, 100.0 * flops / ms_simt / 1e9 / 787.0, ms_simt / ms);
     }
     if (!skip_32k) prefill(32768);
     be.synchronize();

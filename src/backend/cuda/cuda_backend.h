@@ -75,6 +75,14 @@ class CudaBackend final : public Backend {
   // Forces the attention kernel's KV split count for the next calls (0 = planner's choice); a
   // CUDA-graph bucket captures with the largest context it will serve.
   void set_attention_max_kv_len(int32_t max_kv_len) { attention_max_kv_override_ = max_kv_len; }
+  // Prefill attention on tensor cores (attention_prefill_mma.cu; default, env
+  // DEEPINFER_ATTN_PREFILL=mma|simt) or on the CUDA-core kernel for every batch; warps per CTA of
+  // the tensor-core kernel: 4 (64 rows, default) or 8 (128 rows; env DEEPINFER_ATTN_MMA_WARPS).
+  void set_attention_prefill_mma(bool on, int warps = 4) {
+    attention_prefill_mma_ = on;
+    attention_mma_warps_ = warps == 8 ? 8 : 4;
+  }
+  bool attention_prefill_mma() const { return attention_prefill_mma_; }
 
  private:
   void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
@@ -87,6 +95,8 @@ class CudaBackend final : public Backend {
   CudaAllocator allocator_;
   int32_t attention_max_kv_override_ = 0;
   size_t max_smem_optin_ = 0;
+  bool attention_prefill_mma_ = true;
+  int attention_mma_warps_ = 4;
   // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.
   std::unordered_map<const void*, Tensor> host_cache_;
 };
