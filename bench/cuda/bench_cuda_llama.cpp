@@ -274,12 +274,19 @@ int main(int argc, char** argv) {
                            4.0 * static_cast<double>(m.hq * m.d * m.layers) * tokens * (tokens + 1) / 2.0;
       const double roof_ms = 1e3 * flops / kPeakFlops;
       std::printf("[bench] prefill %5d tokens: %9.2f ms %9.0f tok/s  %6.1f TFLOP/s  roofline %.2f ms -> "
-                  "%5.1f%% of 787 TFLOP/s\n",
-                  tokens, ms, 1e3 * tokens / ms, flops / ms / 1e9, roof_ms, 100.0 * roof_ms / ms);
+                  "%5.1f%% of 787 TFLOP/s (attention %s)\n",
+                  tokens, ms, 1e3 * tokens / ms, flops / ms / 1e9, roof_ms, 100.0 * roof_ms / ms,
+                  be.attention_prefill_mma() ? "mma" : "simt");
       std::fflush(stdout);
     };
     prefill(512);
     prefill(4096);
+    {  // before/after (issue #5): the same 4K prefill with attention on CUDA cores
+      const bool mma_on = be.attention_prefill_mma();
+      be.set_attention_prefill_mma(false);
+      prefill(4096);
+      be.set_attention_prefill_mma(mma_on);
+    }
 
     // ---- attention kernel alone: 8K causal prefill, Llama heads ----
     {

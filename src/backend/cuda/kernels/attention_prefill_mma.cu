@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
   const int total = p.tile_indptr[p.num_seqs];
   if (static_cast<int>(blockIdx.y) >= total) return;
   const int tile = total - 1 - static_cast<int>(blockIdx.y);  // heaviest tiles first
-  int lo = 0,
-      hi = p.num_seqs - 1;  // the sequence owning this tile: last s with tile_indptr[s] <= tile
+  // The sequence owning this tile: the last s with tile_indptr[s] <= tile.
+  int lo = 0, hi = p.num_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (p.tile_indptr[mid] <= tile)
