@@ -8,8 +8,8 @@
 //     batch 1 also eager), roofline = max(bytes / BW, FLOPs / peak), bytes = weights + KV read;
 //   prefill tok/s at 512 / 4K / 32K tokens (one sequence, eager);
 //   the paged attention kernel alone, 8K causal prefill, in TFLOP/s: the default path (tensor
-//     cores, attention_prefill_mma.cu, unless DEEPINFER_ATTN_PREFILL=simt), its 8-warp variant
-//     and the CUDA-core kernel, for a before/after ratio.
+//     cores, attention_prefill_mma.cu, unless DEEPINFER_ATTN_PREFILL=simt), its variants
+//     (4x1 / 8x1 / 4x2 warps x m-tiles) and the CUDA-core kernel, for a before/after ratio.
 //
 //   bench_cuda_llama [--layers 32] [--skip-32k]
 #include <cuda_runtime.h>
@@ -22,6 +22,7 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -326,15 +327,19 @@ int main(int argc, char** argv) {
                   "-> %5.1f%% of 787 TFLOP/s (path %s)\n",
                   ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / 787.0,
                   be.attention_prefill_mma() ? "mma" : "simt");
-      // Before/after (issue #5): the tensor-core kernel with 8 warps per CTA, and the CUDA-core one.
+      // Before/after (issue #5): the tensor-core variants (warps x m-tiles per warp; the default
+      // is 4x1) and the CUDA-core kernel.
       const bool mma_on = be.attention_prefill_mma();
-      be.set_attention_prefill_mma(true, 8);
-      const double ms8 = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+      for (auto [warps, mtiles] : {std::pair{4, 1}, std::pair{8, 1}, std::pair{4, 2}}) {
+        be.set_attention_prefill_mma(true, warps, mtiles);
+        const double msv = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+        std::printf("[bench] attention prefill 8K causal mma %dx%d (warps x m-tiles, %d rows): %8.2f ms "
+                    "%6.1f TFLOP/s -> %5.1f%% of 787\n",
+                    warps, mtiles, warps * mtiles * 16, msv, flops / msv / 1e9, 100.0 * flops / msv / 1e9 / 787.0);
+      }
       be.set_attention_prefill_mma(false);
       const double ms_simt = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
       be.set_attention_prefill_mma(mma_on);
-      std::printf("[bench] attention prefill 8K causal mma 8 warps: %8.2f ms %6.1f TFLOP/s -> %5.1f%% of 787\n",
-                  ms8, flops / ms8 / 1e9, 100.0 * flops / ms8 / 1e9 / 787.0);
       std::printf("[bench] attention prefill 8K causal simt (CUDA cores): %8.2f ms %6.1f TFLOP/s -> %5.1f%% of "
                   "787; speedup %.1fx (default path vs simt)\n",
                   ms_simt, flops / ms_simt / 1e9, 100.0 * flops / ms_simt / 1e9 / 787.0, ms_simt / ms);

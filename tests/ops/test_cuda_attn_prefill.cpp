@@ -234,6 +234,9 @@ TEST(PrefillMma, DispatchRule) {
   EXPECT_FALSE(prefill_mma_wanted(8, 8, 1));   // decode
   EXPECT_FALSE(prefill_mma_wanted(2, 10, 4));  // decode-like, split KV
   EXPECT_EQ(di::cuda::prefill_mma_max_tiles(2, 100, 4, 64), (400 + 63) / 64 + 2);
+  EXPECT_EQ(di::cuda::prefill_mma_rows(4, 1), 64);
+  EXPECT_EQ(di::cuda::prefill_mma_rows(8, 1), 128);
+  EXPECT_EQ(di::cuda::prefill_mma_rows(4, 2), 128);
 }
 
 // ---- GPU: the backend vs the CPU op
@@ -346,9 +349,11 @@ TEST(PrefillMma, PagedPrefillMatchesCpu) {
                                                  max_kv, c.hq, c.hkv, c.d, c.d);
     const bool routed =
         cuda::prefill_mma_wanted(static_cast<int32_t>(c.seqs.size()), tokens, plan.num_splits);
+    // Paths: tensor cores 4x1 (default), 8x1, 4x2 (warps x m-tiles per warp), then CUDA cores.
+    const std::vector<std::pair<int, int>> mma_cfgs{{4, 1}, {8, 1}, {4, 2}};
     for (bool mma : {true, false}) {
-      for (int warps : mma ? std::vector<int>{4, 8} : std::vector<int>{4}) {
-        gpu.set_attention_prefill_mma(mma, warps);
+      for (auto [warps, mtiles] : mma ? mma_cfgs : std::vector<std::pair<int, int>>{{4, 1}}) {
+        gpu.set_attention_prefill_mma(mma, warps, mtiles);
         const Tensor got = run_case(gpu, c);
         gpu.synchronize();
         const Metrics m = compare(ref, got);
@@ -356,15 +361,14 @@ TEST(PrefillMma, PagedPrefillMatchesCpu) {
                         (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
         failures += !ok;
         std::printf(
-            "[attn_prefill] %-22s hq %2d hkv %d d %3d bs %2d path=%s warps=%d routed_mma=%d "
-            "n=%-8lld "
-            "diff=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
-            c.label.c_str(), c.hq, c.hkv, c.d, c.block_size, mma ? "mma" : "simt", warps,
+            "[attn_prefill] %-22s hq %2d hkv %d d %3d bs %2d path=%s cfg=%dx%d routed_mma=%d "
+            "n=%-8lld diff=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+            c.label.c_str(), c.hq, c.hkv, c.d, c.block_size, mma ? "mma" : "simt", warps, mtiles,
             mma && routed ? 1 : 0, static_cast<long long>(m.n), m.diff, m.max_abs, m.max_ref,
             static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
         std::fflush(stdout);
         EXPECT_TRUE(ok) << c.label << " d " << c.d << " bs " << c.block_size
-                        << (mma ? " mma" : " simt") << " warps " << warps;
+                        << (mma ? " mma" : " simt") << " cfg " << warps << "x" << mtiles;
       }
     }
   }

@@ -79,6 +79,8 @@ CudaBackend::CudaBackend() {
   }
   if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_WARPS"))
     attention_mma_warps_ = std::atoi(env) == 8 ? 8 : 4;
+  if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_MTILES"))
+    attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
 }
 
 CudaBackend::~CudaBackend() {
@@ -414,12 +416,12 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
       (reinterpret_cast<uintptr_t>(k.q) | reinterpret_cast<uintptr_t>(k.out) |
        reinterpret_cast<uintptr_t>(k.pool)) % 16 == 0) {
     const int32_t group = p.num_q_heads / p.num_kv_heads;
-    const int64_t tiles = prefill_mma_max_tiles(b.num_seqs, b.num_tokens, group,
-                                                prefill_mma_rows(attention_mma_warps_));
+    const int32_t rows = prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
+    const int64_t tiles = prefill_mma_max_tiles(b.num_seqs, b.num_tokens, group, rows);
     if (tiles <= 65535) {  // grid.y
-      k.rows_per_tile = prefill_mma_rows(attention_mma_warps_);
+      k.rows_per_tile = rows;
       k.max_tiles = static_cast<int32_t>(tiles);
-      launch_paged_attention_prefill_mma(k, attention_mma_warps_, stream_);
+      launch_paged_attention_prefill_mma(k, attention_mma_warps_, attention_mma_mtiles_, stream_);
       CUDA_CHECK_LAUNCH("paged_attention (prefill mma)");
       return;
     }

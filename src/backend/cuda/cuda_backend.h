@@ -76,11 +76,13 @@ class CudaBackend final : public Backend {
   // CUDA-graph bucket captures with the largest context it will serve.
   void set_attention_max_kv_len(int32_t max_kv_len) { attention_max_kv_override_ = max_kv_len; }
   // Prefill attention on tensor cores (attention_prefill_mma.cu; default, env
-  // DEEPINFER_ATTN_PREFILL=mma|simt) or on the CUDA-core kernel for every batch; warps per CTA of
-  // the tensor-core kernel: 4 (64 rows, default) or 8 (128 rows; env DEEPINFER_ATTN_MMA_WARPS).
-  void set_attention_prefill_mma(bool on, int warps = 4) {
+  // DEEPINFER_ATTN_PREFILL=mma|simt) or on the CUDA-core kernel for every batch. Variant of the
+  // tensor-core kernel: warps per CTA 4 (default) or 8 (env DEEPINFER_ATTN_MMA_WARPS), 16-row
+  // m-tiles per warp 1 (default) or 2 (4 warps x 32 rows; env DEEPINFER_ATTN_MMA_MTILES).
+  void set_attention_prefill_mma(bool on, int warps = 4, int m_tiles = 1) {
     attention_prefill_mma_ = on;
     attention_mma_warps_ = warps == 8 ? 8 : 4;
+    attention_mma_mtiles_ = m_tiles == 2 ? 2 : 1;
   }
   bool attention_prefill_mma() const { return attention_prefill_mma_; }
 
@@ -97,6 +99,7 @@ class CudaBackend final : public Backend {
   size_t max_smem_optin_ = 0;
   bool attention_prefill_mma_ = true;
   int attention_mma_warps_ = 4;
+  int attention_mma_mtiles_ = 1;
   // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.
   std::unordered_map<const void*, Tensor> host_cache_;
 };

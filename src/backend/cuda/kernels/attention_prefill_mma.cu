@@ -117,15 +117,17 @@ __device__ __forceinline__ void load_kv_tile(const PagedAttentionKernelParams& p
   }
 }
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, int kMT>
 __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttentionKernelParams p) {
   constexpr int kThreads = kWarps * 32;
-  constexpr int kRows = kWarps * 16;
+  constexpr int kWarpRows = 16 * kMT;  // kMT m-tiles of 16 rows per warp
+  constexpr int kRows = kWarps * kWarpRows;
   constexpr int kLd = kD + 8;  // smem row stride (elements): 16 B pad, conflict-free ldmatrix
   constexpr int kChunks = kD / 8;
   constexpr int kDTiles = kD / 8;    // 8-wide n-tiles of O
   constexpr int kDChunks = kD / 16;  // 16-wide k-chunks of Q·Kᵀ
   constexpr int kKTiles = kKvTile / 8;
+  constexpr bool kQInRegs = kMT == 1;  // else Q fragments are re-read from smem (registers)
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem);
   bf16* k_s = q_s + kRows * kLd;
@@ -190,25 +192,36 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
   cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wrow = warp * 16;  // first CTA row of this warp
+  const int wrow = warp * kWarpRows;  // first CTA row of this warp; m-tile mt: + 16 mt
   const int quad_row = lane >> 2, quad_col = (lane & 3) * 2;
-  const int pos_a = pos_s[wrow + quad_row];      // row of c0/c1
-  const int pos_b = pos_s[wrow + quad_row + 8];  // row of c2/c3
+  int pos_r[kMT][2];  // rows of c0/c1 (quad_row) and c2/c3 (quad_row + 8) per m-tile
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    pos_r[mt][0] = pos_s[wrow + 16 * mt + quad_row];
+    pos_r[mt][1] = pos_s[wrow + 16 * mt + quad_row + 8];
+  }
   const float sl2 = p.scale * kLog2e;
 
-  float o[kDTiles][4];
+  float o[kMT][kDTiles][4];
+  float m_run[kMT][2], l_run[kMT][2];
 #pragma unroll
-  for (int i = 0; i < kDTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < kDTiles; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
+  }
 
-  // Q fragments stay in registers for the whole KV walk.
   cp_async_wait_all();
   __syncthreads();
-  uint32_t qf[kDChunks][4];
+  // One m-tile: Q fragments stay in registers for the whole KV walk.
+  uint32_t qf[kQInRegs ? kDChunks : 1][4];
+  if constexpr (kQInRegs) {
 #pragma unroll
-  for (int kc = 0; kc < kDChunks; ++kc)
-    ldsm_x4(qf[kc],
-            q_s + (wrow + mma_frag::ldsm_q_row(lane)) * kLd + kc * 16 + mma_frag::ldsm_q_col(lane));
+    for (int kc = 0; kc < kDChunks; ++kc)
+      ldsm_x4(qf[kc], q_s + (wrow + mma_frag::ldsm_q_row(lane)) * kLd + kc * 16 +
+                          mma_frag::ldsm_q_col(lane));
+  }
 
   for (int it = 0; it < n_tiles; ++it) {
     const int kv0 = it * kKvTile;
@@ -217,71 +230,95 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
     load_kv_tile<kD, kThreads>(p, blocks, kv_len, kvh, kv0, p.v_offset, bs_shift, v_s);
     cp_async_commit();
 
-    // S = Q · Kᵀ, 16 x 64 per warp.
-    float sc[kKTiles][4];
+    // S = Q · Kᵀ, 16 x 64 per m-tile; each K fragment feeds every m-tile of the warp.
+    float sc[kMT][kKTiles][4];
 #pragma unroll
-    for (int i = 0; i < kKTiles; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int i = 0; i < kKTiles; ++i)
+        sc[mt][i][0] = sc[mt][i][1] = sc[mt][i][2] = sc[mt][i][3] = 0.0f;
 #pragma unroll
     for (int kc = 0; kc < kDChunks; ++kc) {
+      uint32_t qa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa[mt][i] = qf[kc][i];
+        } else {
+          ldsm_x4(qa[mt], q_s + (wrow + 16 * mt + mma_frag::ldsm_q_row(lane)) * kLd + kc * 16 +
+                              mma_frag::ldsm_q_col(lane));
+        }
+      }
 #pragma unroll
       for (int np = 0; np < kKTiles / 2; ++np) {
         uint32_t b[4];
         ldsm_x4(b, k_s + (np * 16 + mma_frag::ldsm_k_key(lane)) * kLd + kc * 16 +
                        mma_frag::ldsm_k_col(lane));
-        mma_bf16(sc[2 * np], qf[kc], b[0], b[1]);
-        mma_bf16(sc[2 * np + 1], qf[kc], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16(sc[mt][2 * np], qa[mt], b[0], b[1]);
+          mma_bf16(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
+        }
       }
     }
     // Causal / length mask, only where some row of the CTA cannot see the whole tile.
     if (kv0 + kKvTile - 1 > min_pos) {
 #pragma unroll
-      for (int nt = 0; nt < kKTiles; ++nt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = kv0 + nt * 8 + quad_col + (i & 1);
-          if (key > (i < 2 ? pos_a : pos_b)) sc[nt][i] = -INFINITY;
-        }
+        for (int nt = 0; nt < kKTiles; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = kv0 + nt * 8 + quad_col + (i & 1);
+            if (key > pos_r[mt][i >> 1]) sc[mt][nt][i] = -INFINITY;
+          }
     }
     // Online softmax; rh 0 = row quad_row (c0, c1), rh 1 = row quad_row + 8 (c2, c3). The four
     // lanes of a quad hold one row's 64 scores between them.
 #pragma unroll
-    for (int rh = 0; rh < 2; ++rh) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int nt = 0; nt < kKTiles; ++nt)
-        mx = fmaxf(mx, fmaxf(sc[nt][2 * rh], sc[nt][2 * rh + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[rh], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;    // nothing visible yet: p = 0
-      const float corr = fast_exp2((m_run[rh] - m_use) * sl2);  // m_run = -inf: 0
-      const float ms = m_use * sl2;
-      m_run[rh] = m_new;
-      float sum = 0.0f;
+      for (int rh = 0; rh < 2; ++rh) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kKTiles; ++nt)
+        for (int nt = 0; nt < kKTiles; ++nt)
+          mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * rh], sc[mt][nt][2 * rh + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mt][rh], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;        // nothing visible yet: p = 0
+        const float corr = fast_exp2((m_run[mt][rh] - m_use) * sl2);  // m_run = -inf: 0
+        const float ms = m_use * sl2;
+        m_run[mt][rh] = m_new;
+        float sum = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(sc[nt][2 * rh + e], sl2, -ms));
-          sc[nt][2 * rh + e] = pv;
-          sum += pv;
+        for (int nt = 0; nt < kKTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2(fmaf(sc[mt][nt][2 * rh + e], sl2, -ms));
+            sc[mt][nt][2 * rh + e] = pv;
+            sum += pv;
+          }
+        l_run[mt][rh] = l_run[mt][rh] * corr + sum;  // per-lane partial; quad-reduced at the end
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o[mt][dt][2 * rh] *= corr;
+          o[mt][dt][2 * rh + 1] *= corr;
         }
-      l_run[rh] = l_run[rh] * corr + sum;  // per-lane partial sum; quad-reduced at the end
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        o[dt][2 * rh] *= corr;
-        o[dt][2 * rh + 1] *= corr;
       }
     }
     // P (bf16) as A fragments: 16-key chunk kc = S n-tiles 2kc (a0, a1) and 2kc + 1 (a2, a3).
-    uint32_t pf[kKvTile / 16][4];
+    uint32_t pf[kMT][kKvTile / 16][4];
 #pragma unroll
-    for (int kc = 0; kc < kKvTile / 16; ++kc) {
-      pf[kc][0] = pack_bf16(sc[2 * kc][0], sc[2 * kc][1]);
-      pf[kc][1] = pack_bf16(sc[2 * kc][2], sc[2 * kc][3]);
-      pf[kc][2] = pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]);
-      pf[kc][3] = pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3]);
-    }
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int kc = 0; kc < kKvTile / 16; ++kc) {
+        pf[mt][kc][0] = pack_bf16(sc[mt][2 * kc][0], sc[mt][2 * kc][1]);
+        pf[mt][kc][1] = pack_bf16(sc[mt][2 * kc][2], sc[mt][2 * kc][3]);
+        pf[mt][kc][2] = pack_bf16(sc[mt][2 * kc + 1][0], sc[mt][2 * kc + 1][1]);
+        pf[mt][kc][3] = pack_bf16(sc[mt][2 * kc + 1][2], sc[mt][2 * kc + 1][3]);
+      }
 
     cp_async_wait_all();  // V tile `it` landed ...
     __syncthreads();      // ... everyone's; every warp is done with Q·Kᵀ (K free)
@@ -289,7 +326,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
       load_kv_tile<kD, kThreads>(p, blocks, kv_len, kvh, kv0 + kKvTile, p.k_offset, bs_shift, k_s);
     cp_async_commit();
 
-    // O += P · V.
+    // O += P · V; each V fragment feeds every m-tile of the warp.
 #pragma unroll
     for (int kc = 0; kc < kKvTile / 16; ++kc) {
 #pragma unroll
@@ -297,68 +334,72 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
         uint32_t b[4];
         ldsm_x4_trans(b, v_s + (kc * 16 + mma_frag::ldsm_v_key(lane)) * kLd + dp * 16 +
                              mma_frag::ldsm_v_col(lane));
-        mma_bf16(o[2 * dp], pf[kc], b[0], b[1]);
-        mma_bf16(o[2 * dp + 1], pf[kc], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16(o[mt][2 * dp], pf[mt][kc], b[0], b[1]);
+          mma_bf16(o[mt][2 * dp + 1], pf[mt][kc], b[2], b[3]);
+        }
       }
     }
   }
   cp_async_wait_all();  // no copy may still be in flight when the CTA exits
 
-  // Normalise and write rows quad_row and quad_row + 8 of this warp.
+  // Normalise and write rows quad_row and quad_row + 8 of each m-tile of this warp.
 #pragma unroll
-  for (int rh = 0; rh < 2; ++rh) {
-    float l = l_run[rh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int r = wrow + quad_row + 8 * rh;
-    if (r >= nr) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int tok = q_begin + (row0 + r) / group, h = kvh * group + (row0 + r) % group;
-    bf16* dst = p.out + (int64_t{tok} * p.num_q_heads + h) * kD + quad_col;
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-      *reinterpret_cast<uint32_t*>(dst + dt * 8) =
-          pack_bf16(o[dt][2 * rh] * inv, o[dt][2 * rh + 1] * inv);
+    for (int rh = 0; rh < 2; ++rh) {
+      float l = l_run[mt][rh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int r = wrow + 16 * mt + quad_row + 8 * rh;
+      if (r >= nr) continue;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int tok = q_begin + (row0 + r) / group, h = kvh * group + (row0 + r) % group;
+      bf16* dst = p.out + (int64_t{tok} * p.num_q_heads + h) * kD + quad_col;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+        *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+            pack_bf16(o[mt][dt][2 * rh] * inv, o[mt][dt][2 * rh + 1] * inv);
+    }
   }
 }
 
-template <int kD, int kWarps>
-constexpr int prefill_mma_smem_bytes() {
-  return (kWarps * 16 + 2 * kKvTile) * (kD + 8) * 2;
-}
-
-template <int kD, int kWarps>
-void launch_dw(const PagedAttentionKernelParams& p, cudaStream_t stream) {
-  constexpr int smem = prefill_mma_smem_bytes<kD, kWarps>();
+template <int kD, int kWarps, int kMT>
+void launch_cfg(const PagedAttentionKernelParams& p, cudaStream_t stream) {
+  constexpr int smem = (kWarps * 16 * kMT + 2 * kKvTile) * (kD + 8) * 2;
   static bool configured = false;
   if (!configured) {
-    cudaFuncSetAttribute(prefill_mma_kernel<kD, kWarps>,
+    cudaFuncSetAttribute(prefill_mma_kernel<kD, kWarps, kMT>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.max_tiles));
-  prefill_mma_kernel<kD, kWarps><<<grid, kWarps * 32, smem, stream>>>(p);
+  prefill_mma_kernel<kD, kWarps, kMT><<<grid, kWarps * 32, smem, stream>>>(p);
+}
+
+template <int kD>
+void launch_dim(const PagedAttentionKernelParams& p, int warps, int m_tiles, cudaStream_t stream) {
+  if (m_tiles == 2)
+    launch_cfg<kD, 4, 2>(p, stream);
+  else if (warps == 8)
+    launch_cfg<kD, 8, 1>(p, stream);
+  else
+    launch_cfg<kD, 4, 1>(p, stream);
 }
 
 }  // namespace
 
-void launch_paged_attention_prefill_mma(const PagedAttentionKernelParams& p, int warps,
+void launch_paged_attention_prefill_mma(const PagedAttentionKernelParams& p, int warps, int m_tiles,
                                         cudaStream_t stream) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const int group = p.num_q_heads / p.num_kv_heads;
-  const int rows = prefill_mma_rows(warps);
+  const int rows = prefill_mma_rows(warps, m_tiles);
   mma_tile_indptr_kernel<<<1, 32, 0, stream>>>(p.qo_indptr, p.num_seqs, group, rows, p.tile_indptr);
-  if (p.head_dim_qk == 128) {
-    if (warps == 8)
-      launch_dw<128, 8>(p, stream);
-    else
-      launch_dw<128, 4>(p, stream);
-  } else {
-    if (warps == 8)
-      launch_dw<64, 8>(p, stream);
-    else
-      launch_dw<64, 4>(p, stream);
-  }
+  if (p.head_dim_qk == 128)
+    launch_dim<128>(p, warps, m_tiles, stream);
+  else
+    launch_dim<64>(p, warps, m_tiles, stream);
 }
 
 }  // namespace di::cuda

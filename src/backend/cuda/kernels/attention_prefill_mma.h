@@ -10,8 +10,9 @@
 
 namespace di::cuda {
 
-// warps: 4 (64 rows per CTA) or 8 (128 rows per CTA).
-void launch_paged_attention_prefill_mma(const PagedAttentionKernelParams& p, int warps,
+// Variant (prefill_mma_rows): warps 4 or 8 with one 16-row m-tile per warp (64 / 128 rows per
+// CTA), or m_tiles 2 (4 warps x 32 rows = 128 rows). p.rows_per_tile / p.max_tiles must match.
+void launch_paged_attention_prefill_mma(const PagedAttentionKernelParams& p, int warps, int m_tiles,
                                         cudaStream_t stream);
 
 }  // namespace di::cuda

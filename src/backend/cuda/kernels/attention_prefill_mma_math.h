@@ -100,9 +100,10 @@ inline bool prefill_mma_supported(int32_t head_dim_qk, int32_t head_dim_v, int32
 inline bool prefill_mma_wanted(int32_t num_seqs, int32_t num_tokens, int32_t num_splits) {
   return num_tokens > num_seqs && num_splits == 1;
 }
-// Rows (token, q head of the group) per CTA: 16 per warp.
-inline int32_t prefill_mma_rows(int32_t warps) {
-  return warps * 16;
+// Kernel variants (warps per CTA x 16-row m-tiles per warp): 4x1 (default), 8x1, 4x2 (FA2's
+// 128-row tile; m_tiles 2 implies 4 warps). Rows (token, q head of the group) per CTA:
+inline int32_t prefill_mma_rows(int32_t warps, int32_t m_tiles) {
+  return m_tiles == 2 ? 4 * 16 * 2 : (warps == 8 ? 8 : 4) * 16;
 }
 // Grid bound on CTAs per kv head (tiles never straddle sequences).
 inline int64_t prefill_mma_max_tiles(int32_t num_seqs, int32_t num_tokens, int32_t group,
