@@ -7,7 +7,9 @@
 //   decode tok/s at batch 1 / 8 / 32 / 128 / 256 with a 512-token context (CUDA graph per bucket;
 //     batch 1 also eager), roofline = max(bytes / BW, FLOPs / peak), bytes = weights + KV read;
 //   prefill tok/s at 512 / 4K / 32K tokens (one sequence, eager);
-//   the paged attention kernel alone, 8K causal prefill, in TFLOP/s.
+//   the paged attention kernel alone, 8K causal prefill, in TFLOP/s: the default path (tensor
+//     cores, attention_prefill_mma.cu, unless DEEPINFER_ATTN_PREFILL=simt), its variants
+//     (4x1 / 8x1 / 4x2 warps x m-tiles) and the CUDA-core kernel, for a before/after ratio.
 //
 //   bench_cuda_llama [--layers 32] [--skip-32k]
 #include <cuda_runtime.h>
@@ -20,6 +22,7 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -272,12 +275,19 @@ int main(int argc, char** argv) {
                            4.0 * static_cast<double>(m.hq * m.d * m.layers) * tokens * (tokens + 1) / 2.0;
       const double roof_ms = 1e3 * flops / kPeakFlops;
       std::printf("[bench] prefill %5d tokens: %9.2f ms %9.0f tok/s  %6.1f TFLOP/s  roofline %.2f ms -> "
-                  "%5.1f%% of 787 TFLOP/s\n",
-                  tokens, ms, 1e3 * tokens / ms, flops / ms / 1e9, roof_ms, 100.0 * roof_ms / ms);
+                  "%5.1f%% of 787 TFLOP/s (attention %s)\n",
+                  tokens, ms, 1e3 * tokens / ms, flops / ms / 1e9, roof_ms, 100.0 * roof_ms / ms,
+                  be.attention_prefill_mma() ? "mma" : "simt");
       std::fflush(stdout);
     };
     prefill(512);
     prefill(4096);
+    {  // before/after (issue #5): the same 4K prefill with attention on CUDA cores
+      const bool mma_on = be.attention_prefill_mma();
+      be.set_attention_prefill_mma(false);
+      prefill(4096);
+      be.set_attention_prefill_mma(mma_on);
+    }
 
     // ---- attention kernel alone: 8K causal prefill, Llama heads ----
     {
@@ -314,8 +324,25 @@ int main(int argc, char** argv) {
       const double ms = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
       const double flops = 4.0 * static_cast<double>(m.hq * m.d) * tokens * (tokens + 1) / 2.0;
       std::printf("[bench] attention prefill 8K causal (32 q / 8 kv heads, d 128): %8.2f ms %6.1f TFLOP/s "
-                  "-> %5.1f%% of 787 TFLOP/s\n",
-                  ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / 787.0);
+                  "-> %5.1f%% of 787 TFLOP/s (path %s)\n",
+                  ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / 787.0,
+                  be.attention_prefill_mma() ? "mma" : "simt");
+      // Before/after (issue #5): the tensor-core variants (warps x m-tiles per warp; the default
+      // is 4x1) and the CUDA-core kernel.
+      const bool mma_on = be.attention_prefill_mma();
+      for (auto [warps, mtiles] : {std::pair{4, 1}, std::pair{8, 1}, std::pair{4, 2}}) {
+        be.set_attention_prefill_mma(true, warps, mtiles);
+        const double msv = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+        std::printf("[bench] attention prefill 8K causal mma %dx%d (warps x m-tiles, %d rows): %8.2f ms "
+                    "%6.1f TFLOP/s -> %5.1f%% of 787\n",
+                    warps, mtiles, warps * mtiles * 16, msv, flops / msv / 1e9, 100.0 * flops / msv / 1e9 / 787.0);
+      }
+      be.set_attention_prefill_mma(false);
+      const double ms_simt = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+      be.set_attention_prefill_mma(mma_on);
+      std::printf("[bench] attention prefill 8K causal simt (CUDA cores): %8.2f ms %6.1f TFLOP/s -> %5.1f%% of "
+                  "787; speedup %.1fx (default path vs simt)\n",
+                  ms_simt, flops / ms_simt / 1e9, 100.0 * flops / ms_simt / 1e9 / 787.0, ms_simt / ms);
     }
     if (!skip_32k) prefill(32768);
     be.synchronize();

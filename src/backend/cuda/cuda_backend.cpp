@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/attention_prefill_mma.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/moe.h"
@@ -72,6 +74,15 @@ CudaBackend::CudaBackend() {
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   max_smem_optin_ = static_cast<size_t>(optin);
+  if (const char* env = std::getenv("DEEPINFER_ATTN_PREFILL")) {
+    DI_CHECK(std::string(env) == "mma" || std::string(env) == "simt",
+             "DEEPINFER_ATTN_PREFILL={}: expected mma or simt", env);
+    attention_prefill_mma_ = std::string(env) == "mma";
+  }
+  if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_WARPS"))
+    attention_mma_warps_ = std::atoi(env) == 8 ? 8 : 4;
+  if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_MTILES"))
+    attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
 }
 
 CudaBackend::~CudaBackend() {
@@ -476,6 +487,24 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   k.tile_indptr = reinterpret_cast<int32_t*>(base);
   k.split_size = plan.split_size;
   k.num_splits = plan.num_splits;
+  // Tensor-core prefill (attention_prefill_mma.cu) for prefill-heavy batches it supports; the
+  // rule is prefill_mma_wanted / prefill_mma_supported in attention_prefill_mma_math.h.
+  if (attention_prefill_mma_ && prefill_mma_wanted(b.num_seqs, b.num_tokens, plan.num_splits) &&
+      prefill_mma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset, p.kv_head_stride,
+                            p.layout.entry_size) &&
+      (reinterpret_cast<uintptr_t>(k.q) | reinterpret_cast<uintptr_t>(k.out) |
+       reinterpret_cast<uintptr_t>(k.pool)) % 16 == 0) {
+    const int32_t group = p.num_q_heads / p.num_kv_heads;
+    const int32_t rows = prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
+    const int64_t tiles = prefill_mma_max_tiles(b.num_seqs, b.num_tokens, group, rows);
+    if (tiles <= 65535) {  // grid.y
+      k.rows_per_tile = rows;
+      k.max_tiles = static_cast<int32_t>(tiles);
+      launch_paged_attention_prefill_mma(k, attention_mma_warps_, attention_mma_mtiles_, stream_);
+      CUDA_CHECK_LAUNCH("paged_attention (prefill mma)");
+      return;
+    }
+  }
   if (plan.num_splits > 1) {
     const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
     k.partial_o = reinterpret_cast<float*>(base + indptr_padded);

@@ -85,6 +85,16 @@ class CudaBackend final : public Backend {
   // capturable), false = one read-back of the counts + cuBLAS per expert (the default until the
   // grouped kernel has passed test_cuda_moe on a GPU).
   void set_moe_grouped_gemm(bool on) { moe_grouped_gemm_ = on; }
+  // Prefill attention on tensor cores (attention_prefill_mma.cu; default, env
+  // DEEPINFER_ATTN_PREFILL=mma|simt) or on the CUDA-core kernel for every batch. Variant of the
+  // tensor-core kernel: warps per CTA 4 (default) or 8 (env DEEPINFER_ATTN_MMA_WARPS), 16-row
+  // m-tiles per warp 1 (default) or 2 (4 warps x 32 rows; env DEEPINFER_ATTN_MMA_MTILES).
+  void set_attention_prefill_mma(bool on, int warps = 4, int m_tiles = 1) {
+    attention_prefill_mma_ = on;
+    attention_mma_warps_ = warps == 8 ? 8 : 4;
+    attention_mma_mtiles_ = m_tiles == 2 ? 2 : 1;
+  }
+  bool attention_prefill_mma() const { return attention_prefill_mma_; }
 
  private:
   void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
@@ -103,6 +113,9 @@ class CudaBackend final : public Backend {
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
   bool moe_grouped_gemm_ = false;
+  bool attention_prefill_mma_ = true;
+  int attention_mma_warps_ = 4;
+  int attention_mma_mtiles_ = 1;
   // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.
   std::unordered_map<const void*, Tensor> host_cache_;
 };
