@@ -4,16 +4,6 @@
 
 namespace di {
 
-void Backend::moe_count_experts(const Tensor&, Tensor&) {
-  DI_FAIL("backend '{}' does not implement moe_count_experts", name());
-}
-void Backend::moe_map_replicas(const Tensor&, const Tensor&, const Tensor&, Tensor&) {
-  DI_FAIL("backend '{}' does not implement moe_map_replicas", name());
-}
-void Backend::copy_rows(const Tensor&, int64_t, Tensor&, int64_t, int64_t) {
-  DI_FAIL("backend '{}' does not implement copy_rows", name());
-}
-
 #ifdef DI_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend();
 #endif

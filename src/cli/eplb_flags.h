@@ -29,8 +29,9 @@ inline void add_eplb_flags(CLI::App& app, EplbOptions* o) {
                    "EPLB: re-plan the placement every this many " + name + " steps")
         ->capture_default_str();
     app.add_option("--eplb-bucket-" + name, c->steps_per_bucket,
-                   "EPLB: " + name + " window granularity in steps; counts are read from the "
-                   "device once per bucket (the window must be a multiple)")
+                   "EPLB: " + name +
+                       " window granularity in steps; counts are read from the "
+                       "device once per bucket (the window must be a multiple)")
         ->capture_default_str();
     app.add_option("--eplb-min-gain-" + name, c->min_gain,
                    "EPLB: re-place a layer only if its moe_lb (max/mean rank load) drops by at "

@@ -498,6 +498,8 @@ void EngineLoop::check_integrity() const {
   DI_CHECK(l.num_blocks == kv_->num_blocks() && l.block_size == kv_->block_size(),
            "KV pool of {} x {} does not match the manager's {} x {}", l.num_blocks, l.block_size,
            kv_->num_blocks(), kv_->block_size());
+  // EPLB placement vs device tables (not the weight bytes: that downloads every expert).
+  if (eplb_) eplb_->check_integrity(/*compare_weights=*/false);
 }
 
 }  // namespace di

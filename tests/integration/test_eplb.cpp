@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -57,6 +57,9 @@ TEST(EplbOps, MapReplicas) {
   be->moe_map_replicas(ids, indptr, slots, phys);
   // token t takes replica t % n.
   EXPECT_EQ(vec(phys), (std::vector<int32_t>{5, 2, 0, 1, 4, 0, 1, 2}));
+  Tensor none = Tensor::empty({0, 2}, DType::kI32);
+  Tensor none_out = Tensor::empty({0, 2}, DType::kI32);
+  EXPECT_NO_THROW(be->moe_map_replicas(none, indptr, slots, none_out));
   Tensor bad = i32({3, 0}, {1, 2});
   Tensor out1 = Tensor::empty({1, 2}, DType::kI32);
   EXPECT_THROW(be->moe_map_replicas(bad, indptr, slots, out1), Error);
@@ -175,8 +178,8 @@ TEST_P(EplbGolden, OutputsUnchangedAcrossRebalances) {
   ASSERT_EQ(got.size(), ref.size());
   double worst = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    worst = std::max(worst, testing::max_rel_error(ref[i].last_prompt_logits,
-                                                   got[i].last_prompt_logits));
+    worst = std::max(worst,
+                     testing::max_rel_error(ref[i].last_prompt_logits, got[i].last_prompt_logits));
     for (size_t s = 0; s < ref[i].step_logits.size() && s < got[i].step_logits.size(); ++s)
       worst = std::max(worst, testing::max_rel_error(ref[i].step_logits[s], got[i].step_logits[s]));
   }

@@ -49,9 +49,9 @@ std::vector<int32_t> to_vec(Backend& be, const Tensor& t) {
 }
 
 struct Routing {
-  std::vector<int32_t> ids;      // [tokens * k], some -1 when with_padding
-  std::vector<int32_t> indptr;   // [E + 1]
-  std::vector<int32_t> slots;    // [num_slots]
+  std::vector<int32_t> ids;     // [tokens * k], some -1 when with_padding
+  std::vector<int32_t> indptr;  // [E + 1]
+  std::vector<int32_t> slots;   // [num_slots]
 };
 
 // Random distinct top-k ids per token and a random replica table (1..4 replicas per expert).
@@ -112,10 +112,9 @@ TEST_P(CudaEplbOps, MatchCpu) {
   for (Backend* be : {cpu.get(), gpu.get()}) {
     Tensor ids = be->upload(host_i32(r.ids, {s.tokens, s.k}), DType::kI32);
     Tensor phys = be->empty({s.tokens, s.k}, DType::kI32);
-    be->moe_map_replicas(ids, be->upload(host_i32(r.indptr, {s.experts + 1}), DType::kI32),
-                         be->upload(host_i32(r.slots, {static_cast<int64_t>(r.slots.size())}),
-                                    DType::kI32),
-                         phys);
+    be->moe_map_replicas(
+        ids, be->upload(host_i32(r.indptr, {s.experts + 1}), DType::kI32),
+        be->upload(host_i32(r.slots, {static_cast<int64_t>(r.slots.size())}), DType::kI32), phys);
     maps.push_back(to_vec(*be, phys));
   }
   const bool map_ok = maps[0] == maps[1];
@@ -204,8 +203,8 @@ TEST_P(CudaEplbGolden, EplbOnMatchesEplbOff) {
   double worst = 0.0;
   for (size_t i = 0; i < ref.size(); ++i) {
     same += got[i].output == ref[i].output;
-    worst = std::max(worst, testing::max_rel_error(ref[i].last_prompt_logits,
-                                                   got[i].last_prompt_logits));
+    worst = std::max(worst,
+                     testing::max_rel_error(ref[i].last_prompt_logits, got[i].last_prompt_logits));
   }
   std::printf(
       "[eplb-golden] model=%s rebalances=%llu copies=%llu counted=%lld expected=%lld "

@@ -459,7 +459,8 @@ void CpuBackend::moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_
                replica_indptr.dtype() == DType::kI32 && replica_slots.dtype() == DType::kI32 &&
                topk_ids.dim() == 2 && phys_ids.shape() == topk_ids.shape() &&
                replica_indptr.dim() == 1 && replica_indptr.size(0) >= 2 &&
-               replica_slots.dim() == 1 && topk_ids.raw() != phys_ids.raw(),
+               replica_slots.dim() == 1 &&
+               (topk_ids.numel() == 0 || topk_ids.raw() != phys_ids.raw()),
            "moe_map_replicas: ids {} indptr {} slots {} out {}", topk_ids.describe(),
            replica_indptr.describe(), replica_slots.describe(), phys_ids.describe());
   const int64_t t = topk_ids.size(0), k = topk_ids.size(1);
@@ -496,6 +497,8 @@ void CpuBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int6
                static_cast<size_t>(rows) * row_bytes);
 }
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace di

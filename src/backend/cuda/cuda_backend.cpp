@@ -542,13 +542,14 @@ void CudaBackend::moe_map_replicas(const Tensor& topk_ids, const Tensor& replica
   check_dev(phys_ids, DType::kI32, "moe_map_replicas", "phys_ids");
   DI_CHECK(topk_ids.dim() == 2 && phys_ids.shape() == topk_ids.shape() &&
                replica_indptr.dim() == 1 && replica_indptr.size(0) >= 2 &&
-               replica_slots.dim() == 1 && topk_ids.raw() != phys_ids.raw(),
+               replica_slots.dim() == 1 &&
+               (topk_ids.numel() == 0 || topk_ids.raw() != phys_ids.raw()),
            "cuda moe_map_replicas: ids {} indptr {} slots {} out {}", topk_ids.describe(),
            replica_indptr.describe(), replica_slots.describe(), phys_ids.describe());
   launch_moe_map_replicas(
       MoeMapReplicasParams{cptr<int32_t>(topk_ids), cptr<int32_t>(replica_indptr),
-                           cptr<int32_t>(replica_slots), mptr<int32_t>(phys_ids),
-                           topk_ids.size(0), static_cast<int32_t>(topk_ids.size(1)),
+                           cptr<int32_t>(replica_slots), mptr<int32_t>(phys_ids), topk_ids.size(0),
+                           static_cast<int32_t>(topk_ids.size(1)),
                            static_cast<int32_t>(replica_indptr.size(0) - 1),
                            static_cast<int32_t>(replica_slots.size(0))},
       stream_);
@@ -564,14 +565,14 @@ void CudaBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int
            "cuda copy_rows: {} -> {}", src.describe(), dst.describe());
   DI_CHECK(rows >= 0 && src_row >= 0 && dst_row >= 0 && src_row + rows <= src.size(0) &&
                dst_row + rows <= dst.size(0),
-           "cuda copy_rows: rows [{}, +{}) of {} -> [{}, +{}) of {}", src_row, rows,
-           src.describe(), dst_row, rows, dst.describe());
+           "cuda copy_rows: rows [{}, +{}) of {} -> [{}, +{}) of {}", src_row, rows, src.describe(),
+           dst_row, rows, dst.describe());
   if (rows == 0) return;
   const size_t row_bytes = src.nbytes() / static_cast<size_t>(src.size(0));
-  CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row_bytes,
-                             static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row_bytes,
-                             static_cast<size_t>(rows) * row_bytes, cudaMemcpyDeviceToDevice,
-                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(
+      static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row_bytes,
+      static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row_bytes,
+      static_cast<size_t>(rows) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 }  // namespace cuda

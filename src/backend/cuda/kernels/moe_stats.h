@@ -21,10 +21,10 @@ void launch_moe_count_experts(const MoeCountParams& p, cudaStream_t stream);
 // n = indptr[e + 1] - indptr[e]. An id outside [0, num_experts), an expert without replicas or
 // a replica range outside [0, num_slots) writes -1 (moe_experts then rejects it).
 struct MoeMapReplicasParams {
-  const int32_t* ids;            // [tokens * top_k]
-  const int32_t* replica_indptr; // [num_experts + 1]
-  const int32_t* replica_slots;  // [num_slots]
-  int32_t* phys;                 // [tokens * top_k]
+  const int32_t* ids;             // [tokens * top_k]
+  const int32_t* replica_indptr;  // [num_experts + 1]
+  const int32_t* replica_slots;   // [num_slots]
+  int32_t* phys;                  // [tokens * top_k]
   int64_t tokens;
   int32_t top_k;
   int32_t num_experts;
