@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "core/error.h"
 #include "tensor/tensor.h"
 
 namespace di {
@@ -147,6 +148,29 @@ class Backend {
   // out[t] = Σ_j topk_weights[t, j] · expert_{topk_ids[t, j]}(x[t])      x, out [T, H]
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const ExpertWeights& w, Tensor& out) = 0;
+
+  // ---- EPLB (issue #8; docs/expert_parallelism.md "EPLB in the engine") ----
+  // The defaults throw; the CPU and CUDA backends override them. They are defined inline so that
+  // Backend keeps no key function (its vtable and typeinfo stay in every user, as before).
+  // counts[e] += entries of topk_ids equal to e; negative ids (padding) are skipped.
+  //                                                  topk_ids [T, k] i32, counts [E] i32
+  virtual void moe_count_experts(const Tensor& /*topk_ids*/, Tensor& /*counts*/) {
+    DI_FAIL("backend '{}' does not implement moe_count_experts", name());
+  }
+  // Logical -> physical expert ids: for e = topk_ids[t, j] with n = replica_indptr[e + 1] -
+  // replica_indptr[e] replicas, phys_ids[t, j] = replica_slots[replica_indptr[e] + t % n].
+  // topk_ids, phys_ids [T, k] i32 (distinct tensors); replica_indptr [E + 1] i32; replica_slots
+  // [S] i32 (the first replica_indptr[E] entries are used).
+  virtual void moe_map_replicas(const Tensor& /*topk_ids*/, const Tensor& /*replica_indptr*/,
+                                const Tensor& /*replica_slots*/, Tensor& /*phys_ids*/) {
+    DI_FAIL("backend '{}' does not implement moe_map_replicas", name());
+  }
+  // Raw copy of `rows` rows (along dim 0) from src starting at src_row to dst starting at
+  // dst_row, in stream order. Same dtype and row size; src and dst ranges must not overlap.
+  virtual void copy_rows(const Tensor& /*src*/, int64_t /*src_row*/, Tensor& /*dst*/,
+                         int64_t /*dst_row*/, int64_t /*rows*/) {
+    DI_FAIL("backend '{}' does not implement copy_rows", name());
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -8,8 +8,10 @@
 
 #include "backend/backend.h"
 #include "cli/command.h"
+#include "cli/eplb_flags.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/eplb_runtime.h"
 #include "engine/generator.h"
 #include "model/default_model.h"
 #include "model/model.h"
@@ -35,6 +37,7 @@ struct GenerateOptions {
   int32_t prefill_chunk = 0;
   bool json = false;
   bool dump_logits = false;
+  EplbOptions eplb;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -85,6 +88,11 @@ int run_generate(const GenerateOptions& o) {
   GeneratorOptions gopts;
   gopts.block_size = o.block_size;
   gopts.prefill_chunk = o.prefill_chunk;
+  std::unique_ptr<EplbRuntime> eplb;
+  if (o.eplb.enabled) {
+    eplb = std::make_unique<EplbRuntime>(*model, *backend, o.eplb);
+    gopts.eplb = eplb.get();
+  }
   Generator gen(*model, *backend, gopts);
   GenerateRequest req;
   req.prompt = prompt;
@@ -96,6 +104,10 @@ int run_generate(const GenerateOptions& o) {
   req.seed = o.seed;
   auto results = gen.generate({req});
   auto t2 = std::chrono::steady_clock::now();
+  if (eplb) {
+    DI_LOG_INFO("EPLB: {} rebalances, {} expert copies, moe_lb {:.3f}", eplb->stats().rebalances,
+                eplb->stats().experts_moved, eplb->stats().moe_lb);
+  }
   const auto& r = results.at(0);
   if (o.json) {
     nlohmann::json j;
@@ -138,6 +150,7 @@ CommandRegistration reg("generate", "Generate tokens from a model directory (off
       ->capture_default_str();
   app.add_flag("--json", o->json, "Print {\"prompt_ids\":[...],\"output_ids\":[...]}");
   app.add_flag("--dump-logits", o->dump_logits, "With --json, add last_prompt_logits");
+  add_eplb_flags(app, &o->eplb);
   return [o] { return run_generate(*o); };
 });
 

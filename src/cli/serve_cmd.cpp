@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/eplb_flags.h"
 #include "core/logging.h"
 #include "server/api_server.h"
 
@@ -36,6 +37,7 @@ struct ServeOptions {
   int64_t max_request_mb = 32;
   int http_threads = 0;
   double shutdown_grace_s = 30;
+  EplbOptions eplb;
 };
 
 // The default model: ./models/..., else next to the build tree (build/bin/deepinfer →
@@ -106,6 +108,7 @@ int run_serve(const ServeOptions& o) {
   ec.max_batched_tokens = o.max_batched_tokens;
   ec.max_running = o.max_running;
   ec.enable_prefix_caching = !o.no_prefix_caching;
+  ec.eplb = o.eplb;
   auto engine = Engine::start(ec);
   if (!engine.is_ok()) {
     std::fprintf(stderr, "deepinfer serve: %s\n", engine.status().to_string().c_str());
@@ -201,6 +204,7 @@ CommandRegistration reg(
       app.add_option("--shutdown-grace-s", o->shutdown_grace_s,
                      "On SIGINT/SIGTERM, how long in-flight requests may still run")
           ->capture_default_str();
+      add_eplb_flags(app, &o->eplb);
       return [o] { return run_serve(*o); };
     });
 

@@ -16,6 +16,7 @@
 
 #include "core/ids.h"
 #include "core/status.h"
+#include "engine/eplb_options.h"
 #include "sampling/sampling_params.h"
 
 namespace di {
@@ -68,6 +69,7 @@ struct EngineConfig {
   int32_t max_batched_tokens = 8192; // per-step token budget (chunked prefill)
   int32_t max_running = 256;
   bool enable_prefix_caching = true;
+  EplbOptions eplb;  // expert load balancing of MoE models (off by default; issue #8)
 };
 
 // Counters and gauges for /metrics; a consistent snapshot.
@@ -85,6 +87,10 @@ struct EngineStats {
   int32_t kv_blocks_total = 0;
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_cached = 0;
+  // EPLB (only when enabled on a MoE model).
+  bool eplb_enabled = false;
+  uint64_t eplb_rebalances = 0;
+  double moe_lb = 1.0;  // expected max/mean rank load of the current placement, mean over layers
 };
 
 class Engine {

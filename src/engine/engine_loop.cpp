@@ -62,6 +62,13 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& config) {
                     "max_model_len ({}) >= 0",
                     config.max_batched_tokens, config.max_running, config.max_model_len));
   }
+  if (config.eplb.enabled) {
+    try {
+      config.eplb.validate();
+    } catch (const std::exception& e) {
+      return bad(fmt::format("EPLB options: {}", e.what()));
+    }
+  }
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   try {
@@ -104,6 +111,9 @@ EngineLoop::EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> back
       backend_(std::move(backend)),
       model_(std::move(model)) {
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config_.block_size);
+  if (config_.eplb.enabled) {
+    eplb_ = std::make_unique<EplbRuntime>(*model_, *backend_, config_.eplb);
+  }
   KvCacheConfig kv_config;
   kv_config.num_blocks = num_blocks;
   kv_config.block_size = config_.block_size;
@@ -380,7 +390,11 @@ void EngineLoop::run_step(Outbox& out) {
     }
   }
 
+  if (eplb_) {
+    eplb_->begin_step(sched.prefills.empty() ? EplbPhase::kDecode : EplbPhase::kPrefill);
+  }
   Tensor logits = runner_->execute(plan, logit_rows);
+  if (eplb_) eplb_->end_step();  // may re-place experts: between steps, on this thread
   const int64_t vocab = runner_->vocab_size();
   std::vector<sampling::SampleResult> results = sampling::sample_batch(
       std::span<const float>(logits.f32(), static_cast<size_t>(logits.numel())), vocab, rows);
@@ -436,6 +450,11 @@ void EngineLoop::publish_stats() {
   s.kv_blocks_total = kv_->num_blocks();
   s.kv_blocks_used = kv_->num_blocks() - kv_->num_available_blocks();
   s.kv_blocks_cached = kv_->num_cached_blocks();
+  if (eplb_) {
+    s.eplb_enabled = true;
+    s.eplb_rebalances = eplb_->stats().rebalances;
+    s.moe_lb = eplb_->stats().moe_lb;
+  }
   std::lock_guard lock(stats_mu_);
   stats_ = s;
 }
@@ -479,6 +498,8 @@ void EngineLoop::check_integrity() const {
   DI_CHECK(l.num_blocks == kv_->num_blocks() && l.block_size == kv_->block_size(),
            "KV pool of {} x {} does not match the manager's {} x {}", l.num_blocks, l.block_size,
            kv_->num_blocks(), kv_->block_size());
+  // EPLB placement vs device tables (not the weight bytes: that downloads every expert).
+  if (eplb_) eplb_->check_integrity(/*compare_weights=*/false);
 }
 
 }  // namespace di

@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/eplb_runtime.h"
 #include "engine/model_runner.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
@@ -106,6 +107,7 @@ class EngineLoop final : public Engine {
   // Owned by the engine thread; check_integrity() reads them under state_mu_.
   mutable std::mutex state_mu_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<EplbRuntime> eplb_;  // null unless config.eplb.enabled (MoE models only)
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, RequestState> requests_;

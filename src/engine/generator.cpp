@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "engine/eplb_runtime.h"
 #include "engine/token_sampler.h"
 
 namespace di {
@@ -64,6 +65,7 @@ std::vector<GenerateResult> Generator::generate(const std::vector<GenerateReques
     std::vector<int32_t> ids, positions, slots, qo{0}, kv_ptr{0}, kv_idx, last_len, logit_rows;
     std::vector<size_t> active;
     int32_t max_kv = 0;
+    bool has_prompt_tokens = false;  // a prefill step for EPLB's statistics
     for (size_t i = 0; i < seqs.size(); ++i) {
       SeqState& s = seqs[i];
       if (s.done) continue;
@@ -71,6 +73,7 @@ std::vector<GenerateResult> Generator::generate(const std::vector<GenerateReques
       int64_t n_new = n_total - s.num_computed;
       if (options_.prefill_chunk > 0) n_new = std::min<int64_t>(n_new, options_.prefill_chunk);
       const int64_t end = s.num_computed + n_new;
+      if (s.num_computed < static_cast<int64_t>(s.req->prompt.size())) has_prompt_tokens = true;
       while (static_cast<int64_t>(s.blocks.size()) * bs < end) {
         DI_CHECK(!free_blocks.empty(), "out of KV blocks");
         s.blocks.push_back(free_blocks.back());
@@ -108,9 +111,12 @@ std::vector<GenerateResult> Generator::generate(const std::vector<GenerateReques
     std::vector<int32_t> rows;
     for (int32_t r : logit_rows)
       if (r >= 0) rows.push_back(r);
+    if (options_.eplb)
+      options_.eplb->begin_step(has_prompt_tokens ? EplbPhase::kPrefill : EplbPhase::kDecode);
     Tensor logits_dev = model_.forward(backend_.upload(host_i32(ids), DType::kI32), batch, pool,
                                        backend_.upload(host_i32(rows), DType::kI32));
     Tensor logits = backend_.download(logits_dev);
+    if (options_.eplb) options_.eplb->end_step();  // may rebalance, between steps
 
     size_t row = 0;
     for (size_t a = 0; a < active.size(); ++a) {

@@ -15,6 +15,8 @@
 
 namespace di {
 
+class EplbRuntime;  // engine/eplb_runtime.h
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   int32_t max_tokens = 16;
@@ -40,6 +42,9 @@ struct GeneratorOptions {
   int32_t num_blocks = 0;          // 0 = enough for the requests given
   int32_t prefill_chunk = 0;       // 0 = whole prompt in one step; else tokens per chunk
   bool keep_step_logits = false;
+  // EPLB (issue #8): when set, every step is reported to it (begin_step/end_step), so routing is
+  // counted and rebalances happen between steps. Not owned.
+  EplbRuntime* eplb = nullptr;
 };
 
 class Generator {

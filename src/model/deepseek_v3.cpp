@@ -76,6 +76,13 @@ class MlaModel final : public Model {
   }
   int64_t num_mtp_layers() const override { return static_cast<int64_t>(mtp_.size()); }
 
+  std::vector<MoeBlock*> moe_blocks() override {  // EPLB (issue #8); MTP layers excluded
+    std::vector<MoeBlock*> out;
+    for (MlaLayer& L : layers_)
+      if (L.ffn.is_moe) out.push_back(&L.ffn.moe);
+    return out;
+  }
+
   Tensor forward(const Tensor& token_ids, const PagedBatch& batch, Tensor& pool,
                  const Tensor& logit_rows) override {
     Backend& be = backend_;

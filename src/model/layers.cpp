@@ -29,7 +29,16 @@ void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
   MoeRoutingParams p = routing;
   p.correction_bias = correction_bias.is_null() ? nullptr : &correction_bias;
   be.moe_route(logits, p, ids, weights);
-  be.moe_experts(x, ids, weights, experts, out);
+  if (eplb != nullptr) {
+    if (eplb->counts != nullptr) be.moe_count_experts(ids, *eplb->counts);
+    if (eplb->trace != nullptr && ids.device() == Device::kCPU)
+      eplb->trace->insert(eplb->trace->end(), ids.data<int32_t>(), ids.data<int32_t>() + t * k);
+    Tensor phys = be.empty({t, k}, DType::kI32);
+    be.moe_map_replicas(ids, eplb->replica_indptr, eplb->replica_slots, phys);
+    be.moe_experts(x, phys, weights, eplb->physical, out);
+  } else {
+    be.moe_experts(x, ids, weights, experts, out);
+  }
   if (has_shared) {
     Tensor s = be.empty(out.shape(), be.compute_dtype());
     shared.forward(be, x, s);

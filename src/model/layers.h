@@ -20,13 +20,26 @@ struct Mlp {
   void forward(Backend& be, const Tensor& x, Tensor& out) const;  // x, out [T, H]
 };
 
+// EPLB state of one MoE layer (issue #8), owned by engine/eplb_runtime.h. With it attached the
+// block routes as usual, counts the logical ids into `counts`, maps them to physical weight slots
+// (replicas of hot experts) and runs the experts on `physical` instead of MoeBlock::experts.
+struct MoeEplbState {
+  ExpertWeights physical;  // [num_slots, ...] weight slots; a slot holds a copy of one expert
+  Tensor replica_indptr;   // [E + 1] i32: replicas of expert e are replica_slots[indptr[e]..[e+1])
+  Tensor replica_slots;    // [num_slots] i32 physical slot ids, ascending per expert
+  Tensor* counts = nullptr;  // [E] i32: this step's routing is added here; null = not counted
+  // Debug/test only, CPU backend: every routed logical id of this layer is appended here.
+  std::vector<int32_t>* trace = nullptr;
+};
+
 struct MoeBlock {
   Tensor gate;             // [E, H] router weight
   Tensor correction_bias;  // [E] (DeepSeek V3), else null
-  ExpertWeights experts;
+  ExpertWeights experts;   // [E, ...] logical experts (released when EPLB holds the weights)
   bool has_shared = false;
   Mlp shared;
   MoeRoutingParams routing;
+  MoeEplbState* eplb = nullptr;  // not owned; set by the EPLB runtime
 
   void forward(Backend& be, const Tensor& x, Tensor& out) const;  // x, out [T, H]
 };

@@ -74,6 +74,13 @@ class GqaModel final : public Model {
     return static_cast<int32_t>(2 * config_.num_key_value_heads * config_.head_dim);
   }
 
+  std::vector<MoeBlock*> moe_blocks() override {  // EPLB (issue #8)
+    std::vector<MoeBlock*> out;
+    for (GqaLayer& L : layers_)
+      if (L.ffn.is_moe) out.push_back(&L.ffn.moe);
+    return out;
+  }
+
   Tensor forward(const Tensor& token_ids, const PagedBatch& batch, Tensor& pool,
                  const Tensor& logit_rows) override {
     Backend& be = backend_;

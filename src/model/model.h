@@ -6,6 +6,7 @@
 //   Tensor logits = model->forward(token_ids, batch, pool, logit_rows);   // [R, vocab]
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/config.h"
@@ -13,6 +14,7 @@
 namespace di {
 
 struct RandomWeights;  // model/weight_loader.h
+struct MoeBlock;  // model/layers.h
 
 struct LoadOptions {
   // Longest context the engine will run; sizes the rope tables. 0 = max_position_embeddings.
@@ -43,6 +45,10 @@ class Model {
   // Whether the checkpoint carried DeepSeek's multi-token-prediction layers (loaded, for the
   // speculative decoder).
   virtual int64_t num_mtp_layers() const { return 0; }
+
+  // The routed MoE blocks of the main layers in layer order (not the MTP layers), for the EPLB
+  // runtime (engine/eplb_runtime.h); empty for dense models.
+  virtual std::vector<MoeBlock*> moe_blocks() { return {}; }
 
  protected:
   Model(ModelConfig config, Backend& backend) : config_(std::move(config)), backend_(backend) {}

@@ -130,6 +130,13 @@ std::string ServerMetrics::render(const EngineStats& e) const {
         e.kv_blocks_cached);
   gauge("deepinfer_kv_cache_usage_ratio", "Held KV blocks / total blocks.",
         e.kv_blocks_total ? static_cast<double>(e.kv_blocks_used) / e.kv_blocks_total : 0.0);
+  if (e.eplb_enabled) {  // EPLB (issue #8), only when `serve --eplb` runs a MoE model
+    counter("deepinfer_eplb_rebalances_total", "Expert placements applied by EPLB.",
+            e.eplb_rebalances);
+    gauge("deepinfer_moe_lb",
+          "Expected max/mean rank load of the MoE layers' expert placement (mean over layers).",
+          e.moe_lb);
+  }
   return out;
 }
 

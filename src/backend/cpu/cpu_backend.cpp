@@ -437,6 +437,68 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
   }
 }
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+// ---- EPLB ops (issue #8) ----
+
+void CpuBackend::moe_count_experts(const Tensor& topk_ids, Tensor& counts) {
+  DI_CHECK(topk_ids.dtype() == DType::kI32 && counts.dtype() == DType::kI32 && counts.dim() == 1,
+           "moe_count_experts: ids {} counts {}", topk_ids.describe(), counts.describe());
+  const int64_t e = counts.size(0);
+  const int32_t* ids = topk_ids.data<int32_t>();
+  int32_t* c = counts.data<int32_t>();
+  for (int64_t i = 0; i < topk_ids.numel(); ++i) {
+    DI_CHECK(ids[i] < e, "moe_count_experts: expert id {} of {}", ids[i], e);
+  }
+  for (int64_t i = 0; i < topk_ids.numel(); ++i) {
+    if (ids[i] >= 0) ++c[ids[i]];
+  }
+}
+
+void CpuBackend::moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
+                                  const Tensor& replica_slots, Tensor& phys_ids) {
+  DI_CHECK(topk_ids.dtype() == DType::kI32 && phys_ids.dtype() == DType::kI32 &&
+               replica_indptr.dtype() == DType::kI32 && replica_slots.dtype() == DType::kI32 &&
+               topk_ids.dim() == 2 && phys_ids.shape() == topk_ids.shape() &&
+               replica_indptr.dim() == 1 && replica_indptr.size(0) >= 2 &&
+               replica_slots.dim() == 1 &&
+               (topk_ids.numel() == 0 || topk_ids.raw() != phys_ids.raw()),
+           "moe_map_replicas: ids {} indptr {} slots {} out {}", topk_ids.describe(),
+           replica_indptr.describe(), replica_slots.describe(), phys_ids.describe());
+  const int64_t t = topk_ids.size(0), k = topk_ids.size(1);
+  const int64_t e = replica_indptr.size(0) - 1, s = replica_slots.size(0);
+  const int32_t* ids = topk_ids.data<int32_t>();
+  const int32_t* indptr = replica_indptr.data<int32_t>();
+  const int32_t* slots = replica_slots.data<int32_t>();
+  int32_t* out = phys_ids.data<int32_t>();
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t id = ids[r * k + j];
+      DI_CHECK(id >= 0 && id < e, "moe_map_replicas: expert id {} of {}", id, e);
+      const int32_t begin = indptr[id], n = indptr[id + 1] - begin;
+      DI_CHECK(n > 0 && begin >= 0 && begin + n <= s,
+               "moe_map_replicas: expert {} has replicas [{}, {}) of {}", id, begin, begin + n, s);
+      out[r * k + j] = slots[begin + r % n];
+    }
+  }
+}
+
+void CpuBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
+                           int64_t rows) {
+  DI_CHECK(src.dtype() == dst.dtype() && src.dim() >= 1 && dst.dim() >= 1 && src.size(0) > 0 &&
+               dst.size(0) > 0 && src.numel() / src.size(0) == dst.numel() / dst.size(0),
+           "copy_rows: {} -> {}", src.describe(), dst.describe());
+  DI_CHECK(rows >= 0 && src_row >= 0 && dst_row >= 0 && src_row + rows <= src.size(0) &&
+               dst_row + rows <= dst.size(0),
+           "copy_rows: rows [{}, +{}) of {} -> [{}, +{}) of {}", src_row, rows, src.describe(),
+           dst_row, rows, dst.describe());
+  if (rows == 0) return;
+  const size_t row_bytes = src.nbytes() / static_cast<size_t>(src.size(0));
+  std::memmove(static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row_bytes,
+               static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row_bytes,
+               static_cast<size_t>(rows) * row_bytes);
+}
+
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace di

@@ -37,6 +37,11 @@ class CpuBackend final : public Backend {
                  Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const ExpertWeights& w, Tensor& out) override;
+  void moe_count_experts(const Tensor& topk_ids, Tensor& counts) override;
+  void moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
+                        const Tensor& replica_slots, Tensor& phys_ids) override;
+  void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
+                 int64_t rows) override;
 };
 
 }  // namespace di

@@ -14,6 +14,7 @@
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
+#include "backend/cuda/kernels/moe_stats.h"
 
 namespace di {
 namespace cuda {
@@ -682,6 +683,60 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                                              static_cast<int32_t>(k), static_cast<int32_t>(h)},
                          stream_);
   CUDA_CHECK_LAUNCH("moe_combine");
+}
+
+// ---- EPLB ops (issue #8; kernels in kernels/moe_stats.cu, CPU reference in cpu_backend.cpp) ----
+
+void CudaBackend::moe_count_experts(const Tensor& topk_ids, Tensor& counts) {
+  check_dev(topk_ids, DType::kI32, "moe_count_experts", "topk_ids");
+  check_dev(counts, DType::kI32, "moe_count_experts", "counts");
+  DI_CHECK(counts.dim() == 1 && counts.size(0) > 0, "cuda moe_count_experts: counts {}",
+           counts.describe());
+  launch_moe_count_experts(MoeCountParams{cptr<int32_t>(topk_ids), mptr<int32_t>(counts),
+                                          topk_ids.numel(), static_cast<int32_t>(counts.size(0))},
+                           stream_);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaBackend::moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
+                                   const Tensor& replica_slots, Tensor& phys_ids) {
+  check_dev(topk_ids, DType::kI32, "moe_map_replicas", "topk_ids");
+  check_dev(replica_indptr, DType::kI32, "moe_map_replicas", "replica_indptr");
+  check_dev(replica_slots, DType::kI32, "moe_map_replicas", "replica_slots");
+  check_dev(phys_ids, DType::kI32, "moe_map_replicas", "phys_ids");
+  DI_CHECK(topk_ids.dim() == 2 && phys_ids.shape() == topk_ids.shape() &&
+               replica_indptr.dim() == 1 && replica_indptr.size(0) >= 2 &&
+               replica_slots.dim() == 1 &&
+               (topk_ids.numel() == 0 || topk_ids.raw() != phys_ids.raw()),
+           "cuda moe_map_replicas: ids {} indptr {} slots {} out {}", topk_ids.describe(),
+           replica_indptr.describe(), replica_slots.describe(), phys_ids.describe());
+  launch_moe_map_replicas(
+      MoeMapReplicasParams{cptr<int32_t>(topk_ids), cptr<int32_t>(replica_indptr),
+                           cptr<int32_t>(replica_slots), mptr<int32_t>(phys_ids), topk_ids.size(0),
+                           static_cast<int32_t>(topk_ids.size(1)),
+                           static_cast<int32_t>(replica_indptr.size(0) - 1),
+                           static_cast<int32_t>(replica_slots.size(0))},
+      stream_);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
+                            int64_t rows) {
+  check_dev_any(src, "copy_rows", "src");
+  check_dev_any(dst, "copy_rows", "dst");
+  DI_CHECK(src.dtype() == dst.dtype() && src.dim() >= 1 && dst.dim() >= 1 && src.size(0) > 0 &&
+               dst.size(0) > 0 && src.numel() / src.size(0) == dst.numel() / dst.size(0),
+           "cuda copy_rows: {} -> {}", src.describe(), dst.describe());
+  DI_CHECK(rows >= 0 && src_row >= 0 && dst_row >= 0 && src_row + rows <= src.size(0) &&
+               dst_row + rows <= dst.size(0),
+           "cuda copy_rows: rows [{}, +{}) of {} -> [{}, +{}) of {}", src_row, rows, src.describe(),
+           dst_row, rows, dst.describe());
+  if (rows == 0) return;
+  const size_t row_bytes = src.nbytes() / static_cast<size_t>(src.size(0));
+  CUDA_CHECK(cudaMemcpyAsync(
+      static_cast<char*>(dst.raw()) + static_cast<size_t>(dst_row) * row_bytes,
+      static_cast<const char*>(src.raw()) + static_cast<size_t>(src_row) * row_bytes,
+      static_cast<size_t>(rows) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
 }  // namespace cuda
