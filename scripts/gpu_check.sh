@@ -9,6 +9,10 @@ OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
 ROOT=$(pwd)
 export DI_SOURCE_DIR=$ROOT
+# The bundle may come packed (scripts/build_gpu_bundle.sh writes .gpu_pack/bundle.tar.xz).
+if [ -f .gpu_pack/bundle.tar.xz ] && [ ! -d .gpu_bin ]; then
+  tar -xJf .gpu_pack/bundle.tar.xz
+fi
 export LD_LIBRARY_PATH="$ROOT/.gpu_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # cuBLAS 13 may live outside the default search path (CUDA toolkit dirs or pip's nvidia wheels).
