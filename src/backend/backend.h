@@ -7,10 +7,12 @@
 // batch; weights of linear layers are [out_features, in_features] as in Hugging Face checkpoints.
 // Integer metadata (positions, block tables) are i32 tensors on the backend's device.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "tensor/tensor.h"
@@ -84,6 +86,30 @@ struct MoeRoutingParams {
 struct ExpertWeights {
   Tensor gate_up;  // [E, 2 * I, H]
   Tensor down;     // [E, H, I]
+};
+
+// One decode step (one new token per sequence) for n <= bucket sequences, host side: what a
+// captured step graph (Backend::make_decode_graph) needs to replay it.
+struct DecodeStepInputs {
+  std::vector<int32_t> token_ids;   // [n] the token each sequence feeds
+  std::vector<int32_t> positions;   // [n] its position
+  std::vector<int32_t> slots;       // [n] block_id * block_size + offset of its KV
+  std::vector<std::vector<int32_t>> block_tables;  // [n] block ids covering [0, position]
+  int32_t block_size = 0;
+};
+
+// forward(token_ids [T] i32, batch, logit_rows [R] i32) -> logits [R, vocab] f32 on the device.
+using DecodeForward = std::function<Tensor(const Tensor&, const PagedBatch&, const Tensor&)>;
+
+// A decode step captured once for `bucket()` sequences and replayed with new metadata (CUDA
+// graphs: one launch instead of hundreds of kernel launches per step).
+class DecodeStepGraph {
+ public:
+  virtual ~DecodeStepGraph() = default;
+  virtual int32_t bucket() const = 0;
+  virtual int32_t max_blocks_per_seq() const = 0;
+  // Logits [bucket, vocab] f32 on the device; rows >= n are padding. Valid until the next run.
+  virtual const Tensor& run(const DecodeStepInputs& in) = 0;
 };
 
 class Backend {
@@ -170,6 +196,17 @@ class Backend {
   virtual void copy_rows(const Tensor& /*src*/, int64_t /*src_row*/, Tensor& /*dst*/,
                          int64_t /*dst_row*/, int64_t /*rows*/) {
     DI_FAIL("backend '{}' does not implement copy_rows", name());
+  }
+
+  // ---- decode step graphs ----
+  // Captures one decode step of `forward` for up to `bucket` sequences of at most
+  // `max_blocks_per_seq` KV blocks each. nullptr where the backend has no such thing (CPU): the
+  // caller runs the forward itself. Throws when the forward cannot be captured.
+  virtual std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward /*forward*/,
+                                                             int32_t /*bucket*/,
+                                                             int32_t /*max_blocks_per_seq*/,
+                                                             int32_t /*block_size*/) {
+    return nullptr;
   }
 };
 

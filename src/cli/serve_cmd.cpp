@@ -33,6 +33,7 @@ struct ServeOptions {
   int32_t max_batched_tokens = 8192;
   int32_t max_running = 256;
   bool no_prefix_caching = false;
+  bool eager = false;
   int max_concurrent_requests = 512;
   int64_t max_request_mb = 32;
   int http_threads = 0;
@@ -108,6 +109,7 @@ int run_serve(const ServeOptions& o) {
   ec.max_batched_tokens = o.max_batched_tokens;
   ec.max_running = o.max_running;
   ec.enable_prefix_caching = !o.no_prefix_caching;
+  ec.decode_graphs = !o.eager;
   ec.eplb = o.eplb;
   auto engine = Engine::start(ec);
   if (!engine.is_ok()) {
@@ -191,6 +193,9 @@ CommandRegistration reg(
           ->capture_default_str();
       app.add_flag("--no-prefix-caching", o->no_prefix_caching,
                    "Do not reuse KV blocks of earlier prompts");
+      app.add_flag("--eager", o->eager,
+                   "Run every step eagerly: no CUDA graphs for decode steps (the CUDA backend "
+                   "otherwise captures one per power-of-two batch size on first use)");
       app.add_option("--max-concurrent-requests", o->max_concurrent_requests,
                      "Generation requests in flight over HTTP; more are answered 429")
           ->capture_default_str();

@@ -70,6 +70,9 @@ struct EngineConfig {
   int32_t max_running = 256;
   bool enable_prefix_caching = true;
   EplbOptions eplb;  // expert load balancing of MoE models (off by default; issue #8)
+  // Decode-only steps replay captured step graphs (CUDA graphs) where the backend has them;
+  // false = every step eager (`serve --eager`).
+  bool decode_graphs = true;
 };
 
 // Counters and gauges for /metrics; a consistent snapshot.
@@ -82,6 +85,7 @@ struct EngineStats {
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  uint64_t graph_steps = 0;  // decode steps served by a captured step graph (CUDA graphs)
   int32_t num_waiting = 0;
   int32_t num_running = 0;
   int32_t kv_blocks_total = 0;

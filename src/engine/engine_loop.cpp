@@ -111,6 +111,7 @@ EngineLoop::EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> back
       backend_(std::move(backend)),
       model_(std::move(model)) {
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config_.block_size);
+  if (config_.decode_graphs) runner_->enable_decode_graphs(config_.max_running, max_model_len_);
   if (config_.eplb.enabled) {
     eplb_ = std::make_unique<EplbRuntime>(*model_, *backend_, config_.eplb);
   }
@@ -450,6 +451,7 @@ void EngineLoop::publish_stats() {
   s.kv_blocks_total = kv_->num_blocks();
   s.kv_blocks_used = kv_->num_blocks() - kv_->num_available_blocks();
   s.kv_blocks_cached = kv_->num_cached_blocks();
+  s.graph_steps = static_cast<uint64_t>(runner_->graph_steps());
   if (eplb_) {
     s.eplb_enabled = true;
     s.eplb_rebalances = eplb_->stats().rebalances;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace di {
 namespace {
@@ -71,6 +72,10 @@ Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit
              num_tokens);
   }
 
+  if (graphs_on_) {
+    if (Tensor out = execute_graph(plan, slots, logit_rows); !out.is_null()) return out;
+  }
+
   PagedBatch batch;
   batch.positions = backend_.upload(host_i32(plan.positions), DType::kI32);
   batch.slot_mapping = backend_.upload(host_i32(slots), DType::kI32);
@@ -90,6 +95,68 @@ Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit
            "forward returned {} for {} logit rows of vocab {}", host.describe(), logit_rows.size(),
            vocab_size());
   return host;
+}
+
+void ModelRunner::enable_decode_graphs(int32_t max_batch, int32_t max_model_len) {
+  DI_CHECK(max_batch > 0 && max_model_len > 0, "decode graphs for {} sequences of {} tokens",
+           max_batch, max_model_len);
+  graphs_.clear();
+  graph_max_batch_ = max_batch;
+  graph_max_blocks_ = (max_model_len + layout_.block_size - 1) / layout_.block_size;
+  graphs_on_ = true;
+}
+
+Tensor ModelRunner::execute_graph(const StepPlan& plan, const std::vector<int32_t>& slots,
+                                  std::span<const int32_t> logit_rows) {
+  const ScheduleResult& s = plan.schedule;
+  const PagedBatchView& v = plan.paged;
+  const auto n = static_cast<int32_t>(plan.input_ids.size());
+  // Decode only (one token per sequence), every row's logits once in order, within the sizes
+  // the graphs were made for.
+  if (!s.prefills.empty() || static_cast<int32_t>(s.decodes.size()) != n ||
+      n > graph_max_batch_ || static_cast<int32_t>(logit_rows.size()) != n) {
+    return Tensor();
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    if (logit_rows[static_cast<size_t>(i)] != i) return Tensor();
+    if (v.indptr[static_cast<size_t>(i) + 1] - v.indptr[static_cast<size_t>(i)] > graph_max_blocks_)
+      return Tensor();
+  }
+  int32_t bucket = 1;
+  while (bucket < n) bucket *= 2;
+  bucket = std::min(bucket, graph_max_batch_);
+  std::unique_ptr<DecodeStepGraph>& graph = graphs_[bucket];
+  if (!graph) {
+    try {
+      graph = backend_.make_decode_graph(
+          [this](const Tensor& ids, const PagedBatch& b, const Tensor& rows) {
+            return model_.forward(ids, b, pool_, rows);
+          },
+          bucket, graph_max_blocks_, layout_.block_size);
+    } catch (const std::exception& e) {
+      DI_LOG_WARN("decode graphs off: capturing a step of {} sequences failed: {}", bucket,
+                  e.what());
+      graph.reset();
+    }
+    if (!graph) {  // no graphs on this backend, or the capture failed: eager from now on
+      graphs_on_ = false;
+      graphs_.clear();
+      return Tensor();
+    }
+  }
+  DecodeStepInputs in;
+  in.block_size = layout_.block_size;
+  in.token_ids.assign(plan.input_ids.begin(), plan.input_ids.end());
+  in.positions = plan.positions;
+  in.slots = slots;
+  in.block_tables.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    in.block_tables.emplace_back(v.indices.begin() + v.indptr[static_cast<size_t>(i)],
+                                 v.indices.begin() + v.indptr[static_cast<size_t>(i) + 1]);
+  }
+  const Tensor& logits = graph->run(in);
+  ++graph_steps_;
+  return backend_.download(logits.slice_rows(0, n));
 }
 
 }  // namespace di

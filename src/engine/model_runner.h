@@ -7,9 +7,17 @@
 //   StepPlan ──► copy_blocks(plan.block_copies) ──► upload ids / positions / CSR ──► forward
 //            ◄── logits [rows, vocab] on the host ◄── download ◄──────────────────────┘
 //
+// Decode-only steps can replay captured step graphs instead (enable_decode_graphs; CUDA graphs on
+// the CUDA backend, nothing on the CPU): one graph per power-of-two bucket of sequences, captured
+// on first use, padded up to its bucket. The logits are the same computation as the eager
+// forward's (the padding rows write no KV and are never read back).
+//
 // Only the engine thread calls it.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/model.h"
@@ -35,11 +43,27 @@ class ModelRunner {
   // plan.input_ids; repeats allowed). Performs plan.block_copies first.
   Tensor execute(const StepPlan& plan, std::span<const int32_t> logit_rows);
 
+  // Decode-only steps of up to `max_batch` sequences (each within `max_model_len` tokens) replay
+  // step graphs where the backend makes them. A backend without graphs, or a capture that fails
+  // (logged once), leaves every step eager.
+  void enable_decode_graphs(int32_t max_batch, int32_t max_model_len);
+  bool decode_graphs_enabled() const { return graphs_on_; }
+  int64_t graph_steps() const { return graph_steps_; }  // steps served by a replay
+
  private:
+  // The graph path of execute(); a null Tensor when the step does not qualify or graphs are off.
+  Tensor execute_graph(const StepPlan& plan, const std::vector<int32_t>& slots,
+                       std::span<const int32_t> logit_rows);
+
   Model& model_;
   Backend& backend_;
   KvLayout layout_;
   Tensor pool_;  // [num_blocks][num_layers][block_size][entry_size], backend compute dtype
+  bool graphs_on_ = false;
+  int32_t graph_max_batch_ = 0;
+  int32_t graph_max_blocks_ = 0;
+  std::map<int32_t, std::unique_ptr<DecodeStepGraph>> graphs_;  // by bucket size
+  int64_t graph_steps_ = 0;
 };
 
 // Bytes of one KV block of `model` (all layers) in the backend's compute dtype.

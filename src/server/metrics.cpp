@@ -121,6 +121,8 @@ std::string ServerMetrics::render(const EngineStats& e) const {
   counter("deepinfer_engine_preemptions_total",
           "Requests preempted (recomputed later) for KV space.", e.preemptions);
   counter("deepinfer_engine_steps_total", "Engine steps.", e.steps);
+  counter("deepinfer_engine_graph_steps_total",
+          "Decode steps replayed from a captured step graph (CUDA graphs).", e.graph_steps);
   gauge("deepinfer_num_requests_waiting", "Requests queued in the engine (queue depth).",
         e.num_waiting);
   gauge("deepinfer_num_requests_running", "Requests the engine is running.", e.num_running);

@@ -70,6 +70,11 @@ class CudaBackend final : public Backend {
   void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
                  int64_t rows) override;
 
+  // Captures a cuda::DecodeGraph (cuda_graph.cpp) after one eager warm-up step.
+  std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward forward, int32_t bucket,
+                                                     int32_t max_blocks_per_seq,
+                                                     int32_t block_size) override;
+
   // ---- CUDA-only helpers (tests, benchmarks, graphs) ----
   cudaStream_t stream() const { return stream_; }
   CudaAllocator& allocator() { return allocator_; }

@@ -137,4 +137,14 @@ Tensor DecodeGraph::run_eager(const DecodeStepInputs& in) {
   return out;
 }
 
+std::unique_ptr<DecodeStepGraph> CudaBackend::make_decode_graph(DecodeForward forward,
+                                                               int32_t bucket,
+                                                               int32_t max_blocks_per_seq,
+                                                               int32_t block_size) {
+  auto graph = std::make_unique<DecodeGraph>(*this, std::move(forward), bucket,
+                                             max_blocks_per_seq, block_size);
+  graph->capture();
+  return graph;
+}
+
 }  // namespace di::cuda

@@ -41,19 +41,12 @@ class CudaGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
-// One decode step's inputs for n <= bucket sequences (host side).
-struct DecodeStepInputs {
-  std::vector<int32_t> token_ids;   // [n] the token each sequence feeds
-  std::vector<int32_t> positions;   // [n] its position
-  std::vector<int32_t> slots;       // [n] block_id * block_size + offset of its KV
-  std::vector<std::vector<int32_t>> block_tables;  // [n] block ids covering [0, position]
-  int32_t block_size = 0;
-};
+using DecodeStepInputs = di::DecodeStepInputs;  // backend/backend.h
 
-class DecodeGraph {
+class DecodeGraph final : public DecodeStepGraph {
  public:
   // forward(token_ids [bucket] i32, batch, logit_rows [bucket] i32) -> logits [bucket, vocab] f32
-  using Forward = std::function<Tensor(const Tensor&, const PagedBatch&, const Tensor&)>;
+  using Forward = DecodeForward;
 
   DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket, int32_t max_blocks_per_seq,
               int32_t block_size);
@@ -61,12 +54,13 @@ class DecodeGraph {
   void capture();
   // Refreshes the metadata and replays; returns the logits of all bucket rows (rows >= n are
   // padding). Valid until the next run().
-  const Tensor& run(const DecodeStepInputs& in);
+  const Tensor& run(const DecodeStepInputs& in) override;
   // Replays with the metadata of the last run() (benchmarks: times the graph alone).
   const Tensor& replay();
   // The same step without the graph, through identical device buffers (for tests).
   Tensor run_eager(const DecodeStepInputs& in);
-  int32_t bucket() const { return bucket_; }
+  int32_t bucket() const override { return bucket_; }
+  int32_t max_blocks_per_seq() const override { return max_blocks_per_seq_; }
 
  private:
   void fill(const DecodeStepInputs& in);
