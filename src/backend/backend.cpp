@@ -9,8 +9,6 @@ std::unique_ptr<Backend> make_cuda_backend();
 std::unique_ptr<Backend> make_cuda_fp32_backend();
 #endif
 
-void Backend::qkv_rope_store(const QkvRopeStoreParams& p) { qkv_rope_store_composed(*this, p); }
-
 std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (name == "cpu") return make_cpu_backend();
 #ifdef DI_HAVE_CUDA

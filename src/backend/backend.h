@@ -152,8 +152,8 @@ class Backend {
                            std::span<const std::pair<int32_t, int32_t>> src_dst) = 0;
   virtual void paged_attention(const PagedAttentionParams& p) = 0;
   // QkvRopeStoreParams above. The reference is qkv_rope_store_composed (copy_columns, rms_norm,
-  // rope, store_kv: the CPU backend's implementation and the default); CUDA fuses it.
-  virtual void qkv_rope_store(const QkvRopeStoreParams& p);
+  // rope, store_kv: the CPU backend's implementation; any backend may use it); CUDA fuses it.
+  virtual void qkv_rope_store(const QkvRopeStoreParams& p) = 0;
   // y[t, h] = w[h] · x[t, h]                        x [T, Hd, K], w [Hd, N, K], y [T, Hd, N]
   virtual void head_linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // Router: logits [T, E] f32 -> topk_ids [T, k] i32 and topk_weights [T, k] f32.
