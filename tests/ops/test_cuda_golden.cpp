@@ -423,7 +423,7 @@ void model_batch_invariance(const char* backend_name) {
   const bool same = bitwise_equal(alone.f32(), batched.f32() + static_cast<int64_t>(target) * vocab, vocab, &max_diff);
   std::printf("[batch-inv] model %-9s %-12s logits alone vs in a batch of 8: max|diff| = %.3e  %s\n",
               backend_name, base_name(dir).c_str(), max_diff,
-              same ? "bitwise" : "NOT bitwise (reported only: cuBLAS GEMM algorithms may depend on M)");
+              same ? "bitwise" : "NOT bitwise (reported only: GEMM algorithms may depend on M)");
   std::fflush(stdout);
 }
 
