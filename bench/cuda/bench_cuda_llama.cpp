@@ -98,20 +98,26 @@ Tensor forward(cuda::CudaBackend& be, const Shape8B& m, const Weights& W, const 
   Tensor x = be.empty({t, hidden}, dt);
   be.embedding(ids, W.embed, x);
   Tensor h = be.empty({t, hidden}, dt), qkv = be.empty({t, (hq + 2 * hkv) * d}, dt);
-  Tensor q = be.empty({t, hq, d}, dt), k = be.empty({t, hkv, d}, dt), v = be.empty({t, hkv * d}, dt);
+  Tensor q = be.empty({t, hq, d}, dt);
   Tensor attn = be.empty({t, hq, d}, dt), o = be.empty({t, hidden}, dt);
   Tensor gu = be.empty({t, 2 * m.inter}, dt), act = be.empty({t, m.inter}, dt);
   be.rms_norm(x, W.layers[0].input_norm, eps, h);
   for (size_t l = 0; l < W.layers.size(); ++l) {
     const Layer& L = W.layers[l];
     be.linear(h, L.qkv, nullptr, qkv);
-    be.copy_columns(qkv, 0, q);
-    be.copy_columns(qkv, static_cast<int32_t>(hq * d), k);
-    be.copy_columns(qkv, static_cast<int32_t>((hq + hkv) * d), v);
-    be.rope(q, 0, static_cast<int32_t>(d), batch.positions, W.cos_sin, false);
-    be.rope(k, 0, static_cast<int32_t>(d), batch.positions, W.cos_sin, false);
-    be.store_kv(k, pool, layout, static_cast<int32_t>(l), 0, batch);
-    be.store_kv(v, pool, layout, static_cast<int32_t>(l), static_cast<int32_t>(hkv * d), batch);
+    QkvRopeStoreParams qp;  // split, rope, store: one kernel (as in llama.cpp)
+    qp.qkv = &qkv;
+    qp.q_out = &q;
+    qp.pool = &pool;
+    qp.layout = layout;
+    qp.layer = static_cast<int32_t>(l);
+    qp.num_q_heads = static_cast<int32_t>(hq);
+    qp.num_kv_heads = static_cast<int32_t>(hkv);
+    qp.head_dim = static_cast<int32_t>(d);
+    qp.eps = eps;
+    qp.cos_sin = &W.cos_sin;
+    qp.batch = &batch;
+    be.qkv_rope_store(qp);
     PagedAttentionParams ap;
     ap.q = &q;
     ap.out = &attn;

@@ -66,6 +66,26 @@ struct PagedAttentionParams {
   const PagedBatch* batch = nullptr;
 };
 
+// The attention prologue of the GQA family (Llama, Qwen3) as one op: split the fused QKV GEMM
+// output, per-head RMSNorm of q and k when the weights are given (Qwen3), rope q and k over the
+// whole head (pairs (i, i + head_dim/2)), q -> q_out, k and v -> the pool entries of the batch's
+// new tokens in layer `layer`, entry = [K: kv_heads x head_dim | V: kv_heads x head_dim].
+struct QkvRopeStoreParams {
+  const Tensor* qkv = nullptr;      // [T, (num_q_heads + 2 * num_kv_heads) * head_dim]
+  Tensor* q_out = nullptr;          // [T, num_q_heads, head_dim]
+  Tensor* pool = nullptr;           // the KV pool, KvLayout order
+  KvLayout layout;
+  int32_t layer = 0;
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  const Tensor* q_norm = nullptr;   // [head_dim] or null (no q/k norm)
+  const Tensor* k_norm = nullptr;   // [head_dim] or null
+  float eps = 1e-6f;
+  const Tensor* cos_sin = nullptr;  // [max_pos, head_dim], as for rope()
+  const PagedBatch* batch = nullptr;
+};
+
 // Router of a mixture-of-experts layer: scores, optional group limit, top-k, weights.
 struct MoeRoutingParams {
   enum class Scoring { kSoftmax, kSigmoid };
@@ -166,6 +186,9 @@ class Backend {
   virtual void copy_blocks(Tensor& pool, const KvLayout& layout,
                            std::span<const std::pair<int32_t, int32_t>> src_dst) = 0;
   virtual void paged_attention(const PagedAttentionParams& p) = 0;
+  // QkvRopeStoreParams above. The reference is qkv_rope_store_composed (copy_columns, rms_norm,
+  // rope, store_kv: the CPU backend's implementation; any backend may use it); CUDA fuses it.
+  virtual void qkv_rope_store(const QkvRopeStoreParams& p) = 0;
   // y[t, h] = w[h] · x[t, h]                        x [T, Hd, K], w [Hd, N, K], y [T, Hd, N]
   virtual void head_linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // Router: logits [T, E] f32 -> topk_ids [T, k] i32 and topk_weights [T, k] f32.
@@ -210,8 +233,12 @@ class Backend {
   }
 };
 
+// Backend::qkv_rope_store as the composition of the backend's existing ops (the reference).
+void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p);
+
 std::unique_ptr<Backend> make_cpu_backend();
-// "cpu" or "cuda" (when built with CUDA); throws with the list of available backends otherwise.
+// "cpu", "cuda" (bf16) or "cuda-fp32" (the fp32 verification mode: f32 activations, weights and
+// KV, true-fp32 GEMMs; when built with CUDA); throws with the list of available backends otherwise.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
 }  // namespace di

@@ -2,7 +2,7 @@
 // Qwen3ForCausalLM (RMSNorm on q and k per head) and Qwen3MoeForCausalLM (sparse MoE MLPs).
 //
 // Per layer:  h = norm(x);  q,k,v = split(h · Wqkvᵀ);  [q,k = head_norm(q,k)];  rope(q, k)
-//             store k,v → paged pool;  x += o_proj(attention(q, pool));  x += ffn(norm(x))
+//             store k,v → paged pool (the last four: Backend::qkv_rope_store);  x += o_proj(attention(q, pool));  x += ffn(norm(x))
 // KV entry per token and layer: [K: kv_heads × head_dim | V: kv_heads × head_dim].
 #include "model/architectures.h"
 #include "model/layers.h"
@@ -96,25 +96,28 @@ class GqaModel final : public Model {
     Tensor h = be.empty({t, hidden}, dt);
     Tensor qkv = be.empty({t, (hq + 2 * hkv) * d}, dt);
     Tensor q = be.empty({t, hq, d}, dt);
-    Tensor k = be.empty({t, hkv, d}, dt);
-    Tensor v = be.empty({t, hkv * d}, dt);
     Tensor attn = be.empty({t, hq, d}, dt);
     Tensor o = be.empty({t, hidden}, dt);
     be.rms_norm(x, layers_[0].input_norm, eps, h);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const GqaLayer& L = layers_[l];
       be.linear(h, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias, qkv);
-      be.copy_columns(qkv, 0, q);
-      be.copy_columns(qkv, static_cast<int32_t>(hq * d), k);
-      be.copy_columns(qkv, static_cast<int32_t>((hq + hkv) * d), v);
-      if (!L.q_norm.is_null()) {
-        be.rms_norm(q, L.q_norm, eps, q);
-        be.rms_norm(k, L.k_norm, eps, k);
-      }
-      be.rope(q, 0, static_cast<int32_t>(d), batch.positions, cos_sin_, false);
-      be.rope(k, 0, static_cast<int32_t>(d), batch.positions, cos_sin_, false);
-      be.store_kv(k, pool, layout, static_cast<int32_t>(l), 0, batch);
-      be.store_kv(v, pool, layout, static_cast<int32_t>(l), static_cast<int32_t>(hkv * d), batch);
+      // split qkv, [q/k norm], rope, q -> q, k/v -> pool: one op (one kernel on CUDA).
+      QkvRopeStoreParams qp;
+      qp.qkv = &qkv;
+      qp.q_out = &q;
+      qp.pool = &pool;
+      qp.layout = layout;
+      qp.layer = static_cast<int32_t>(l);
+      qp.num_q_heads = static_cast<int32_t>(hq);
+      qp.num_kv_heads = static_cast<int32_t>(hkv);
+      qp.head_dim = static_cast<int32_t>(d);
+      qp.q_norm = L.q_norm.is_null() ? nullptr : &L.q_norm;
+      qp.k_norm = L.k_norm.is_null() ? nullptr : &L.k_norm;
+      qp.eps = eps;
+      qp.cos_sin = &cos_sin_;
+      qp.batch = &batch;
+      be.qkv_rope_store(qp);
       PagedAttentionParams ap;
       ap.q = &q;
       ap.out = &attn;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <numeric>
 
 #include "op_case.h"
@@ -347,6 +348,14 @@ struct TestMoeExperts : OpCase {
   }
 };
 
+}  // namespace
+}  // namespace di::testing
+
+#include "decode_fused_cases.h"  // issue #5: fused decode ops
+
+namespace di::testing {
+namespace {
+
 // ---- the table ---------------------------------------------------------------------------------
 
 std::vector<std::shared_ptr<OpCase>> all_cases() {
@@ -421,6 +430,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestMoeExperts(19, 256, 128, 8, 2));
   add(new TestMoeExperts(3, 1024, 512, 16, 6));
   add(new TestMoeExperts(64, 512, 256, 16, 4));
+  add_decode_fused_cases(c);
   return c;
 }
 
@@ -451,14 +461,24 @@ std::string skip_reason() {
   return why;
 }
 
+// The CPU oracle's outputs per case, computed once and shared by the bf16 and fp32 suites.
+const std::vector<Output>& cpu_reference(const OpCase& c) {
+  static std::map<std::string, std::vector<Output>> cache;
+  auto it = cache.find(c.name());
+  if (it == cache.end()) {
+    auto cpu = make_cpu_backend();
+    it = cache.emplace(c.name(), c.run(*cpu)).first;
+  }
+  return it->second;
+}
+
 class BackendOps : public ::testing::TestWithParam<std::shared_ptr<OpCase>> {};
 
 TEST_P(BackendOps, MatchesCpu) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   const OpCase& c = *GetParam();
-  auto cpu = make_cpu_backend();
-  const std::vector<Output> ref = c.run(*cpu);
+  const std::vector<Output>& ref = cpu_reference(c);
   const std::vector<Output> got = c.run(*be);
   ASSERT_EQ(ref.size(), got.size());
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -498,6 +518,56 @@ std::string case_name(const ::testing::TestParamInfo<std::shared_ptr<OpCase>>& i
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::ValuesIn(all_cases()), case_name);
+
+// ---- the fp32 verification mode (issue #5) ---------------------------------------------------------
+// Every case of the table again on make_backend("cuda-fp32"): f32 activations, weights, KV and true
+// fp32 GEMMs against the fp32 CPU oracle. Tolerance: exact stays exact; everything else NMSE <= 1e-9
+// and max |diff| <= 1e-4 * max |ref| (summation order and expf/rsqrtf ulps only).
+
+std::unique_ptr<Backend> make_test_backend_fp32() {
+#ifdef DI_HAVE_CUDA
+  if (!cuda::cuda_available()) return nullptr;
+  return make_backend("cuda-fp32");
+#else
+  return nullptr;
+#endif
+}
+
+Backend* gpu_fp32() {
+  static std::unique_ptr<Backend> be = make_test_backend_fp32();
+  return be.get();
+}
+
+class BackendOpsFp32 : public ::testing::TestWithParam<std::shared_ptr<OpCase>> {};
+
+TEST_P(BackendOpsFp32, MatchesCpuTightly) {
+  Backend* be = gpu_fp32();
+  if (be == nullptr) GTEST_SKIP() << "CUDA fp32 op tests skipped: " << skip_reason();
+  const OpCase& c = *GetParam();
+  const std::vector<Output>& ref = cpu_reference(c);
+  const std::vector<Output> got = c.run(*be);
+  ASSERT_EQ(ref.size(), got.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(ref[i].value.numel(), got[i].value.numel()) << ref[i].name;
+    const Metrics m = compare(ref[i].value, got[i].value);
+    bool ok = true;
+    if (ref[i].check == Check::kExact)
+      ok = m.max_abs == 0.0 && m.mismatches == 0;
+    else if (ref[i].check == Check::kIds)
+      ok = m.mismatches == 0;
+    else
+      ok = m.nmse <= 1e-9 && m.mismatches == 0 && m.max_abs <= 1e-4 * std::max(m.max_ref, 1e-3);
+    std::printf("[op-fp32] %-60s %-12s n=%-9lld nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+                c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.nmse, m.max_abs,
+                m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_TRUE(ok) << c.name() << " output '" << ref[i].name << "' (fp32 mode): nmse " << m.nmse
+                    << " max_abs " << m.max_abs << " (max_ref " << m.max_ref << ") mismatches "
+                    << m.mismatches << " of " << m.n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BackendOpsFp32, ::testing::ValuesIn(all_cases()), case_name);
 
 // ---- sampling on the GPU vs the CPU sampler ------------------------------------------------------
 

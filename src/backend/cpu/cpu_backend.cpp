@@ -497,8 +497,32 @@ void CpuBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int6
                static_cast<size_t>(rows) * row_bytes);
 }
 
-std::unique_ptr<Backend> make_cpu_backend() {
-  return std::make_unique<CpuBackend>();
+void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p) {
+  DI_CHECK(p.qkv && p.q_out && p.pool && p.cos_sin && p.batch,
+           "qkv_rope_store: missing qkv/q_out/pool/cos_sin/batch");
+  DI_CHECK((p.q_norm == nullptr) == (p.k_norm == nullptr),
+           "qkv_rope_store: q_norm and k_norm come together");
+  const int64_t t = p.batch->num_tokens, d = p.head_dim, hq = p.num_q_heads, hkv = p.num_kv_heads;
+  DI_CHECK(p.qkv->numel() == t * (hq + 2 * hkv) * d && p.q_out->numel() == t * hq * d,
+           "qkv_rope_store: qkv {} / q_out {} for {} tokens x ({} + 2 x {}) heads x {}",
+           p.qkv->describe(), p.q_out->describe(), t, hq, hkv, d);
+  const Tensor qkv = p.qkv->reshape({t, (hq + 2 * hkv) * d});
+  Tensor q = p.q_out->reshape({t, hq, d});
+  Tensor k = be.empty({t, hkv, d}, p.qkv->dtype());
+  Tensor v = be.empty({t, hkv * d}, p.qkv->dtype());
+  be.copy_columns(qkv, 0, q);
+  be.copy_columns(qkv, static_cast<int32_t>(hq * d), k);
+  be.copy_columns(qkv, static_cast<int32_t>((hq + hkv) * d), v);
+  if (p.q_norm != nullptr) {
+    be.rms_norm(q, *p.q_norm, p.eps, q);
+    be.rms_norm(k, *p.k_norm, p.eps, k);
+  }
+  be.rope(q, 0, static_cast<int32_t>(d), p.batch->positions, *p.cos_sin, false);
+  be.rope(k, 0, static_cast<int32_t>(d), p.batch->positions, *p.cos_sin, false);
+  be.store_kv(k, *p.pool, p.layout, p.layer, 0, *p.batch);
+  be.store_kv(v, *p.pool, p.layout, p.layer, static_cast<int32_t>(hkv * d), *p.batch);
 }
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace di

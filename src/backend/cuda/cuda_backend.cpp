@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/attention_prefill_mma.h"
+#include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/moe.h"
@@ -63,7 +64,9 @@ bool cuda_available() {
   return count > 0;
 }
 
-CudaBackend::CudaBackend() {
+CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::kF32) {
+  DI_CHECK(compute == DType::kBF16 || compute == DType::kF32,
+           "cuda backend: compute dtype must be bf16 or f32, got {}", dtype_name(compute));
   DI_CHECK(cuda_available(), "cuda backend: no CUDA device is available");
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -71,6 +74,8 @@ CudaBackend::CudaBackend() {
   // An explicit workspace keeps cuBLAS from allocating inside CUDA graph capture.
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  // fp32 mode: true fp32 GEMMs, no TF32 or other reduced-precision shortcuts.
+  if (f32_) CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
   int dev = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -179,10 +184,11 @@ void CudaBackend::gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t l
   if (m == 0 || n == 0) return;
   // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ[n, m] = wᵀ... i.e. C = op_T(W) · X.
   const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t in_t = f32_ ? CUDA_R_32F : CUDA_R_16BF;
   CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
-                            static_cast<int>(m), static_cast<int>(k), &alpha, w, CUDA_R_16BF,
-                            static_cast<int>(ldw), x, CUDA_R_16BF, static_cast<int>(ldx), &beta, y,
-                            y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(ldy),
+                            static_cast<int>(m), static_cast<int>(k), &alpha, w, in_t,
+                            static_cast<int>(ldw), x, in_t, static_cast<int>(ldx), &beta, y,
+                            y_f32 ? CUDA_R_32F : in_t, static_cast<int>(ldy),
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -193,16 +199,17 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
       const int64_t n = w.size(0), m = y.numel() / std::max<int64_t>(n, 1);
       check_dev(*bias, DType::kBF16, "linear", "bias");
       DI_CHECK(bias->numel() == n, "cuda linear: bias {} for {} outputs", bias->describe(), n);
-      launch_bias_add(BiasAddParams{y.raw(), y.dtype() == DType::kF32, cptr<bf16_t>(*bias), m, n},
+      launch_bias_add(BiasAddParams{y.raw(), y.dtype() == DType::kF32, bias->raw(), m, n, false},
                       stream_);
       CUDA_CHECK_LAUNCH("bias_add");
     }
     return;
   }
-  check_dev(x, DType::kBF16, "linear", "x");
-  check_dev(w, DType::kBF16, "linear", "w");
-  DI_CHECK(y.device() == Device::kCUDA && (y.dtype() == DType::kBF16 || y.dtype() == DType::kF32),
-           "cuda linear: 'y' must be a CUDA bf16 or f32 tensor, got {}", y.describe());
+  check_dev(x, dt_, "linear", "x");
+  check_dev(w, dt_, "linear", "w");
+  DI_CHECK(y.device() == Device::kCUDA && (y.dtype() == dt_ || y.dtype() == DType::kF32),
+           "cuda linear: 'y' must be a CUDA {} or f32 tensor, got {}", dtype_name(dt_),
+           y.describe());
   DI_CHECK(w.dim() == 2, "cuda linear: weight {} is not 2-d", w.describe());
   const int64_t k = w.size(1), n = w.size(0), m = x.numel() / std::max<int64_t>(k, 1);
   DI_CHECK(x.size(-1) == k, "cuda linear: x {} does not match weight {}", x.describe(), w.describe());
@@ -210,69 +217,68 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   const bool y_f32 = y.dtype() == DType::kF32;
   gemm_bf16(x.raw(), k, w.raw(), k, y.raw(), n, y_f32, m, n, k);
   if (bias != nullptr) {
-    check_dev(*bias, DType::kBF16, "linear", "bias");
+    check_dev(*bias, dt_, "linear", "bias");
     DI_CHECK(bias->numel() == n, "cuda linear: bias {} for {} outputs", bias->describe(), n);
-    launch_bias_add(BiasAddParams{y.raw(), y_f32, cptr<bf16_t>(*bias), m, n}, stream_);
+    launch_bias_add(BiasAddParams{y.raw(), y_f32, bias->raw(), m, n, f32_}, stream_);
     CUDA_CHECK_LAUNCH("bias_add");
   }
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
-  check_dev(x, DType::kBF16, "rms_norm", "x");
-  check_dev(w, DType::kBF16, "rms_norm", "w");
-  check_dev(y, DType::kBF16, "rms_norm", "y");
+  check_dev(x, dt_, "rms_norm", "x");
+  check_dev(w, dt_, "rms_norm", "w");
+  check_dev(y, dt_, "rms_norm", "y");
   const int64_t d = x.size(-1);
   DI_CHECK(w.numel() == d && y.numel() == x.numel(), "cuda rms_norm: x {} w {} y {}",
            x.describe(), w.describe(), y.describe());
-  launch_rms_norm(RmsNormParams{cptr<bf16_t>(x), nullptr, cptr<bf16_t>(w), mptr<bf16_t>(y),
-                                rows_of(x), static_cast<int32_t>(d), eps},
+  launch_rms_norm(RmsNormParams{x.raw(), nullptr, w.raw(), y.raw(), rows_of(x),
+                                static_cast<int32_t>(d), eps, f32_},
                   stream_);
   CUDA_CHECK_LAUNCH("rms_norm");
 }
 
 void CudaBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& w, float eps,
                                Tensor& y) {
-  check_dev(x, DType::kBF16, "add_rms_norm", "x");
-  check_dev(residual, DType::kBF16, "add_rms_norm", "residual");
-  check_dev(w, DType::kBF16, "add_rms_norm", "w");
-  check_dev(y, DType::kBF16, "add_rms_norm", "y");
+  check_dev(x, dt_, "add_rms_norm", "x");
+  check_dev(residual, dt_, "add_rms_norm", "residual");
+  check_dev(w, dt_, "add_rms_norm", "w");
+  check_dev(y, dt_, "add_rms_norm", "y");
   const int64_t d = x.size(-1);
   DI_CHECK(w.numel() == d && y.numel() == x.numel() && residual.numel() == x.numel(),
            "cuda add_rms_norm: x {} residual {} w {} y {}", x.describe(), residual.describe(),
            w.describe(), y.describe());
   DI_CHECK(residual.raw() != x.raw() && residual.raw() != y.raw(),
            "cuda add_rms_norm: residual must not alias x or y");
-  launch_rms_norm(RmsNormParams{cptr<bf16_t>(x), mptr<bf16_t>(residual), cptr<bf16_t>(w),
-                                mptr<bf16_t>(y), rows_of(x), static_cast<int32_t>(d), eps},
+  launch_rms_norm(RmsNormParams{x.raw(), residual.raw(), w.raw(), y.raw(), rows_of(x),
+                                static_cast<int32_t>(d), eps, f32_},
                   stream_);
   CUDA_CHECK_LAUNCH("add_rms_norm");
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
-  check_dev(a, DType::kBF16, "add", "a");
-  check_dev(b, DType::kBF16, "add", "b");
-  check_dev(out, DType::kBF16, "add", "out");
+  check_dev(a, dt_, "add", "a");
+  check_dev(b, dt_, "add", "b");
+  check_dev(out, dt_, "add", "out");
   DI_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "cuda add: {} + {} -> {}",
            a.describe(), b.describe(), out.describe());
-  launch_add(AddParams{cptr<bf16_t>(a), cptr<bf16_t>(b), mptr<bf16_t>(out), a.numel()}, stream_);
+  launch_add(AddParams{a.raw(), b.raw(), out.raw(), a.numel(), f32_}, stream_);
   CUDA_CHECK_LAUNCH("add");
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
-  check_dev(gate_up, DType::kBF16, "silu_mul", "gate_up");
-  check_dev(out, DType::kBF16, "silu_mul", "out");
+  check_dev(gate_up, dt_, "silu_mul", "gate_up");
+  check_dev(out, dt_, "silu_mul", "out");
   const int64_t two_i = gate_up.size(-1), inter = two_i / 2, rows = rows_of(gate_up);
   DI_CHECK(two_i % 2 == 0 && out.numel() == rows * inter, "cuda silu_mul: out {} for gate_up {}",
            out.describe(), gate_up.describe());
-  launch_silu_mul(SiluMulParams{cptr<bf16_t>(gate_up), mptr<bf16_t>(out), rows,
-                                static_cast<int32_t>(inter)},
+  launch_silu_mul(SiluMulParams{gate_up.raw(), out.raw(), rows, static_cast<int32_t>(inter), f32_},
                   stream_);
   CUDA_CHECK_LAUNCH("silu_mul");
 }
 
 void CudaBackend::rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tensor& positions,
                        const Tensor& cos_sin, bool interleaved) {
-  check_dev(x, DType::kBF16, "rope", "x");
+  check_dev(x, dt_, "rope", "x");
   check_dev(positions, DType::kI32, "rope", "positions");
   check_dev_any(cos_sin, "rope", "cos_sin");
   DI_CHECK(cos_sin.dtype() == DType::kF32 || cos_sin.dtype() == DType::kBF16,
@@ -284,10 +290,10 @@ void CudaBackend::rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tens
            "cuda rope: rot [{}, +{}) in rows of {} with cos_sin {}", rot_begin, rot_dim, x.size(2),
            cos_sin.describe());
   DI_CHECK(positions.numel() == t, "cuda rope: {} positions for {} tokens", positions.numel(), t);
-  launch_rope(RopeParams{mptr<bf16_t>(x), cptr<int32_t>(positions), cos_sin.raw(),
+  launch_rope(RopeParams{x.raw(), cptr<int32_t>(positions), cos_sin.raw(),
                          cos_sin.dtype() == DType::kF32, static_cast<int32_t>(cos_sin.size(0)), t,
                          static_cast<int32_t>(x.size(1)), static_cast<int32_t>(x.size(2)),
-                         rot_begin, rot_dim, interleaved},
+                         rot_begin, rot_dim, interleaved, f32_},
               stream_);
   CUDA_CHECK_LAUNCH("rope");
 }
@@ -318,8 +324,8 @@ void CudaBackend::write_columns(const Tensor& src, Tensor& dst, int32_t col_begi
 
 void CudaBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout, int32_t layer,
                            int32_t entry_offset, const PagedBatch& batch) {
-  check_dev(src, DType::kBF16, "store_kv", "src");
-  check_dev(pool, DType::kBF16, "store_kv", "pool");
+  check_dev(src, dt_, "store_kv", "src");
+  check_dev(pool, dt_, "store_kv", "pool");
   check_dev(batch.slot_mapping, DType::kI32, "store_kv", "slot_mapping");
   const int64_t t = batch.num_tokens, w = t ? src.numel() / t : 0;
   DI_CHECK(entry_offset >= 0 && entry_offset + w <= layout.entry_size,
@@ -331,17 +337,17 @@ void CudaBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layo
            "layer {}",
            pool.describe(), layout.num_blocks, layout.num_layers, layout.block_size,
            layout.entry_size, layer);
-  launch_store_kv(StoreKvParams{cptr<bf16_t>(src), mptr<bf16_t>(pool),
-                                cptr<int32_t>(batch.slot_mapping), t, static_cast<int32_t>(w),
-                                layout.block_size, layout.entry_size, layout.block_stride(),
-                                layout.layer_offset(layer), entry_offset, layout.num_blocks},
+  launch_store_kv(StoreKvParams{src.raw(), pool.raw(), cptr<int32_t>(batch.slot_mapping), t,
+                                static_cast<int32_t>(w), layout.block_size, layout.entry_size,
+                                layout.block_stride(), layout.layer_offset(layer), entry_offset,
+                                layout.num_blocks, f32_},
                   stream_);
   CUDA_CHECK_LAUNCH("store_kv");
 }
 
 void CudaBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
                               std::span<const std::pair<int32_t, int32_t>> src_dst) {
-  check_dev(pool, DType::kBF16, "copy_blocks", "pool");
+  check_dev(pool, dt_, "copy_blocks", "pool");
   DI_CHECK(static_cast<size_t>(pool.numel()) >= layout.pool_elems(),
            "cuda copy_blocks: pool {} too small for {} blocks of {} elements", pool.describe(),
            layout.num_blocks, layout.block_stride());
@@ -425,9 +431,9 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
 
 void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   DI_CHECK(p.q && p.out && p.pool && p.batch, "cuda paged_attention: missing q/out/pool/batch");
-  check_dev(*p.q, DType::kBF16, "paged_attention", "q");
-  check_dev(*p.out, DType::kBF16, "paged_attention", "out");
-  check_dev(*p.pool, DType::kBF16, "paged_attention", "pool");
+  check_dev(*p.q, dt_, "paged_attention", "q");
+  check_dev(*p.out, dt_, "paged_attention", "out");
+  check_dev(*p.pool, dt_, "paged_attention", "pool");
   const PagedBatch& b = *p.batch;
   for (const Tensor* t : {&b.positions, &b.qo_indptr, &b.kv_indptr, &b.kv_indices, &b.kv_last_len})
     check_dev(*t, DType::kI32, "paged_attention", "batch metadata");
@@ -446,11 +452,12 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
            p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk, p.head_dim_v);
   if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  if (run_mla_decode(*this, max_smem_optin_, p, max_kv)) return;  // kernels/mla_decode.cu
+  if (!f32_ && run_mla_decode(*this, max_smem_optin_, p, max_kv)) return;  // kernels/mla_decode.cu
   const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads,
                                                   p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
   const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
-  const size_t smem = paged_attention_smem_bytes(plan.rows_per_tile, p.head_dim_qk, p.head_dim_v, v_in_k);
+  const size_t smem = paged_attention_smem_bytes(plan.rows_per_tile, p.head_dim_qk, p.head_dim_v,
+                                                 v_in_k, f32_ ? 4 : 2);
   DI_CHECK(smem <= max_smem_optin_,
            "cuda paged_attention: no kernel for head_dim_qk {} / head_dim_v {}: needs {} B of "
            "shared memory, the device allows {}",
@@ -461,9 +468,15 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   Tensor ws = empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
   char* base = mptr<char>(ws);
   PagedAttentionKernelParams k{};
-  k.q = cptr<bf16_t>(*p.q);
-  k.out = mptr<bf16_t>(*p.out);
-  k.pool = cptr<bf16_t>(*p.pool);
+  if (f32_) {  // the fp32 verification mode: the f32 pointers select the float kernels
+    k.q_f32 = cptr<float>(*p.q);
+    k.out_f32 = mptr<float>(*p.out);
+    k.pool_f32 = cptr<float>(*p.pool);
+  } else {
+    k.q = cptr<bf16_t>(*p.q);
+    k.out = mptr<bf16_t>(*p.out);
+    k.pool = cptr<bf16_t>(*p.pool);
+  }
   k.block_stride = p.layout.block_stride();
   k.layer_offset = p.layout.layer_offset(p.layer);
   k.block_size = p.layout.block_size;
@@ -490,7 +503,7 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   k.num_splits = plan.num_splits;
   // Tensor-core prefill (attention_prefill_mma.cu) for prefill-heavy batches it supports; the
   // rule is prefill_mma_wanted / prefill_mma_supported in attention_prefill_mma_math.h.
-  if (attention_prefill_mma_ && prefill_mma_wanted(b.num_seqs, b.num_tokens, plan.num_splits) &&
+  if (!f32_ && attention_prefill_mma_ && prefill_mma_wanted(b.num_seqs, b.num_tokens, plan.num_splits) &&
       prefill_mma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset, p.kv_head_stride,
                             p.layout.entry_size) &&
       (reinterpret_cast<uintptr_t>(k.q) | reinterpret_cast<uintptr_t>(k.out) |
@@ -515,21 +528,84 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   CUDA_CHECK_LAUNCH("paged_attention");
 }
 
+void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
+  DI_CHECK(p.qkv && p.q_out && p.pool && p.cos_sin && p.batch,
+           "cuda qkv_rope_store: missing qkv/q_out/pool/cos_sin/batch");
+  const PagedBatch& b = *p.batch;
+  check_dev(*p.qkv, dt_, "qkv_rope_store", "qkv");
+  check_dev(*p.q_out, dt_, "qkv_rope_store", "q_out");
+  check_dev(*p.pool, dt_, "qkv_rope_store", "pool");
+  check_dev(b.positions, DType::kI32, "qkv_rope_store", "positions");
+  check_dev(b.slot_mapping, DType::kI32, "qkv_rope_store", "slot_mapping");
+  check_dev_any(*p.cos_sin, "qkv_rope_store", "cos_sin");
+  DI_CHECK(p.cos_sin->dtype() == DType::kF32 || p.cos_sin->dtype() == DType::kBF16,
+           "cuda qkv_rope_store: cos_sin must be f32 or bf16, got {}", p.cos_sin->describe());
+  DI_CHECK((p.q_norm == nullptr) == (p.k_norm == nullptr),
+           "cuda qkv_rope_store: q_norm and k_norm come together");
+  const int64_t t = b.num_tokens, d = p.head_dim, hq = p.num_q_heads, hkv = p.num_kv_heads;
+  DI_CHECK(hq > 0 && hkv > 0 && d > 0 && d % 2 == 0 && d <= kMaxFusedHeadDim,
+           "cuda qkv_rope_store: {} q heads, {} kv heads, head_dim {} (even, <= {})", hq, hkv, d,
+           kMaxFusedHeadDim);
+  DI_CHECK(p.qkv->numel() == t * (hq + 2 * hkv) * d && p.q_out->numel() == t * hq * d,
+           "cuda qkv_rope_store: qkv {} / q_out {} for {} tokens x ({} + 2 x {}) heads x {}",
+           p.qkv->describe(), p.q_out->describe(), t, hq, hkv, d);
+  DI_CHECK(b.positions.numel() >= t && b.slot_mapping.numel() >= t,
+           "cuda qkv_rope_store: {} positions / {} slots for {} tokens", b.positions.numel(),
+           b.slot_mapping.numel(), t);
+  DI_CHECK(p.cos_sin->dim() == 2 && p.cos_sin->size(1) == d,
+           "cuda qkv_rope_store: cos_sin {} for head_dim {}", p.cos_sin->describe(), d);
+  DI_CHECK(p.layout.entry_size == 2 * hkv * d && p.layer >= 0 && p.layer < p.layout.num_layers &&
+               static_cast<size_t>(p.pool->numel()) >= p.layout.pool_elems(),
+           "cuda qkv_rope_store: pool {} / entry {} / layer {} of {} for {} kv heads x {}",
+           p.pool->describe(), p.layout.entry_size, p.layer, p.layout.num_layers, hkv, d);
+  for (const Tensor* n : {p.q_norm, p.k_norm}) {
+    if (n == nullptr) continue;
+    check_dev(*n, dt_, "qkv_rope_store", "q_norm/k_norm");
+    DI_CHECK(n->numel() == d, "cuda qkv_rope_store: norm {} for head_dim {}", n->describe(), d);
+  }
+  if (t == 0) return;
+  QkvRopeStoreKernelParams k{};
+  k.qkv = p.qkv->raw();
+  k.q_out = p.q_out->raw();
+  k.pool = p.pool->raw();
+  k.q_norm = p.q_norm ? p.q_norm->raw() : nullptr;
+  k.k_norm = p.k_norm ? p.k_norm->raw() : nullptr;
+  k.cos_sin = p.cos_sin->raw();
+  k.cos_sin_f32 = p.cos_sin->dtype() == DType::kF32;
+  k.max_pos = static_cast<int32_t>(p.cos_sin->size(0));
+  k.positions = cptr<int32_t>(b.positions);
+  k.slot_mapping = cptr<int32_t>(b.slot_mapping);
+  k.tokens = t;
+  k.num_q_heads = p.num_q_heads;
+  k.num_kv_heads = p.num_kv_heads;
+  k.head_dim = p.head_dim;
+  k.eps = p.eps;
+  k.block_size = p.layout.block_size;
+  k.entry_size = p.layout.entry_size;
+  k.block_stride = p.layout.block_stride();
+  k.layer_offset = p.layout.layer_offset(p.layer);
+  k.num_blocks = p.layout.num_blocks;
+  k.f32 = f32_;
+  launch_qkv_rope_store(k, stream_);
+  CUDA_CHECK_LAUNCH("qkv_rope_store");
+}
+
 void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
-  check_dev(x, DType::kBF16, "head_linear", "x");
-  check_dev(w, DType::kBF16, "head_linear", "w");
-  check_dev(y, DType::kBF16, "head_linear", "y");
+  check_dev(x, dt_, "head_linear", "x");
+  check_dev(w, dt_, "head_linear", "w");
+  check_dev(y, dt_, "head_linear", "y");
   DI_CHECK(x.dim() == 3 && w.dim() == 3, "cuda head_linear: x {} w {}", x.describe(), w.describe());
   const int64_t t = x.size(0), heads = x.size(1), k = x.size(2), n = w.size(1);
   DI_CHECK(w.size(0) == heads && w.size(2) == k && y.numel() == t * heads * n,
            "cuda head_linear: x {} w {} y {}", x.describe(), w.describe(), y.describe());
   if (t == 0) return;
   const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t in_t = f32_ ? CUDA_R_32F : CUDA_R_16BF;
   // Per head h: y[:, h, :] (ld heads·n) = x[:, h, :] (ld heads·k) · w[h]ᵀ.
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(t),
-      static_cast<int>(k), &alpha, w.raw(), CUDA_R_16BF, static_cast<int>(k), n * k, x.raw(),
-      CUDA_R_16BF, static_cast<int>(heads * k), k, &beta, y.raw(), CUDA_R_16BF,
+      static_cast<int>(k), &alpha, w.raw(), in_t, static_cast<int>(k), n * k, x.raw(),
+      in_t, static_cast<int>(heads * k), k, &beta, y.raw(), in_t,
       static_cast<int>(heads * n), n, static_cast<int>(heads), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
@@ -576,12 +652,16 @@ void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Ten
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                               const ExpertWeights& w, Tensor& out) {
-  check_dev(x, DType::kBF16, "moe_experts", "x");
+  if (f32_) {  // the verification mode keeps the simple per-expert cuBLAS path (bf16 kernels below)
+    moe_experts_f32(x, topk_ids, topk_weights, w, out);
+    return;
+  }
+  check_dev(x, dt_, "moe_experts", "x");
   check_dev(topk_ids, DType::kI32, "moe_experts", "topk_ids");
   check_dev(topk_weights, DType::kF32, "moe_experts", "topk_weights");
-  check_dev(w.gate_up, DType::kBF16, "moe_experts", "gate_up");
-  check_dev(w.down, DType::kBF16, "moe_experts", "down");
-  check_dev(out, DType::kBF16, "moe_experts", "out");
+  check_dev(w.gate_up, dt_, "moe_experts", "gate_up");
+  check_dev(w.down, dt_, "moe_experts", "down");
+  check_dev(out, dt_, "moe_experts", "out");
   const int64_t t = x.size(0), h = x.size(1), k = topk_ids.size(1);
   const int64_t num_experts = w.gate_up.size(0), two_i = w.gate_up.size(1), inter = two_i / 2;
   DI_CHECK(w.gate_up.size(2) == h && w.down.size(1) == h && w.down.size(2) == inter &&
@@ -739,8 +819,78 @@ void CudaBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int
       static_cast<size_t>(rows) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
 }
 
+// fp32 verification mode: routing read back to the host, then one fp32 cuBLAS GEMM per touched
+// expert and an f32 combine — simple and exact in order, not graph-capturable (the mode is for
+// checking kernels against the CPU, not for speed).
+void CudaBackend::moe_experts_f32(const Tensor& x, const Tensor& topk_ids,
+                                  const Tensor& topk_weights, const ExpertWeights& w, Tensor& out) {
+  check_dev(x, dt_, "moe_experts", "x");
+  check_dev(topk_ids, DType::kI32, "moe_experts", "topk_ids");
+  check_dev(topk_weights, DType::kF32, "moe_experts", "topk_weights");
+  check_dev(w.gate_up, dt_, "moe_experts", "gate_up");
+  check_dev(w.down, dt_, "moe_experts", "down");
+  check_dev(out, dt_, "moe_experts", "out");
+  const int64_t t = x.size(0), h = x.size(1), k = topk_ids.size(1);
+  const int64_t num_experts = w.gate_up.size(0), two_i = w.gate_up.size(1), inter = two_i / 2;
+  DI_CHECK(w.gate_up.size(2) == h && w.down.size(1) == h && w.down.size(2) == inter &&
+               out.numel() == t * h && topk_ids.size(0) == t,
+           "cuda moe_experts: x {} gate_up {} down {} out {} ids {}", x.describe(),
+           w.gate_up.describe(), w.down.describe(), out.describe(), topk_ids.describe());
+  if (t == 0) return;
+  Tensor ids_host = download(topk_ids);
+  const int64_t slots = t * k;
+  std::vector<int64_t> count(static_cast<size_t>(num_experts), 0);
+  for (int64_t i = 0; i < slots; ++i) {
+    const int32_t e = ids_host.data<int32_t>()[i];
+    DI_CHECK(e >= 0 && e < num_experts, "cuda moe_experts: expert id {} of {}", e, num_experts);
+    ++count[static_cast<size_t>(e)];
+  }
+  std::vector<int64_t> offset(static_cast<size_t>(num_experts) + 1, 0);
+  for (int64_t e = 0; e < num_experts; ++e)
+    offset[static_cast<size_t>(e) + 1] = offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+  Tensor gather_tok = Tensor::empty({slots}, DType::kI32);
+  Tensor slot_row = Tensor::empty({slots}, DType::kI32);
+  std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
+  for (int64_t i = 0; i < slots; ++i) {
+    const auto e = static_cast<size_t>(ids_host.data<int32_t>()[i]);
+    const int64_t row = fill[e]++;
+    gather_tok.data<int32_t>()[row] = static_cast<int32_t>(i / k);
+    slot_row.data<int32_t>()[i] = static_cast<int32_t>(row);
+  }
+  Tensor gather_dev = upload(gather_tok, DType::kI32);
+  Tensor slot_row_dev = upload(slot_row, DType::kI32);
+  Tensor xin = empty({slots, h}, dt_);
+  embedding(gather_dev, x, xin);
+  Tensor gu = empty({slots, two_i}, dt_);
+  const size_t esz = dtype_size(dt_);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t c = count[static_cast<size_t>(e)], off = offset[static_cast<size_t>(e)];
+    if (c == 0) continue;
+    gemm_bf16(mptr<char>(xin) + off * h * esz, h, cptr<char>(w.gate_up) + e * two_i * h * esz, h,
+              mptr<char>(gu) + off * two_i * esz, two_i, false, c, two_i, h);
+  }
+  Tensor act = empty({slots, inter}, dt_);
+  silu_mul(gu, act);
+  Tensor y = empty({slots, h}, dt_);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t c = count[static_cast<size_t>(e)], off = offset[static_cast<size_t>(e)];
+    if (c == 0) continue;
+    gemm_bf16(mptr<char>(act) + off * inter * esz, inter, cptr<char>(w.down) + e * h * inter * esz,
+              inter, mptr<char>(y) + off * h * esz, h, false, c, h, inter);
+  }
+  launch_moe_combine_f32_out(MoeCombineF32OutParams{cptr<float>(y), cptr<int32_t>(slot_row_dev),
+                                                    cptr<float>(topk_weights), mptr<float>(out), t,
+                                                    static_cast<int32_t>(k),
+                                                    static_cast<int32_t>(h)},
+                             stream_);
+  CUDA_CHECK_LAUNCH("moe_combine_f32_out");
+}
+
 }  // namespace cuda
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_fp32_backend() {
+  return std::make_unique<cuda::CudaBackend>(DType::kF32);
+}
 
 }  // namespace di

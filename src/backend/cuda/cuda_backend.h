@@ -1,5 +1,8 @@
 #pragma once
 // The CUDA backend: bf16 activations and KV cache, fp32 accumulation, weights in bf16.
+// fp32 verification mode (make_backend("cuda-fp32"), CudaBackend(DType::kF32)): activations, KV
+// and weights in f32, GEMMs in true fp32 (CUBLAS_COMPUTE_32F, no TF32), the same kernels
+// instantiated for float: a tight check of the kernels' logic against the CPU reference.
 // GEMMs through cuBLAS (bf16 in, fp32 compute); everything else through the kernels in kernels/
 // (one POD params struct per kernel). All work goes to one stream owned by the backend; the host
 // only blocks in download() and synchronize() (and moe_experts above moe_device_max_slots()
@@ -28,12 +31,13 @@ bool cuda_available();
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  // compute: DType::kBF16 (default) or DType::kF32 (the verification mode).
+  explicit CudaBackend(DType compute = DType::kBF16);
   ~CudaBackend() override;
 
-  const char* name() const override { return "cuda"; }
+  const char* name() const override { return f32_ ? "cuda-fp32" : "cuda"; }
   Device device() const override { return Device::kCUDA; }
-  DType compute_dtype() const override { return DType::kBF16; }
+  DType compute_dtype() const override { return dt_; }
   // FP8 block-scaled linear through cuBLASLt (cuda_fp8.cpp): n and k multiples of 128.
   bool supports_fp8_block_linear(int64_t n, int64_t k) const override;
 
@@ -59,6 +63,7 @@ class CudaBackend final : public Backend {
   void copy_blocks(Tensor& pool, const KvLayout& layout,
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
+  void qkv_rope_store(const QkvRopeStoreParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                  Tensor& topk_weights) override;
@@ -83,6 +88,7 @@ class CudaBackend final : public Backend {
   // stream reaches the copy (synchronize(), or pinned memory kept alive).
   void copy_to_device(const Tensor& host, Tensor& dev);
   // Fills a bf16 device tensor with uniform(-scale, scale) values from a counter hash of `seed`.
+  // (bf16 only, also in the fp32 mode.)
   void fill_random(Tensor& t, uint64_t seed, float scale);
   // Forces the attention kernel's KV split count for the next calls (0 = planner's choice); a
   // CUDA-graph bucket captures with the largest context it will serve.
@@ -107,9 +113,13 @@ class CudaBackend final : public Backend {
   bool attention_prefill_mma() const { return attention_prefill_mma_; }
 
  private:
+  // x and w in the compute dtype; y f32 or the compute dtype. (Named for its origin: in the fp32
+  // mode the inputs are f32 and the GEMM is true fp32.)
   void gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t ldw, void* y, int64_t ldy,
                  bool y_f32, int64_t m, int64_t n, int64_t k);
   const float* device_f32(const Tensor& t, const char* what);
+  void moe_experts_f32(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                       const ExpertWeights& w, Tensor& out);
   // y = x · dequant(w)ᵀ for an FP8 weight with block scales (cuda_fp8.cpp).
   void linear_fp8(const Tensor& x, const Tensor& w, Tensor& y);
   struct Fp8Plans;  // cuBLASLt handle + per-shape descriptors and heuristics (cuda_fp8.cpp)
@@ -120,6 +130,8 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;
   CudaAllocator allocator_;
   int32_t attention_max_kv_override_ = 0;
+  DType dt_ = DType::kBF16;  // compute dtype: activations, weights, KV
+  bool f32_ = false;         // dt_ == kF32
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
   bool moe_grouped_gemm_ = false;

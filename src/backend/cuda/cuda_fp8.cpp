@@ -131,7 +131,7 @@ struct CudaBackend::Fp8Plans {
 };
 
 bool CudaBackend::supports_fp8_block_linear(int64_t n, int64_t k) const {
-  return n > 0 && k > 0 && n % kFp8Block == 0 && k % kFp8KAlign == 0 && k % kFp8Block == 0;
+  return !f32_ && n > 0 && k > 0 && n % kFp8Block == 0 && k % kFp8KAlign == 0 && k % kFp8Block == 0;
 }
 
 void CudaBackend::linear_fp8(const Tensor& x, const Tensor& w, Tensor& y) {

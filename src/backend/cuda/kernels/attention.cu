@@ -14,6 +14,7 @@
 // is TODO(#5).
 #include <cstdlib>
 #include <cfloat>
+#include <type_traits>
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/common.cuh"
@@ -29,17 +30,17 @@ struct SmemLayout {
   int q_off, k_off, v_off, p_off, acc_off, ml_off, pos_off, total;
 };
 
-// Offsets in bytes; K/V rows padded by 2 elements (one 4-byte word) so lanes reading different
-// rows at the same column hit different banks.
-__host__ __device__ inline SmemLayout smem_layout(int rows, int dqk, int dv, bool v_in_k) {
+// Offsets in bytes; K/V rows (elements of `esz` bytes: 2 bf16, 4 f32) padded by 2 elements so
+// lanes reading different rows at the same column hit different banks.
+__host__ __device__ inline SmemLayout smem_layout(int rows, int dqk, int dv, bool v_in_k, int esz) {
   SmemLayout s;
   int off = 0;
   s.q_off = off;
   off += rows * dqk * 4;
   s.k_off = off;
-  off += kKvTile * (dqk + 2) * 2;
+  off += kKvTile * (dqk + 2) * esz;
   s.v_off = v_in_k ? s.k_off : off;
-  if (!v_in_k) off += kKvTile * (dv + 2) * 2;
+  if (!v_in_k) off += kKvTile * (dv + 2) * esz;
   off = (off + 15) & ~15;
   s.p_off = off;
   off += rows * kKvTile * 4;
@@ -65,24 +66,48 @@ __global__ void tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs, i
   }
 }
 
+// The element pointers of the mode: bf16 (default) or f32 (the verification mode).
+template <typename T>
+__device__ __forceinline__ const T* q_of(const PagedAttentionKernelParams& p) {
+  if constexpr (std::is_same_v<T, float>) return p.q_f32; else return p.q;
+}
+template <typename T>
+__device__ __forceinline__ T* out_of(const PagedAttentionKernelParams& p) {
+  if constexpr (std::is_same_v<T, float>) return p.out_f32; else return p.out;
+}
+template <typename T>
+__device__ __forceinline__ const T* pool_of(const PagedAttentionKernelParams& p) {
+  if constexpr (std::is_same_v<T, float>) return p.pool_f32; else return p.pool;
+}
+// Elements 2c and 2c + 1 of a row as floats (one 4-byte bf16x2 or one 8-byte float2 load).
+__device__ __forceinline__ float2 load_pair(const bf16* row, int c) {
+  return __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(row)[c]);
+}
+__device__ __forceinline__ float2 load_pair(const float* row, int c) {
+  return reinterpret_cast<const float2*>(row)[c];
+}
+
 // Loads rows [kv0, kv0 + n) of K (or V) for kv head `kvh` into smem rows of `dim + 2` elements,
 // 4 bytes per access. `n` <= kKvTile; rows >= n are left untouched (masked later).
+template <typename T>
 __device__ __forceinline__ void load_kv_tile(const PagedAttentionKernelParams& p, int s, int kvh,
-                                             int kv0, int n, int elem_offset, int dim, bf16* dst) {
-  const int words = dim / 2;
+                                             int kv0, int n, int elem_offset, int dim, T* dst) {
+  constexpr int kPerWord = 4 / static_cast<int>(sizeof(T));  // elements per 4-byte word
+  const int words = dim / kPerWord;
   const int32_t* blocks = p.kv_indices + p.kv_indptr[s];
+  const T* pool = pool_of<T>(p);
   for (int idx = threadIdx.x; idx < n * words; idx += kThreads) {
     const int j = idx / words, c = idx % words;
     const int kvp = kv0 + j;
     const int64_t blk = blocks[kvp / p.block_size];
-    const bf16* entry = p.pool + blk * p.block_stride + p.layer_offset +
+    const T* entry = pool + blk * p.block_stride + p.layer_offset +
                         int64_t{kvp % p.block_size} * p.entry_size + elem_offset +
                         int64_t{kvh} * p.kv_head_stride;
     reinterpret_cast<uint32_t*>(dst + j * (dim + 2))[c] = reinterpret_cast<const uint32_t*>(entry)[c];
   }
 }
 
-template <int kRows>
+template <int kRows, typename T>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentionKernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int kvh = blockIdx.y, split = blockIdx.z;
@@ -105,10 +130,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
 
   const int dqk = p.head_dim_qk, dv = p.head_dim_v;
   const bool v_in_k = p.v_offset == p.k_offset && dv <= dqk;
-  const SmemLayout L = smem_layout(kRows, dqk, dv, v_in_k);
+  const SmemLayout L = smem_layout(kRows, dqk, dv, v_in_k, static_cast<int>(sizeof(T)));
   float* q_s = reinterpret_cast<float*>(smem + L.q_off);
-  bf16* k_s = reinterpret_cast<bf16*>(smem + L.k_off);
-  bf16* v_s = reinterpret_cast<bf16*>(smem + L.v_off);
+  T* k_s = reinterpret_cast<T*>(smem + L.k_off);
+  T* v_s = reinterpret_cast<T*>(smem + L.v_off);
+  const T* q_g = q_of<T>(p);
+  T* out_g = out_of<T>(p);
   const int v_ld = v_in_k ? dqk + 2 : dv + 2;
   float* p_s = reinterpret_cast<float*>(smem + L.p_off);
   float* acc_s = reinterpret_cast<float*>(smem + L.acc_off);
@@ -133,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
     float v = 0.0f;
     if (r < nr) {
       const int tok = q_begin + (row0 + r) / group, h = kvh * group + (row0 + r) % group;
-      v = to_f32(p.q[(int64_t{tok} * p.num_q_heads + h) * dqk + d]) * p.scale;
+      v = to_f32(q_g[(int64_t{tok} * p.num_q_heads + h) * dqk + d]) * p.scale;
     }
     q_s[idx] = v;
   }
@@ -157,9 +184,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
 #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) dot[i] = 0.0f;
       if (lane < n && warp < nr) {
-        const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(k_s + lane * (dqk + 2));
+        const T* krow = k_s + lane * (dqk + 2);
         for (int c = 0; c < dqk / 2; ++c) {
-          const float2 kf = __bfloat1622float2(krow[c]);
+          const float2 kf = load_pair(krow, c);
 #pragma unroll
           for (int i = 0; i < kRowsPerWarp; ++i) {
             const float2 qf = reinterpret_cast<const float2*>(q_s + (warp + i * kWarps) * dqk)[c];
@@ -200,8 +227,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
       a.y *= corr;
       const float* pr = p_s + r * kKvTile;
       for (int j = 0; j < n; ++j) {
-        const float2 vf =
-            __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(v_s + j * v_ld)[c]);
+        const float2 vf = load_pair(v_s + j * v_ld, c);
         a.x = fmaf(pr[j], vf.x, a.x);
         a.y = fmaf(pr[j], vf.y, a.y);
       }
@@ -217,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
     const int64_t grow = int64_t{tok} * p.num_q_heads + h;
     if (p.num_splits == 1) {
       const float l = l_s[r];
-      p.out[grow * dv + d] = __float2bfloat16_rn(l > 0.0f ? acc_s[idx] / l : 0.0f);
+      out_g[grow * dv + d] = from_f32<T>(l > 0.0f ? acc_s[idx] / l : 0.0f);
     } else {
       const int64_t prow = int64_t{split} * p.num_tokens * p.num_q_heads + grow;
       p.partial_o[prow * dv + d] = acc_s[idx];
@@ -230,6 +256,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
 }
 
 // One CTA per (token, q head) row: merge the splits in order.
+template <typename T>
 __global__ void combine_splits_kernel(PagedAttentionKernelParams p) {
   const int64_t row = blockIdx.x;
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
@@ -247,23 +274,24 @@ __global__ void combine_splits_kernel(PagedAttentionKernelParams p) {
       const float ms = p.partial_ml[(sp * rows + row) * 2];
       if (ms != -INFINITY) o += expf(ms - m) * p.partial_o[(sp * rows + row) * dv + d];
     }
-    p.out[row * dv + d] = __float2bfloat16_rn(denom > 0.0f ? o / denom : 0.0f);
+    out_of<T>(p)[row * dv + d] = from_f32<T>(denom > 0.0f ? o / denom : 0.0f);
   }
 }
 
-template <int kRows>
+template <int kRows, typename T>
 void launch_rows(const PagedAttentionKernelParams& p, cudaStream_t stream) {
   const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
-  const int smem = smem_layout(kRows, p.head_dim_qk, p.head_dim_v, v_in_k).total;
+  const int smem =
+      smem_layout(kRows, p.head_dim_qk, p.head_dim_v, v_in_k, static_cast<int>(sizeof(T))).total;
   static int configured = 0;  // the largest dynamic smem this instantiation was opened to
   if (smem > configured) {
-    cudaFuncSetAttribute(paged_attention_kernel<kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         smem);
+    cudaFuncSetAttribute(paged_attention_kernel<kRows, T>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     configured = smem;
   }
   dim3 grid(static_cast<unsigned>(p.max_tiles), static_cast<unsigned>(p.num_kv_heads),
             static_cast<unsigned>(p.num_splits));
-  paged_attention_kernel<kRows><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_kernel<kRows, T><<<grid, kThreads, smem, stream>>>(p);
 }
 
 }  // namespace
@@ -307,8 +335,9 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
 }
 
 size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, int32_t head_dim_v,
-                                  bool v_in_k) {
-  return static_cast<size_t>(smem_layout(rows_per_tile, head_dim_qk, head_dim_v, v_in_k).total);
+                                  bool v_in_k, int32_t elem_size) {
+  return static_cast<size_t>(
+      smem_layout(rows_per_tile, head_dim_qk, head_dim_v, v_in_k, elem_size).total);
 }
 
 void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream) {
@@ -316,13 +345,18 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   const int group = p.num_q_heads / p.num_kv_heads;
   tile_indptr_kernel<<<1, 32, 0, stream>>>(p.qo_indptr, p.num_seqs, group, p.rows_per_tile,
                                            p.tile_indptr);
+  const bool f32 = p.pool_f32 != nullptr;
   if (p.rows_per_tile == 64)
-    launch_rows<64>(p, stream);
+    f32 ? launch_rows<64, float>(p, stream) : launch_rows<64, bf16>(p, stream);
   else
-    launch_rows<16>(p, stream);
-  if (p.num_splits > 1)
-    combine_splits_kernel<<<static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads), 128, 0,
-                            stream>>>(p);
+    f32 ? launch_rows<16, float>(p, stream) : launch_rows<16, bf16>(p, stream);
+  if (p.num_splits > 1) {
+    const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
+    if (f32)
+      combine_splits_kernel<float><<<rows, 128, 0, stream>>>(p);
+    else
+      combine_splits_kernel<bf16><<<rows, 128, 0, stream>>>(p);
+  }
 }
 
 }  // namespace di::cuda

@@ -48,6 +48,11 @@ struct PagedAttentionKernelParams {
   int32_t num_splits;          // >= ceil(max kv len / split_size)
   float* partial_o;            // [num_splits, num_tokens * num_q_heads, head_dim_v] (splits > 1)
   float* partial_ml;           // [num_splits, num_tokens * num_q_heads, 2]: running max, sum
+  // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
+  // are unused and these f32 tensors (same shapes) are read and written instead.
+  const float* q_f32;
+  float* out_f32;
+  const float* pool_f32;
 };
 
 // Host-side plan (pure, unit-testable): tile rows, split size, number of splits, workspace bytes.
@@ -64,8 +69,9 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
 
 // Shared memory the kernel needs for these dims (bytes); the launcher checks it against the
 // device limit and names the dims when it does not fit.
+// elem_size: 2 (bf16) or 4 (f32 pool, the fp32 verification mode).
 size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, int32_t head_dim_v,
-                                  bool v_in_k);
+                                  bool v_in_k, int32_t elem_size = 2);
 
 void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream);
 

@@ -11,17 +11,19 @@ namespace {
 
 // One block per row. Two passes over the row (the second from L1/L2): sum of squares, then scale.
 // Each thread writes only the elements it read, so x and y may alias.
+template <typename T>
 __global__ void rms_norm_kernel(RmsNormParams p) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
-  const bf16* x = p.x + row * p.d;
-  bf16* y = p.y + row * p.d;
-  bf16* res = p.residual ? p.residual + row * p.d : nullptr;
+  const T* x = static_cast<const T*>(p.x) + row * p.d;
+  T* y = static_cast<T*>(p.y) + row * p.d;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * p.d : nullptr;
+  const T* w = static_cast<const T*>(p.w);
   float ss = 0.0f;
   for (int i = threadIdx.x; i < p.d; i += blockDim.x) {
     float v = to_f32(x[i]);
     if (res) {
-      bf16 r = __float2bfloat16_rn(to_f32(res[i]) + v);
+      const T r = from_f32<T>(to_f32(res[i]) + v);
       res[i] = r;
       v = to_f32(r);
     }
@@ -31,28 +33,36 @@ __global__ void rms_norm_kernel(RmsNormParams p) {
   const float inv = rsqrtf(ss / static_cast<float>(p.d) + p.eps);
   for (int i = threadIdx.x; i < p.d; i += blockDim.x) {
     const float v = res ? to_f32(res[i]) : to_f32(x[i]);
-    y[i] = __float2bfloat16_rn(v * inv * to_f32(p.w[i]));
+    y[i] = from_f32<T>(v * inv * to_f32(w[i]));
   }
 }
 
+template <typename T>
 __global__ void add_kernel(AddParams p) {
+  const T* a = static_cast<const T*>(p.a);
+  const T* b = static_cast<const T*>(p.b);
+  T* out = static_cast<T*>(p.out);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < p.n;
        i += int64_t{gridDim.x} * blockDim.x)
-    p.out[i] = __float2bfloat16_rn(to_f32(p.a[i]) + to_f32(p.b[i]));
+    out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
 
+template <typename T>
 __global__ void silu_mul_kernel(SiluMulParams p) {
+  const T* gu = static_cast<const T*>(p.gate_up);
+  T* out = static_cast<T*>(p.out);
   const int64_t n = p.rows * p.inter;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / p.inter, c = i % p.inter;
-    const float g = to_f32(p.gate_up[r * 2 * p.inter + c]);
-    const float u = to_f32(p.gate_up[r * 2 * p.inter + p.inter + c]);
-    p.out[i] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+    const float g = to_f32(gu[r * 2 * p.inter + c]);
+    const float u = to_f32(gu[r * 2 * p.inter + p.inter + c]);
+    out[i] = from_f32<T>(g / (1.0f + expf(-g)) * u);
   }
 }
 
 // One thread per (token, head, frequency) pair.
+template <typename T>
 __global__ void rope_kernel(RopeParams p) {
   const int half = p.rot_dim / 2;
   const int64_t n = p.tokens * p.heads * half;
@@ -72,11 +82,11 @@ __global__ void rope_kernel(RopeParams p) {
       c = to_f32(cs[j]);
       s = to_f32(cs[half + j]);
     }
-    bf16* v = p.x + th * p.row + p.rot_begin;
+    T* v = static_cast<T*>(p.x) + th * p.row + p.rot_begin;
     const int a = p.interleaved ? 2 * j : j, b = p.interleaved ? 2 * j + 1 : j + half;
     const float x0 = to_f32(v[a]), x1 = to_f32(v[b]);
-    v[a] = __float2bfloat16_rn(x0 * c - x1 * s);
-    v[b] = __float2bfloat16_rn(x1 * c + x0 * s);
+    v[a] = from_f32<T>(x0 * c - x1 * s);
+    v[b] = from_f32<T>(x1 * c + x0 * s);
   }
 }
 
@@ -103,24 +113,27 @@ __global__ void gather_rows_kernel(GatherRowsParams p) {
     out[t * p.width + c] = valid ? table[int64_t{id} * p.width + c] : T{};
 }
 
+template <typename T>
 __global__ void store_kv_kernel(StoreKvParams p) {
   const int64_t t = blockIdx.x;
   const int32_t slot = p.slot_mapping[t];
   if (slot < 0) return;
   const int64_t block = slot / p.block_size, off = slot % p.block_size;
   if (block >= p.num_blocks) return;
-  bf16* dst = p.pool + block * p.block_stride + p.layer_offset + off * p.entry_size + p.entry_offset;
-  const bf16* src = p.src + t * p.width;
+  T* dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size +
+           p.entry_offset;
+  const T* src = static_cast<const T*>(p.src) + t * p.width;
   for (int c = threadIdx.x; c < p.width; c += blockDim.x) dst[c] = src[c];
 }
 
-template <typename T>
+template <typename T, typename B>
 __global__ void bias_add_kernel(BiasAddParams p) {
   T* y = static_cast<T*>(p.y);
+  const B* bias = static_cast<const B*>(p.bias);
   const int64_t n = p.m * p.n;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(p.bias[i % p.n]));
+    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(bias[i % p.n]));
 }
 
 __device__ __forceinline__ uint32_t hash_u32(uint64_t x) {
@@ -152,24 +165,36 @@ unsigned grid_for(int64_t n, int threads) {
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   const int threads = p.d >= 2048 ? 512 : (p.d >= 512 ? 256 : 128);
-  rms_norm_kernel<<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
+  if (p.f32)
+    rms_norm_kernel<float><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
+  else
+    rms_norm_kernel<bf16><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
 }
 
 void launch_add(const AddParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
-  add_kernel<<<grid_for(p.n, 256), 256, 0, stream>>>(p);
+  if (p.f32)
+    add_kernel<float><<<grid_for(p.n, 256), 256, 0, stream>>>(p);
+  else
+    add_kernel<bf16><<<grid_for(p.n, 256), 256, 0, stream>>>(p);
 }
 
 void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream) {
   const int64_t n = p.rows * p.inter;
   if (n == 0) return;
-  silu_mul_kernel<<<grid_for(n, 256), 256, 0, stream>>>(p);
+  if (p.f32)
+    silu_mul_kernel<float><<<grid_for(n, 256), 256, 0, stream>>>(p);
+  else
+    silu_mul_kernel<bf16><<<grid_for(n, 256), 256, 0, stream>>>(p);
 }
 
 void launch_rope(const RopeParams& p, cudaStream_t stream) {
   const int64_t n = p.tokens * p.heads * (p.rot_dim / 2);
   if (n == 0) return;
-  rope_kernel<<<grid_for(n, 256), 256, 0, stream>>>(p);
+  if (p.f32)
+    rope_kernel<float><<<grid_for(n, 256), 256, 0, stream>>>(p);
+  else
+    rope_kernel<bf16><<<grid_for(n, 256), 256, 0, stream>>>(p);
 }
 
 void launch_copy_2d(const Copy2dParams& p, cudaStream_t stream) {
@@ -192,16 +217,24 @@ void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
 
 void launch_store_kv(const StoreKvParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  store_kv_kernel<<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
+  if (p.f32)
+    store_kv_kernel<float><<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
+  else
+    store_kv_kernel<bf16><<<static_cast<unsigned>(p.tokens), 128, 0, stream>>>(p);
 }
 
 void launch_bias_add(const BiasAddParams& p, cudaStream_t stream) {
   const int64_t n = p.m * p.n;
   if (n == 0) return;
-  if (p.y_f32)
-    bias_add_kernel<float><<<grid_for(n, 256), 256, 0, stream>>>(p);
+  const unsigned g = grid_for(n, 256);
+  if (p.y_f32 && p.bias_f32)
+    bias_add_kernel<float, float><<<g, 256, 0, stream>>>(p);
+  else if (p.y_f32)
+    bias_add_kernel<float, bf16><<<g, 256, 0, stream>>>(p);
+  else if (p.bias_f32)
+    bias_add_kernel<bf16, float><<<g, 256, 0, stream>>>(p);
   else
-    bias_add_kernel<bf16><<<grid_for(n, 256), 256, 0, stream>>>(p);
+    bias_add_kernel<bf16, bf16><<<g, 256, 0, stream>>>(p);
 }
 
 void launch_fill_random(const FillRandomParams& p, cudaStream_t stream) {

@@ -1,7 +1,9 @@
 #pragma once
 // Memory-bound kernels of the dense decoder: one POD params struct per kernel, launched on the
 // backend's stream. Pointers are device pointers; all tensors are row-major and contiguous unless
-// a stride says otherwise. bf16 = __nv_bfloat16. Host-includable (C++17 and C++20).
+// a stride says otherwise. Activations, weights and the KV pool are all of one element type:
+// bf16 (__nv_bfloat16) by default, f32 when `f32` is set (the fp32 verification mode,
+// make_backend("cuda-fp32")); the pointers are untyped for that reason. Host-includable.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -12,37 +14,40 @@ namespace di::cuda {
 // y = x / rms(x) * w, per row; with `residual`: residual += x (rounded to bf16) first and the norm
 // is taken of the new residual. x and y may alias; residual must not alias either.
 struct RmsNormParams {
-  const __nv_bfloat16* x;    // [rows, d]
-  __nv_bfloat16* residual;   // [rows, d] or null
-  const __nv_bfloat16* w;    // [d]
-  __nv_bfloat16* y;          // [rows, d]
+  const void* x;             // [rows, d]
+  void* residual;            // [rows, d] or null
+  const void* w;             // [d]
+  void* y;                   // [rows, d]
   int64_t rows;
   int32_t d;                 // features per row
   float eps;
+  bool f32;                  // element type f32 (else bf16)
 };
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
 // out = a + b, elementwise over n values (any may alias).
 struct AddParams {
-  const __nv_bfloat16* a;  // [n]
-  const __nv_bfloat16* b;  // [n]
-  __nv_bfloat16* out;      // [n]
+  const void* a;  // [n]
+  const void* b;  // [n]
+  void* out;      // [n]
   int64_t n;
+  bool f32;
 };
 void launch_add(const AddParams& p, cudaStream_t stream);
 
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]
 struct SiluMulParams {
-  const __nv_bfloat16* gate_up;  // [rows, 2 * inter]
-  __nv_bfloat16* out;            // [rows, inter]
+  const void* gate_up;  // [rows, 2 * inter]
+  void* out;            // [rows, inter]
   int64_t rows;
   int32_t inter;
+  bool f32;
 };
 void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream);
 
 // Rotary embedding in place on dims [rot_begin, rot_begin + rot_dim) of every head row.
 struct RopeParams {
-  __nv_bfloat16* x;           // [tokens, heads, row]
+  void* x;                    // [tokens, heads, row]
   const int32_t* positions;   // [tokens]
   const void* cos_sin;        // [max_pos, rot_dim]: cos of rot_dim/2 freqs then sin; f32 or bf16
   bool cos_sin_f32;           // dtype of cos_sin
@@ -53,6 +58,7 @@ struct RopeParams {
   int32_t rot_begin;
   int32_t rot_dim;            // even
   bool interleaved;           // pairs (2i, 2i+1) (DeepSeek) instead of (i, i + rot_dim/2)
+  bool f32;                   // dtype of x
 };
 void launch_rope(const RopeParams& p, cudaStream_t stream);
 
@@ -84,10 +90,10 @@ struct GatherRowsParams {
 void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
 
 // pool[slot → entry of layer `layer`][entry_offset + c] = src[t, c] for every new token t.
-// Pool layout (KvLayout): [num_blocks][num_layers][block_size][entry_size] bf16.
+// Pool layout (KvLayout): [num_blocks][num_layers][block_size][entry_size], bf16 or f32.
 struct StoreKvParams {
-  const __nv_bfloat16* src;    // [tokens, width]
-  __nv_bfloat16* pool;
+  const void* src;             // [tokens, width]
+  void* pool;
   const int32_t* slot_mapping; // [tokens] block_id * block_size + offset; < 0 = skip (padding)
   int64_t tokens;
   int32_t width;               // elements per token written
@@ -97,6 +103,7 @@ struct StoreKvParams {
   int64_t layer_offset;        // elements from a block's start to this layer
   int32_t entry_offset;        // elements into the entry
   int64_t num_blocks;          // slots of blocks >= num_blocks are skipped
+  bool f32;                    // dtype of src and pool
 };
 void launch_store_kv(const StoreKvParams& p, cudaStream_t stream);
 
@@ -104,9 +111,10 @@ void launch_store_kv(const StoreKvParams& p, cudaStream_t stream);
 struct BiasAddParams {
   void* y;                     // [m, n], f32 or bf16
   bool y_f32;
-  const __nv_bfloat16* bias;   // [n]
+  const void* bias;            // [n], f32 when bias_f32 else bf16
   int64_t m;
   int64_t n;
+  bool bias_f32;
 };
 void launch_bias_add(const BiasAddParams& p, cudaStream_t stream);
 

@@ -1,0 +1,58 @@
+#pragma once
+// Fused kernels of the decode path (issue #5) and the fp32-mode kernels that have no bf16 twin
+// elsewhere. One POD params struct per kernel; element type bf16 or f32 (`f32`). Host-includable.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::cuda {
+
+// The GQA attention prologue in one launch (Backend::qkv_rope_store): for every token t and head
+// row of the fused QKV GEMM output qkv[t] = [q heads | k heads | v heads] (head_dim each):
+//   q heads: [q_norm RMSNorm] -> rope -> q_out[t, h, :]
+//   k heads: [k_norm RMSNorm] -> rope -> pool entry of slot_mapping[t], layer, K part (head g)
+//   v heads: copied              -> pool entry, V part (offset num_kv_heads * head_dim)
+// Each step rounds to the element type like the unfused ops (rms_norm, rope, store_kv) do.
+// Rope: non-interleaved pairs (i, i + head_dim/2) over the whole head; positions outside
+// [0, max_pos) are left unrotated. Slots < 0 or in blocks >= num_blocks are not stored.
+// One CTA of 128 threads per (token, head row); head_dim <= kMaxFusedHeadDim.
+inline constexpr int kMaxFusedHeadDim = 512;
+struct QkvRopeStoreKernelParams {
+  const void* qkv;             // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]
+  void* q_out;                 // [tokens, num_q_heads, head_dim]
+  void* pool;                  // KvLayout order
+  const void* q_norm;          // [head_dim] or null
+  const void* k_norm;          // [head_dim] or null
+  const void* cos_sin;         // [max_pos, head_dim]: cos of head_dim/2 freqs then sin
+  bool cos_sin_f32;
+  int32_t max_pos;
+  const int32_t* positions;    // [tokens]
+  const int32_t* slot_mapping; // [tokens]
+  int64_t tokens;
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;            // even, <= kMaxFusedHeadDim
+  float eps;
+  int32_t block_size;
+  int32_t entry_size;
+  int64_t block_stride;
+  int64_t layer_offset;
+  int64_t num_blocks;
+  bool f32;                    // element type of qkv, q_out, pool, norms
+};
+void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t stream);
+
+// fp32 mode's MoE combine: out[t, :] = sum_j topk_weights[t, j] * y[slot_row[t * top_k + j], :],
+// j ascending, f32 (the bf16 version is launch_moe_combine in moe.h).
+struct MoeCombineF32OutParams {
+  const float* y;              // [tokens * top_k, hidden]
+  const int32_t* slot_row;     // [tokens * top_k]
+  const float* topk_weights;   // [tokens, top_k]
+  float* out;                  // [tokens, hidden]
+  int64_t tokens;
+  int32_t top_k;
+  int32_t hidden;
+};
+void launch_moe_combine_f32_out(const MoeCombineF32OutParams& p, cudaStream_t stream);
+
+}  // namespace di::cuda
