@@ -120,6 +120,18 @@ class Fp8CpuBackend final : public Backend {
                    const ExpertWeights& w, Tensor& out) override {
     inner_->moe_experts(x, ids, weights, w, out);
   }
+  void qkv_rope_store(const QkvRopeStoreParams& p) override { inner_->qkv_rope_store(p); }
+  void moe_count_experts(const Tensor& ids, Tensor& counts) override {
+    inner_->moe_count_experts(ids, counts);
+  }
+  void moe_map_replicas(const Tensor& ids, const Tensor& indptr, const Tensor& slots,
+                        Tensor& phys) override {
+    inner_->moe_map_replicas(ids, indptr, slots, phys);
+  }
+  void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
+                 int64_t rows) override {
+    inner_->copy_rows(src, src_row, dst, dst_row, rows);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;
