@@ -5,7 +5,7 @@
 # (DEEPINFER_MLA_KERNEL=0, lines tagged tag=generic-attn) as the A/B of the MLA decode kernel, and
 # with 128- and 256-entry MLA splits (tag=mla-split128/256: fewer f32 partials at batch 256, fewer
 # CTAs at batch 1; the default is 64).
-# Worst case 150 s (the timeouts below).
+# Worst case 120 s (the timeouts below); the split A/B runs are in 70_model_ab.sh, last.
 # Lines in $OUT/summary_extra.txt:
 #   [mla] test_cuda_mla rc=0 passed=16 failed=0
 #   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=.. roofline_tok_s=.. pct=..
@@ -22,12 +22,7 @@ if [ -x .gpu_bin/bench_cuda_model ]; then
   run_step model_llama8b 15 .gpu_bin/bench_cuda_model --preset llama3-8b --conc 1 --ctx 512
   run_step model_v2lite_generic 20 env DEEPINFER_MLA_KERNEL=0 .gpu_bin/bench_cuda_model \
     --preset deepseek-v2-lite --conc 1,32,256 --ctx 2048 --reps 3 --tag generic-attn
-  run_step model_v2lite_split128 15 env DEEPINFER_MLA_SPLIT=128 .gpu_bin/bench_cuda_model \
-    --preset deepseek-v2-lite --conc 1,256 --ctx 2048 --reps 3 --tag mla-split128
-  run_step model_v2lite_split256 15 env DEEPINFER_MLA_SPLIT=256 .gpu_bin/bench_cuda_model \
-    --preset deepseek-v2-lite --conc 1,256 --ctx 2048 --reps 3 --tag mla-split256
-  for n in model_v2lite model_qwen3moe model_llama8b model_v2lite_generic model_v2lite_split128 \
-           model_v2lite_split256; do
+  for n in model_v2lite model_qwen3moe model_llama8b model_v2lite_generic; do
     grep -E '^\[model\]' "$OUT/$n.log" >>"$OUT/summary_extra.txt" || echo "[model] $n: no output (see $n.log)" >>"$OUT/summary_extra.txt"
   done
 fi
