@@ -17,6 +17,7 @@
 //
 //   bench_cuda_model --preset deepseek-v2-lite [--conc 1,32,256] [--ctx 2048] [--layers N]
 //                    [--block-size 64] [--reps 5] [--graph|--eager] [--roofline-only] [--tag T]
+//                    [--profile]   (then one eager step op by op: ProfilingBackend's table)
 // Prints one line per concurrency:
 //   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=..
 //           roofline_tok_s=.. pct=..
@@ -35,6 +36,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/profiling_backend.h"
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -55,6 +57,7 @@ struct Args {
   int graph = -1;              // -1 / 1 graph (eager if the capture fails), 0 eager
   bool roofline_only = false;  // print the rooflines and exit (no GPU needed)
   std::string tag;             // printed as tag=... (e.g. an A/B variant set through the env)
+  bool profile = false;        // after timing, one eager step op by op (ProfilingBackend)
 };
 
 std::string arch_of(const std::string& preset) {
@@ -145,6 +148,8 @@ Args parse(int argc, char** argv) {
       a.graph = 0;
     } else if (!std::strcmp(argv[i], "--tag")) {
       a.tag = next();
+    } else if (!std::strcmp(argv[i], "--profile")) {
+      a.profile = true;
     } else if (!std::strcmp(argv[i], "--roofline-only")) {
       a.roofline_only = true;
     } else {
@@ -191,7 +196,9 @@ int run(const Args& args) {
   random.fill = [&be](Tensor& t, uint64_t seed, float scale) { be.fill_random(t, seed, scale); };
   LoadOptions opts;
   opts.max_context = args.ctx + args.block_size + 1;
-  std::unique_ptr<Model> model = make_random_model(config, be, random, opts);
+  // The model drives `prof`, which only forwards to `be` until --profile enables it.
+  ProfilingBackend prof(be);
+  std::unique_ptr<Model> model = make_random_model(config, prof, random, opts);
   be.synchronize();
   const double weight_bytes = static_cast<double>(be.allocator().bytes_in_use());
 
@@ -248,6 +255,16 @@ int run(const Args& args) {
         ms = time_ms(be, 2, std::max(args.reps, 10), [&] { graph.replay(); });
       } else {
         ms = time_ms(be, 1, args.reps, [&] { (void)graph.run_eager(in); });
+      }
+      if (args.profile) {  // one warm-up, then one eager step timed op by op
+        (void)graph.run_eager(in);
+        prof.reset();
+        prof.set_enabled(true);
+        (void)graph.run_eager(in);
+        prof.set_enabled(false);
+        std::printf("[profile] preset=%s conc=%d ctx=%d: one eager step, each op synchronized "
+                    "(device time + one launch per op)\n%s",
+                    args.preset.c_str(), conc, ctx, prof.table(30).c_str());
       }
       const double bytes = 2.0 * step_params(config, conc) + conc * (ctx + 1.0) * kv_token_bytes;
       const double roof_tok_s = conc / (bytes / kBandwidth);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/profiling_backend.h"
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -93,6 +94,37 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<std::string, std::string>{"deepseek_v2", "tiny"},
                       std::pair<std::string, std::string>{"deepseek_v3", "tiny"}),
     [](const auto& info) { return info.param.first; });
+
+// ProfilingBackend forwards every op unchanged (same logits as the bare backend, enabled or not)
+// and, enabled, records each op the model calls: the MoE and MLA ops of a DeepSeek-V3 model.
+TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
+  const ModelConfig config = preset_config("deepseek_v3", "tiny");
+  auto be = make_cpu_backend();
+  ProfilingBackend prof(*be);
+  RandomWeights r;
+  r.seed = 5;
+  auto bare = make_random_model(config, *be, r, {.max_context = 64});
+  auto wrapped = make_random_model(config, prof, r, {.max_context = 64});
+  const std::vector<float> want = run_two_steps(*bare, *be);
+  EXPECT_EQ(run_two_steps(*wrapped, prof), want);  // disabled: pure forwarding
+  EXPECT_TRUE(prof.stats().empty());
+  prof.set_enabled(true);
+  EXPECT_EQ(run_two_steps(*wrapped, prof), want);
+  prof.set_enabled(false);
+  const auto stats = prof.stats();
+  ASSERT_FALSE(stats.empty());
+  bool saw_route = false, saw_experts = false, saw_attention = false;
+  for (const auto& s : stats) {
+    EXPECT_GT(s.calls, 0) << s.key;
+    EXPECT_GE(s.total_us, 0.0) << s.key;
+    saw_route |= s.key.rfind("moe_route", 0) == 0;
+    saw_experts |= s.key.rfind("moe_experts", 0) == 0;
+    saw_attention |= s.key.rfind("paged_attention", 0) == 0;
+  }
+  EXPECT_TRUE(saw_route && saw_experts && saw_attention) << prof.table(50);
+  for (size_t i = 1; i < stats.size(); ++i) EXPECT_GE(stats[i - 1].total_us, stats[i].total_us);
+  EXPECT_NE(prof.table(5).find("total over"), std::string::npos);
+}
 
 TEST(RandomWeightsTest, HostValuesFollowTheScaleRules) {
   RandomWeights r;
