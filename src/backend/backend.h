@@ -221,6 +221,11 @@ class Backend {
     DI_FAIL("backend '{}' does not implement copy_rows", name());
   }
 
+  // Fills `t` (the compute dtype, on this backend) with uniform(-scale, scale) values from a
+  // counter hash of `seed`: random weights for benchmarks (`serve --random-weights`). false where
+  // the backend has no such fill; the caller then generates the values on the host.
+  virtual bool fill_uniform(Tensor& /*t*/, uint64_t /*seed*/, float /*scale*/) { return false; }
+
   // ---- decode step graphs ----
   // Captures one decode step of `forward` for up to `bucket` sequences of at most
   // `max_blocks_per_seq` KV blocks each. nullptr where the backend has no such thing (CPU): the

@@ -75,6 +75,9 @@ class ProfilingBackend final : public Backend {
                         const Tensor& replica_slots, Tensor& phys_ids) override;
   void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
                  int64_t rows) override;
+  bool fill_uniform(Tensor& t, uint64_t seed, float scale) override {
+    return inner_.fill_uniform(t, seed, scale);
+  }
   std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward forward, int32_t bucket,
                                                      int32_t max_blocks_per_seq,
                                                      int32_t block_size) override {

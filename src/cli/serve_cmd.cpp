@@ -34,6 +34,7 @@ struct ServeOptions {
   int32_t max_running = 256;
   bool no_prefix_caching = false;
   bool eager = false;
+  bool random_weights = false;
   int max_concurrent_requests = 512;
   int64_t max_request_mb = 32;
   int http_threads = 0;
@@ -110,6 +111,7 @@ int run_serve(const ServeOptions& o) {
   ec.max_running = o.max_running;
   ec.enable_prefix_caching = !o.no_prefix_caching;
   ec.decode_graphs = !o.eager;
+  ec.random_weights = o.random_weights;
   ec.eplb = o.eplb;
   auto engine = Engine::start(ec);
   if (!engine.is_ok()) {
@@ -193,6 +195,10 @@ CommandRegistration reg(
           ->capture_default_str();
       app.add_flag("--no-prefix-caching", o->no_prefix_caching,
                    "Do not reuse KV blocks of earlier prompts");
+      app.add_flag("--random-weights", o->random_weights,
+                   "Benchmarks: random weights from the model directory's config.json (no "
+                   "safetensors needed; filled on the GPU with --backend cuda). The tokenizer "
+                   "still comes from the directory");
       app.add_flag("--eager", o->eager,
                    "Run every step eagerly: no CUDA graphs for decode steps (the CUDA backend "
                    "otherwise captures one per power-of-two batch size on first use)");

@@ -73,6 +73,10 @@ struct EngineConfig {
   // Decode-only steps replay captured step graphs (CUDA graphs) where the backend has them;
   // false = every step eager (`serve --eager`).
   bool decode_graphs = true;
+  // Benchmarks: build the model from model_dir/config.json with random weights (filled on the
+  // device where the backend can, see Backend::fill_uniform) instead of reading safetensors.
+  bool random_weights = false;
+  uint64_t random_seed = 1;
 };
 
 // Counters and gauges for /metrics; a consistent snapshot.

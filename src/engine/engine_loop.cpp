@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "model/config.h"
+#include "model/weight_loader.h"
 #include "sampling/sampler.h"
 
 namespace di {
@@ -73,7 +75,24 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& config) {
   std::unique_ptr<Model> model;
   try {
     backend = make_backend(config.backend);
-    model = load_model(config.model_dir, *backend, {});
+    if (config.random_weights) {
+      Result<ModelConfig> mc = load_model_config(config.model_dir);
+      if (!mc.is_ok()) return mc.status();
+      RandomWeights random;
+      random.seed = config.random_seed;
+      Tensor probe = backend->empty({8}, backend->compute_dtype());
+      if (backend->fill_uniform(probe, 0, 1.0f)) {  // on the device; else host values, uploaded
+        Backend* be = backend.get();
+        random.fill = [be](Tensor& t, uint64_t seed, float scale) {
+          DI_CHECK(be->fill_uniform(t, seed, scale), "fill_uniform refused {}", t.describe());
+        };
+      }
+      model = make_random_model(mc.value(), *backend, random, {});
+      DI_LOG_INFO("model {}: random weights (seed {}), not the checkpoint", config.model_dir,
+                  config.random_seed);
+    } else {
+      model = load_model(config.model_dir, *backend, {});
+    }
   } catch (const std::exception& e) {
     return bad(fmt::format("cannot load the model from '{}' on backend '{}': {}", config.model_dir,
                            config.backend, e.what()));

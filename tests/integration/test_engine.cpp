@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -365,6 +366,37 @@ TEST(Engine, ChunkedPrefillEqualsWholePrefill) {
     // 261 prompt tokens + 5 x 11 decodes at <= 7 tokens per step.
     EXPECT_GE(chunked_stats.steps, (261u + 55u) / 7u) << model;
   }
+}
+
+// `serve --random-weights`: a directory with only config.json runs, deterministically for a seed,
+// differently for another seed; a directory whose config.json is missing is a clear error.
+TEST(Engine, RandomWeightsFromConfigOnly) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "deepinfer_random_weights_test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(fixture("deepseek_v3") + "/config.json", dir / "config.json");
+  std::vector<std::vector<int32_t>> prompts{random_tokens(9, 997, 5), random_tokens(40, 997, 6)};
+  EngineConfig c = small_config("deepseek_v3");
+  c.model_dir = dir.string();
+  c.random_weights = true;
+  auto a = run_batch(c, prompts, 8);
+  auto b = run_batch(c, prompts, 8);
+  c.random_seed = 2;
+  auto other = run_batch(c, prompts, 8);
+  ASSERT_EQ(a.size(), prompts.size());
+  ASSERT_EQ(other.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(a[i].tokens.size(), 8u);
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "prompt " << i;
+  }
+  EXPECT_NE(a[0].tokens, other[0].tokens);
+  fs::remove(dir / "config.json");
+  EngineConfig missing = c;
+  auto r = Engine::start(missing);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("config.json"), std::string::npos) << r.status().to_string();
+  fs::remove_all(dir);
 }
 
 TEST(Engine, AloneEqualsBatchOf16) {

@@ -75,6 +75,12 @@ class CudaBackend final : public Backend {
   void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
                  int64_t rows) override;
 
+  // fill_random for bf16 tensors (false for others: the caller fills on the host).
+  bool fill_uniform(Tensor& t, uint64_t seed, float scale) override {
+    if (t.dtype() != DType::kBF16 || t.device() != Device::kCUDA) return false;
+    fill_random(t, seed, scale);
+    return true;
+  }
   // Captures a cuda::DecodeGraph (cuda_graph.cpp) after one eager warm-up step.
   std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward forward, int32_t bucket,
                                                      int32_t max_blocks_per_seq,
