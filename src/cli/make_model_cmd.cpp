@@ -22,6 +22,8 @@ struct MakeModelArgs {
   bool fp8 = false;
   uint64_t max_shard_mb = 4000;
   bool dry_run = false;
+  bool config_only = false;
+  int64_t vocab_size = 0;
   bool no_progress = false;
 };
 
@@ -54,6 +56,8 @@ int run_make_model(const MakeModelArgs& args) {
   opts.fp8 = args.fp8;
   opts.max_shard_bytes = args.max_shard_mb * 1'000'000ull;
   opts.dry_run = args.dry_run;
+  opts.config_only = args.config_only;
+  opts.vocab_size = args.vocab_size;
   opts.progress = !args.no_progress;
   if (!opts.dry_run && args.out.empty()) {
     fmt::print(stderr, "make-model: --out DIR is required (or --dry-run)\n");
@@ -74,6 +78,11 @@ int run_make_model(const MakeModelArgs& args) {
       fmt::print("  {:<36} {:>6} tensors  {:>10}\n", s.file, s.num_tensors,
                  model::format_bytes(s.data_bytes));
     }
+    return 0;
+  }
+  if (opts.config_only) {
+    fmt::print("wrote the config of {} to {} (no weights: serve --random-weights)\n", what,
+               args.out);
     return 0;
   }
   fmt::print("wrote {} to {} in {:.1f} s ({}/s)\n", what, args.out, r.seconds,
@@ -106,6 +115,12 @@ CommandRegistration reg(
           ->capture_default_str();
       app.add_flag("--dry-run", args->dry_run,
                    "Print tensor count, size and shards; write nothing");
+      app.add_flag("--config-only", args->config_only,
+                   "Write config.json and generation_config.json only (for serve "
+                   "--random-weights, which makes the weights on the device)");
+      app.add_option("--vocab-size", args->vocab_size,
+                     "Replace the preset's vocabulary size (to match a tokenizer you have)")
+          ->check(CLI::PositiveNumber);
       app.add_flag("--no-progress", args->no_progress, "No progress bar on stderr");
       app.footer(presets_help());
       return [args] { return run_make_model(*args); };

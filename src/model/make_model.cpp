@@ -699,6 +699,8 @@ MakeModelReport make_model(const MakeModelOptions& options) {
   DI_CHECK(spec_or.is_ok(), "{}", spec_or.status().message());
   ModelSpec spec = std::move(spec_or).value();
   spec.fp8 = spec.fp8 || options.fp8;
+  DI_CHECK(options.vocab_size >= 0, "vocab size {} is negative", options.vocab_size);
+  if (options.vocab_size > 0) spec.vocab_size = options.vocab_size;
   DI_CHECK(options.max_shard_bytes > 0, "the maximum shard size must be positive");
   DI_CHECK(options.dry_run || !options.out_dir.empty(), "an output directory is required");
 
@@ -735,6 +737,7 @@ MakeModelReport make_model(const MakeModelOptions& options) {
   }
   write_json(dir / "config.json", hf_config(spec, options.dtype));
   write_json(dir / "generation_config.json", hf_generation_config(spec));
+  if (options.config_only) return report;
 
   // Chunks of ~64 MB: generated on the pool into one buffer while the other is written.
   constexpr uint64_t kChunkBytes = 64ull << 20;

@@ -125,6 +125,8 @@ struct MakeModelOptions {
   bool fp8 = false;            // force DeepSeek FP8 linear weights (implied by *-fp8-* presets)
   uint64_t max_shard_bytes = 4'000'000'000;  // a single tensor larger than this gets its own shard
   bool dry_run = false;                      // plan and report; write nothing
+  bool config_only = false;  // write config.json + generation_config.json, no weights (serve --random-weights)
+  int64_t vocab_size = 0;    // > 0: replaces the preset's (to match a tokenizer we have)
   bool progress = true;                      // a progress bar on stderr for writes over 256 MB
 };
 

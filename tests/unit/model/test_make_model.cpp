@@ -615,6 +615,24 @@ TEST(MakeModel, DryRunReportsRealCheckpointSizesWithoutWriting) {
   EXPECT_LT(v3.data_bytes, 5'000'000'000u);
 }
 
+TEST(MakeModel, ConfigOnlyWritesTheConfigsAndNoWeights) {
+  TempDir dir("config_only");
+  MakeModelOptions o = options("deepseek_v2", "deepseek-v2-lite", dir.path());
+  o.config_only = true;
+  o.vocab_size = 129280;  // the DeepSeek-V3 tokenizer's
+  make_model(o);
+  EXPECT_TRUE(fs::exists(dir.path() / "config.json"));
+  EXPECT_TRUE(fs::exists(dir.path() / "generation_config.json"));
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_FALSE(e.path().extension() == ".safetensors") << e.path();
+  std::ifstream in(dir.path() / "config.json");
+  const nlohmann::json c = nlohmann::json::parse(in);
+  EXPECT_EQ(c.at("vocab_size").get<int64_t>(), 129280);
+  EXPECT_EQ(c.at("num_hidden_layers").get<int64_t>(), 27);
+  o.vocab_size = -1;
+  EXPECT_THROW(make_model(o), std::exception);
+}
+
 // ---- the writer on its own
 // ------------------------------------------------------------------------
 
