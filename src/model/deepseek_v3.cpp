@@ -46,6 +46,7 @@ class MlaModel final : public Model {
       : Model(std::move(config), backend) {
     const ModelConfig& c = config_;
     WeightLoader w(ck, backend, c, opts.random);
+    w.set_round_to_bf16(opts.round_weights_to_bf16);
     ends_ = DecoderEnds::load(w, c);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       layers_.push_back(load_layer(w, "model.layers." + std::to_string(l) + ".", l));

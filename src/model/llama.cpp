@@ -25,6 +25,7 @@ class GqaModel final : public Model {
       : Model(std::move(config), backend) {
     const ModelConfig& c = config_;
     WeightLoader w(ck, backend, c, opts.random);
+    w.set_round_to_bf16(opts.round_weights_to_bf16);
     const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
                   hkv = c.num_key_value_heads;
     ends_ = DecoderEnds::load(w, c);

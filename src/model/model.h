@@ -21,6 +21,9 @@ struct LoadOptions {
   int64_t max_context = 0;
   // Set by make_random_model(): weights come from RandomWeights, not from the checkpoint.
   const RandomWeights* random = nullptr;
+  // On an f32 backend, weights and rope tables rounded to bf16 precision, as a bf16 backend
+  // stores them: the reference that isolates bf16 kernels' own error (tests/ops/test_cuda_golden).
+  bool round_weights_to_bf16 = false;
 };
 
 class Model {

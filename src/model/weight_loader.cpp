@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/thread_pool.h"
+#include "tensor/dtype.h"
 
 namespace di {
 
@@ -61,6 +62,11 @@ Tensor random_weight_host(const RandomWeights& r, const std::string& name, const
 }
 
 Tensor WeightLoader::upload(const Tensor& host_f32) {
+  if (round_bf16_ && backend_.compute_dtype() == DType::kF32 && host_f32.dtype() == DType::kF32) {
+    Tensor r = Tensor::empty(host_f32.shape(), DType::kF32);
+    for (int64_t i = 0; i < r.numel(); ++i) r.f32()[i] = bf16_to_f32(f32_to_bf16(host_f32.f32()[i]));
+    return backend_.device() == Device::kCPU ? r : backend_.upload(r, DType::kF32);
+  }
   if (backend_.device() == Device::kCPU && backend_.compute_dtype() == DType::kF32) return host_f32;
   return backend_.upload(host_f32, backend_.compute_dtype());
 }

@@ -59,6 +59,9 @@ class WeightLoader {
   ExpertWeights load_experts(const std::string& prefix, int64_t num_experts, int64_t hidden,
                              int64_t inter);
   Tensor upload(const Tensor& host_f32);
+  // On an f32 backend, round every uploaded tensor to bf16 precision first, as a bf16 backend
+  // stores it (LoadOptions::round_weights_to_bf16).
+  void set_round_to_bf16(bool on) { round_bf16_ = on; }
   // Number of weights kept in FP8 by this loader so far (tests, logs).
   int64_t num_fp8_kept() const { return num_fp8_kept_; }
 
@@ -67,6 +70,7 @@ class WeightLoader {
   Backend& backend_;
   const ModelConfig& config_;
   int64_t num_fp8_kept_ = 0;
+  bool round_bf16_ = false;
 
   // The row-concatenation of `names` as a device FP8 weight with block scales, or a null Tensor
   // when the conditions above do not hold (the caller dequantizes).

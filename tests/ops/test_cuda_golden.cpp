@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <numeric>
 
 #include "../integration/golden_util.h"
@@ -28,7 +29,12 @@ namespace {
 using testing::golden_model_dirs;
 using testing::max_rel_error;
 
-constexpr double kLogitRelTolerance = 3e-2;  // bf16 activations through a few tiny layers
+// bf16 mode: the CPU reference runs with the same bf16-rounded weights (LoadOptions::
+// round_weights_to_bf16), so what is left is the kernels' own bf16 rounding of activations
+// through a few tiny layers. (Against fp32 weights the tiny deepseek_v3's sigmoid router flips an
+// expert on prompt 0: 5.4e-2 on the CPU alone with bf16-rounded weights; that is printed, not
+// asserted.)
+constexpr double kLogitRelTolerance = 3e-2;
 // fp32 mode: max |cpu - gpu| / max |cpu| over the last prompt logits. Both sides are fp32 with
 // different summation orders (OpenBLAS vs cuBLAS, kernel reductions): ~1e-6 expected.
 constexpr double kFp32LogitRelTolerance = 1e-4;
@@ -64,26 +70,30 @@ void run_golden(const std::string& fixture, const char* backend_name, bool fp32)
     r.max_tokens = static_cast<int32_t>(greedy[i].size());
     reqs.push_back(r);
   }
-  // The CPU results are the same for both modes: computed once per (fixture, block size).
-  static std::map<std::pair<std::string, int32_t>, std::vector<GenerateResult>> cpu_cache;
+  // CPU results per (fixture, block size, bf16-rounded weights): fp32 runs against the exact
+  // weights, bf16 against the rounded ones (and, printed only, the exact ones).
+  static std::map<std::tuple<std::string, int32_t, bool>, std::vector<GenerateResult>> cpu_cache;
   std::unique_ptr<Backend> cpu;
-  std::unique_ptr<Model> cpu_model;
+  std::map<bool, std::unique_ptr<Model>> cpu_models;
+  auto cpu_results = [&](int32_t block_size, bool rounded, const GeneratorOptions& o)
+      -> const std::vector<GenerateResult>& {
+    auto it = cpu_cache.find({fixture, block_size, rounded});
+    if (it != cpu_cache.end()) return it->second;
+    if (!cpu) cpu = make_cpu_backend();
+    auto& m = cpu_models[rounded];
+    if (!m) m = load_model(dir, *cpu, LoadOptions{.round_weights_to_bf16 = rounded});
+    Generator cg(*m, *cpu, o);
+    return cpu_cache.emplace(std::make_tuple(fixture, block_size, rounded), cg.generate(reqs))
+        .first->second;
+  };
   auto gpu = make_backend(backend_name);
   auto gpu_model = load_model(dir, *gpu);
   GeneratorOptions opts;
   opts.keep_step_logits = true;
   for (int32_t block_size : {16, 1, 64}) {
     opts.block_size = block_size;
-    auto it = cpu_cache.find({fixture, block_size});
-    if (it == cpu_cache.end()) {
-      if (!cpu_model) {
-        cpu = make_cpu_backend();
-        cpu_model = load_model(dir, *cpu);
-      }
-      Generator cg(*cpu_model, *cpu, opts);
-      it = cpu_cache.emplace(std::make_pair(fixture, block_size), cg.generate(reqs)).first;
-    }
-    const auto& ref = it->second;
+    const auto& ref = cpu_results(block_size, !fp32, opts);
+    const std::vector<GenerateResult>* exact = fp32 ? &ref : &cpu_results(block_size, false, opts);
     Generator gg(*gpu_model, *gpu, opts);
     const auto got = gg.generate(reqs);
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -114,10 +124,13 @@ void run_golden(const std::string& fixture, const char* backend_name, bool fp32)
         continue;
       }
       const bool clear_margin = (l[0] - l[1]) > 4.0 * err * max_abs;
-      std::printf("[golden] %-14s bs=%-2d prompt %zu (%3zu tok): logits max_rel_err=%.3e  greedy "
-                  "%zu/%zu tokens agree%s\n",
-                  base_name(fixture).c_str(), block_size, i, reqs[i].prompt.size(), err, same,
-                  ref[i].output.size(), same == ref[i].output.size() ? "" : " (flip)");
+      const double err_exact =
+          max_rel_error((*exact)[i].last_prompt_logits, got[i].last_prompt_logits);
+      std::printf("[golden] %-14s bs=%-2d prompt %zu (%3zu tok): logits max_rel_err=%.3e vs the "
+                  "CPU on bf16-rounded weights (%.3e vs exact weights)  greedy %zu/%zu tokens "
+                  "agree%s\n",
+                  base_name(fixture).c_str(), block_size, i, reqs[i].prompt.size(), err, err_exact,
+                  same, ref[i].output.size(), same == ref[i].output.size() ? "" : " (flip)");
       std::fflush(stdout);
       EXPECT_LE(err, kLogitRelTolerance) << fixture << " prompt " << i << " block size " << block_size;
       if (clear_margin) {
