@@ -40,13 +40,20 @@ missing=$(for b in .gpu_bin/*; do ldd "$b" 2>/dev/null; done | grep 'not found' 
 
 declare -a names rcs secs
 # Whole-run budget (the device session's time is scarce): a step gets at most what is left of it,
-# and steps past it are skipped (rc=skip in the table).
+# and steps past it are skipped (rc=skip in the table). GPU_CHECK_SKIP="name name ..." skips
+# steps by name (e.g. what an earlier run of the same binaries already measured).
 BUDGET_S=${GPU_CHECK_BUDGET_S:-1000000}
 BUDGET_S=${BUDGET_S%.*}
 RUN_T0=$(date +%s)
 run_step() {  # name timeout_s command...
   local name=$1 limit=$2
   shift 2
+  case " ${GPU_CHECK_SKIP:-} " in
+    *" $name "*)
+      names+=("$name"); rcs+=("skip"); secs+=(0)
+      echo "[gpu_check] $name skipped: GPU_CHECK_SKIP" | tee "$OUT/$name.log"
+      return ;;
+  esac
   local left=$((BUDGET_S - ($(date +%s) - RUN_T0)))
   if [ "$left" -lt 5 ]; then
     names+=("$name"); rcs+=("skip"); secs+=(0)
@@ -88,7 +95,9 @@ fi
 for f in scripts/gpu_steps/*.sh; do
   [ -e "$f" ] && . "$f"
 done
-if python3 -c 'import torch, transformers' >/dev/null 2>&1; then
+if [[ " ${GPU_CHECK_SKIP:-} " == *" hf "* ]]; then
+  echo "[hf] skipped: GPU_CHECK_SKIP" >"$OUT/hf.log"
+elif python3 -c 'import torch, transformers' >/dev/null 2>&1; then
   run_step hf 75 python3 scripts/bench_hf_llama.py
 else
   echo "[hf] skipped: torch/transformers not importable" >"$OUT/hf.log"
