@@ -30,6 +30,15 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
   echo "[ep-launch] libnccl dir: ${nccl_dir:-NOT FOUND}"
   [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir"
 fi
+# NVLink multicast (NVLS) stays off on the lent machines: forced, not a default.
+export NCCL_NVLS_ENABLE=0
+# A small /dev/shm (containers) makes NCCL's shared-memory setup fail; GPUs of one host talk
+# over P2P/NVLink anyway.
+shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $2}')
+if [ -n "$shm_kb" ] && [ "$shm_kb" -lt 262144 ]; then
+  export NCCL_SHM_DISABLE=${NCCL_SHM_DISABLE:-1}
+fi
+echo "[ep-launch] /dev/shm ${shm_kb:-?} KiB NCCL_SHM_DISABLE=${NCCL_SHM_DISABLE:-unset}"
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 export NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1}
