@@ -29,7 +29,8 @@ for t in "${targets[@]}"; do
 done
 
 # Libraries resolved here that are neither glibc/libstdc++/libgcc nor CUDA's own.
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libcublas|libcublasLt|libcudart|libcuda\.so)'
+# libnccl (218 MB, bench_cuda_ep) is found on the GPU machine by scripts/ep_launch.sh.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libstdc\+\+\.so|libgcc_s\.so|libcublas|libcublasLt|libcudart|libcuda\.so|libnccl)'
 for b in .gpu_bin/*; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do

@@ -29,7 +29,10 @@ void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
   MoeRoutingParams p = routing;
   p.correction_bias = correction_bias.is_null() ? nullptr : &correction_bias;
   be.moe_route(logits, p, ids, weights);
-  if (eplb != nullptr) {
+  if (expert_hook != nullptr) {
+    DI_CHECK(eplb == nullptr, "MoeBlock: an expert hook (EP) and EPLB state are both set");
+    expert_hook->run(be, x, ids, weights, experts, out);
+  } else if (eplb != nullptr) {
     if (eplb->counts != nullptr) be.moe_count_experts(ids, *eplb->counts);
     if (eplb->trace != nullptr && ids.device() == Device::kCPU)
       eplb->trace->insert(eplb->trace->end(), ids.data<int32_t>(), ids.data<int32_t>() + t * k);

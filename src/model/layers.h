@@ -32,6 +32,20 @@ struct MoeEplbState {
   std::vector<int32_t>* trace = nullptr;
 };
 
+// Expert execution hook (issue #8, expert parallelism): when set on a MoeBlock, the block routes
+// as usual and then calls run() instead of Backend::moe_experts. The implementation may move rows
+// to other ranks (parallel/cuda/ep_moe_hook.h: NCCL dispatch -> local experts -> combine), so
+// every rank of an EP group must call every MoE layer the same number of times (lockstep), with
+// 0 rows when it has no tokens. A plain interface: no NCCL or CUDA here.
+class MoeExpertHook {
+ public:
+  virtual ~MoeExpertHook() = default;
+  // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), like moe_experts.
+  //   x, out [T, H] compute dtype; topk_ids [T, k] i32; topk_weights [T, k] f32.
+  virtual void run(Backend& be, const Tensor& x, const Tensor& topk_ids,
+                   const Tensor& topk_weights, const ExpertWeights& experts, Tensor& out) = 0;
+};
+
 struct MoeBlock {
   Tensor gate;             // [E, H] router weight
   Tensor correction_bias;  // [E] (DeepSeek V3), else null
@@ -40,6 +54,7 @@ struct MoeBlock {
   Mlp shared;
   MoeRoutingParams routing;
   MoeEplbState* eplb = nullptr;  // not owned; set by the EPLB runtime
+  MoeExpertHook* expert_hook = nullptr;  // not owned; EP (issue #8); excludes `eplb`
 
   void forward(Backend& be, const Tensor& x, Tensor& out) const;  // x, out [T, H]
 };

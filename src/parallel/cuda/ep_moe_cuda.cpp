@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "parallel/cuda/cuda_check.h"
+#include "parallel/ep_moe_plan.h"
 
 namespace di::parallel::cuda {
 namespace {
@@ -94,6 +95,18 @@ EpMoeCuda::EpMoeCuda(EpTransport& transport, int32_t hidden, int32_t top_k, RowD
 
 EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput& input,
                               const DeviceExpertFn& expert, void* out) {
+  return forward_impl(placement, input, &expert, nullptr, out);
+}
+
+EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput& input,
+                              const GroupedExpertFn& experts, void* out) {
+  return forward_impl(placement, input, nullptr, &experts, out);
+}
+
+EpMoeStats EpMoeCuda::forward_impl(const ExpertPlacement& placement, const EpMoeInput& input,
+                                   const DeviceExpertFn* per_slot,
+                                   const GroupedExpertFn* grouped, void* out) {
+  DI_CHECK((per_slot != nullptr) != (grouped != nullptr), "EpMoeCuda: one expert callback");
   const int32_t n = transport_.num_ranks();
   const int32_t rank = transport_.rank_idx();
   const int32_t slots = placement.slots_per_rank();
@@ -166,14 +179,24 @@ EpMoeStats EpMoeCuda::forward(const ExpertPlacement& placement, const EpMoeInput
   expert_out_.reserve(static_cast<size_t>(num_entries) * rb);
   return_rows_.reserve(static_cast<size_t>(num_entries) * rb);
   gather_rows(expanded_.data(), recv_rows_.data(), expand_src_row_, num_entries, rb, stream_);
-  for (int32_t s = 0; s < slots; ++s) {
-    const int32_t begin = receive_.slot_indptr[s];
-    const int32_t count = receive_.slot_indptr[s + 1] - begin;
-    if (count == 0) continue;
-    const int32_t e = placement.expert_at(rank * slots + s);
-    DI_CHECK(e != kEmptySlot, "rank {} received {} rows for its empty slot {}", rank, count, s);
-    expert(e, expanded_.as<const char>() + begin * rb, expert_out_.as<char>() + begin * rb, count,
-           stream_);
+  if (grouped != nullptr) {
+    if (num_entries > 0) {
+      const std::vector<int32_t> row_expert =
+          expanded_row_experts(placement, rank, receive_.slot_indptr);
+      DI_CHECK(static_cast<int32_t>(row_expert.size()) == num_entries,
+               "EpMoeCuda: {} expanded rows, {} entries", row_expert.size(), num_entries);
+      (*grouped)(expanded_.data(), expert_out_.data(), row_expert, stream_);
+    }
+  } else {
+    for (int32_t s = 0; s < slots; ++s) {
+      const int32_t begin = receive_.slot_indptr[s];
+      const int32_t count = receive_.slot_indptr[s + 1] - begin;
+      if (count == 0) continue;
+      const int32_t e = placement.expert_at(rank * slots + s);
+      DI_CHECK(e != kEmptySlot, "rank {} received {} rows for its empty slot {}", rank, count, s);
+      (*per_slot)(e, expanded_.as<const char>() + begin * rb, expert_out_.as<char>() + begin * rb,
+                  count, stream_);
+    }
   }
   gather_rows(return_rows_.data(), expert_out_.data(), return_src_, num_entries, rb, stream_);
 

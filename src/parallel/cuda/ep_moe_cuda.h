@@ -60,6 +60,14 @@ class DeviceBuffer {
 using DeviceExpertFn = std::function<void(int32_t expert_idx, const void* in, void* out,
                                           int32_t num_rows, cudaStream_t stream)>;
 
+// Applies the experts to all `num_rows` expanded rows at once (one grouped GEMM instead of one
+// call per slot): row i of `in` ([num_rows, hidden], layer dtype, device) goes through logical
+// expert row_expert[i] (host, [num_rows], rows contiguous per local slot) into row i of `out`,
+// on `stream`. Not called when num_rows is 0.
+using GroupedExpertFn =
+    std::function<void(const void* in, void* out, std::span<const int32_t> row_expert,
+                       cudaStream_t stream)>;
+
 // One all-to-all-v of rows: rows [send_indptr[q], send_indptr[q + 1]) of `send` go to rank q,
 // rows from rank r land at [recv_indptr[r], recv_indptr[r + 1]) of `recv`. Both indptr are host
 // arrays [num_ranks + 1]; the caller knows every count (from the count exchange or the plans).
@@ -128,11 +136,18 @@ class EpMoeCuda {
   // the end); the host-side plans it used stay valid until the next call.
   EpMoeStats forward(const ExpertPlacement& placement, const EpMoeInput& input,
                      const DeviceExpertFn& expert, void* out);
+  // The same with one grouped expert call per forward (EP in the model: ep_moe_hook.h).
+  EpMoeStats forward(const ExpertPlacement& placement, const EpMoeInput& input,
+                     const GroupedExpertFn& experts, void* out);
 
   const DispatchPlan& last_dispatch_plan() const { return dispatch_; }
   const ReceivePlan& last_receive_plan() const { return receive_; }
 
  private:
+  // Exactly one of per_slot / grouped is non-null.
+  EpMoeStats forward_impl(const ExpertPlacement& placement, const EpMoeInput& input,
+                          const DeviceExpertFn* per_slot, const GroupedExpertFn* grouped,
+                          void* out);
   int64_t row_bytes() const { return static_cast<int64_t>(hidden_) * dtype_bytes(dtype_); }
 
   EpTransport& transport_;

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Launches WORLD ranks of an expert-parallel program on this host, one process per GPU
+# (parallel/cuda/ep_comm.h): rank r gets DI_EP_RANK=r DI_EP_WORLD=WORLD DI_EP_DEVICE=r and, for
+# WORLD > 1, a fresh unique-id file under /tmp. Output of rank r is prefixed "r<r>| " on stdout.
+# When one rank fails the others are killed (they would wait in NCCL forever). Exit status 0 only
+# if every rank exited 0. Run it under `timeout` (its process group is killed with it).
+#
+#   scripts/ep_launch.sh 2 .gpu_bin/bench_cuda_ep --golden tests/fixtures/golden/deepseek_v3
+set -u
+world=$1
+shift
+
+# libnccl.so.2 is not in the GPU bundle (218 MB): the dynamic linker's cache, pip's nvidia-nccl
+# wheel, torch, the CUDA toolkit, then a bounded search (as scripts/gpu_check_ep.sh).
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  nccl_dir=""
+  cands=()
+  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    cands+=("$sp/nvidia/nccl/lib" "$sp/nvidia/cu13/lib" "$sp/torch/lib")
+  done
+  cands+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
+          /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/lib /usr/lib/x86_64-linux-gnu /usr/local/lib /opt/nccl/lib)
+  for d in "${cands[@]}"; do
+    if [ -e "$d/libnccl.so.2" ]; then nccl_dir=$d; break; fi
+  done
+  if [ -z "$nccl_dir" ]; then
+    f=$(timeout 20 find /usr /opt /root /home -name 'libnccl.so.2*' -not -path '*/proc/*' 2>/dev/null | head -1)
+    [ -n "$f" ] && nccl_dir=$(dirname "$f")
+  fi
+  echo "[ep-launch] libnccl dir: ${nccl_dir:-NOT FOUND}"
+  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir"
+fi
+# NVLink multicast (NVLS) stays off on the lent machines: forced, not a default.
+export NCCL_NVLS_ENABLE=0
+# A small /dev/shm (containers) makes NCCL's shared-memory setup fail; GPUs of one host talk
+# over P2P/NVLink anyway.
+shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $2}')
+if [ -n "$shm_kb" ] && [ "$shm_kb" -lt 262144 ]; then
+  export NCCL_SHM_DISABLE=${NCCL_SHM_DISABLE:-1}
+fi
+echo "[ep-launch] /dev/shm ${shm_kb:-?} KiB NCCL_SHM_DISABLE=${NCCL_SHM_DISABLE:-unset}"
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+export NCCL_IB_DISABLE=${NCCL_IB_DISABLE:-1}
+export DI_EP_INIT_TIMEOUT_S=${DI_EP_INIT_TIMEOUT_S:-60}
+
+idfile=""
+if [ "$world" -gt 1 ]; then
+  idfile=$(mktemp -u /tmp/di_ep_id.XXXXXXXX)
+  rm -f "$idfile"
+fi
+logdir=$(mktemp -d /tmp/di_ep_logs.XXXXXXXX)
+declare -a pids
+for r in $(seq 0 $((world - 1))); do
+  DI_EP_RANK=$r DI_EP_WORLD=$world DI_EP_DEVICE=$r DI_EP_UNIQUE_ID_FILE=$idfile \
+    "$@" >"$logdir/rank$r.log" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for _ in "${pids[@]}"; do
+  wait -n
+  st=$?
+  if [ "$st" -ne 0 ] && [ "$rc" -eq 0 ]; then
+    rc=$st  # the first failure (the ranks killed below then report 143)
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  fi
+done
+for r in $(seq 0 $((world - 1))); do sed "s/^/r$r| /" "$logdir/rank$r.log"; done
+rm -rf "$logdir"
+[ -n "$idfile" ] && rm -f "$idfile"
+echo "[ep-launch] world=$world rc=$rc"
+exit "$rc"
