@@ -14,11 +14,11 @@ if [ -x .gpu_bin/bench_cuda_ep ]; then
   echo "ep: $ep_ngpu GPU(s): worlds ${ep_worlds[*]}$([ "$ep_ngpu" -lt 2 ] && echo ' (only world 1: fewer than 2 GPUs)')" \
     >>"$OUT/summary_extra.txt"
   for w in "${ep_worlds[@]}"; do
-    run_step "ep_golden_w$w" 45 bash scripts/ep_launch.sh "$w" .gpu_bin/bench_cuda_ep "${ep_gold[@]}"
-    run_step "ep_golden_fp32_w$w" 45 bash scripts/ep_launch.sh "$w" .gpu_bin/bench_cuda_ep --fp32 "${ep_gold[@]}"
+    run_step "ep_golden_w$w" 35 bash scripts/ep_launch.sh "$w" .gpu_bin/bench_cuda_ep "${ep_gold[@]}"
+    run_step "ep_golden_fp32_w$w" 35 bash scripts/ep_launch.sh "$w" .gpu_bin/bench_cuda_ep --fp32 "${ep_gold[@]}"
   done
   for w in "${ep_worlds[@]}"; do
-    run_step "ep_bench_w$w" 120 bash scripts/ep_launch.sh "$w" .gpu_bin/bench_cuda_ep --bench \
+    run_step "ep_bench_w$w" 90 bash scripts/ep_launch.sh "$w" .gpu_bin/bench_cuda_ep --bench \
       --conc 1,32,128 --ctx 2048 --reps 5
   done
   for w in "${ep_worlds[@]}"; do
