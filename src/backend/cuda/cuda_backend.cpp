@@ -674,6 +674,21 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                topk_weights.numel() == slots,
            "cuda moe_experts: {} experts (max {}), {} slots, weights {}", num_experts,
            kMoeMaxExperts, slots, topk_weights.describe());
+  // One token (batch-1 decode), v2 kernels: no alignment, combine folded into down (moe_grouped.h).
+  if (t == 1 && slots <= moe_device_max_slots_ && moe_decode_impl_from_env() == MoeDecodeImpl::kV2 &&
+      h % 8 == 0 && inter % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w.gate_up.raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w.down.raw()) % 16 == 0) {
+    Tensor act_t1 = empty({k, inter}, DType::kF32);
+    launch_moe_decode_t1(MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
+                                           cptr<int32_t>(topk_ids), cptr<float>(topk_weights),
+                                           mptr<float>(act_t1), mptr<bf16_t>(out), static_cast<int32_t>(h),
+                                           static_cast<int32_t>(inter), static_cast<int32_t>(num_experts),
+                                           static_cast<int32_t>(k)},
+                         stream_);
+    CUDA_CHECK_LAUNCH("moe_decode_t1");
+    return;
+  }
   // Device-side alignment (issue #6): rows grouped by expert ascending, slots ascending within an
   // expert. Every buffer is sized by the upper bound `slots`; nothing is read back here.
   const int64_t max_active = std::min(num_experts, slots);

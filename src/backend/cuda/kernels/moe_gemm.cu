@@ -1,6 +1,9 @@
 // MoE decode path (see moe_grouped.h): per touched expert, GEMV-style kernels that stream each
 // weight row once with 16-byte loads and apply it to all rows routed to the expert, MT at a time;
 // then the deterministic weighted combine.
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
 
@@ -126,6 +129,251 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_down_kernel(MoeDecodeParam
   }
 }
 
+// ---- v2 decode kernels (default; DEEPINFER_MOE_DECODE=v1 selects the kernels above) ----
+// Same math, per lane the same chunks in the same order, so the results equal v1's bit for bit;
+// only the schedule differs: each warp owns R weight rows (gate_up: R gate rows + the R matching
+// up rows) and issues the 16-byte loads of U chunk-iterations of all its rows before any FMA
+// (R * U, resp. 2 * R * U, loads in flight per lane), streamed past L1 (no allocate) so the x /
+// act rows stay cached; each x / act load is reused for R rows.
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+template <int MT, int R, int U>
+__global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_v2_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int j0 = (static_cast<int>(blockIdx.x) * kDecodeWarps + warp) * R;
+  if (j0 >= p.inter) return;  // warp-uniform
+  const int64_t h = p.hidden;
+  const uint4* wrow[2 * R];  // [r]: gate row j0 + r, [R + r]: up row j0 + r (clamped, not stored)
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t j = min(j0 + r, p.inter - 1);
+    wrow[r] = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + j) * h);
+    wrow[R + r] = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h);
+  }
+  const int chunks = p.hidden / 8;
+  for (int m0 = 0; m0 < cnt; m0 += MT) {
+    const int mc = min(MT, cnt - m0);
+    const uint4* xr[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const int r = row0 + m0 + min(m, mc - 1);  // clamped: always a valid row
+      xr[m] = reinterpret_cast<const uint4*>(p.x + int64_t{p.row_token[r]} * h);
+    }
+    float acc[2 * R][MT];
+#pragma unroll
+    for (int r = 0; r < 2 * R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 wv[2 * R][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+#pragma unroll
+        for (int r = 0; r < 2 * R; ++r) wv[r][u] = c < chunks ? ld_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < chunks) {
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            if (m < mc) {  // warp-uniform
+              float xv[8];
+              unpack8(__ldg(xr[m] + c), xv);
+#pragma unroll
+              for (int r = 0; r < 2 * R; ++r) {
+                float wf[8];
+                unpack8(wv[r][u], wf);
+                acc[r][m] = dot8(wf, xv, acc[r][m]);
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m < mc) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float gs = warp_sum(acc[r][m]), us = warp_sum(acc[R + r][m]);
+          if (lane == 0 && j0 + r < p.inter) {
+            const float silu = gs / (1.0f + expf(-gs));
+            p.act[int64_t{row0 + m0 + m} * p.inter + j0 + r] = silu * us;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int MT, int R, int U>
+__global__ void __launch_bounds__(kDecodeThreads) moe_down_v2_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int n0 = (static_cast<int>(blockIdx.x) * kDecodeWarps + warp) * R;
+  if (n0 >= p.hidden) return;  // warp-uniform
+  const int64_t inter = p.inter;
+  const uint4* wrow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t n = min(n0 + r, p.hidden - 1);  // clamped, not stored
+    wrow[r] = reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * inter);
+  }
+  const int chunks = p.inter / 8;
+  for (int m0 = 0; m0 < cnt; m0 += MT) {
+    const int mc = min(MT, cnt - m0);
+    const float4* ar[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      ar[m] = reinterpret_cast<const float4*>(p.act + int64_t{row0 + m0 + min(m, mc - 1)} * inter);
+    float acc[R][MT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 wv[R][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r][u] = c < chunks ? ld_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < chunks) {
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            if (m < mc) {
+              const float4 lo = ar[m][2 * c], hi = ar[m][2 * c + 1];  // written by the previous kernel
+              const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+                float wf[8];
+                unpack8(wv[r][u], wf);
+                acc[r][m] = dot8(wf, av, acc[r][m]);
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m < mc) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float s = warp_sum(acc[r][m]);
+          if (lane == 0 && n0 + r < p.hidden) p.y[int64_t{row0 + m0 + m} * p.hidden + n0 + r] = s;
+        }
+      }
+    }
+  }
+}
+
+// ---- one token (T = 1, v2 only): no alignment and no combine kernel ----
+// gate_up: block (x, j) = intermediate columns of slot j's expert, act[j] as v2 / MT = 1 computes
+// act[row of slot j]. down: warp n sums, j ascending, fmaf(w_j, down_e(j),n · act[j]) over the
+// valid slots and writes out[n] (bf16): the decode kernels' y row and the combine's sum bit for bit.
+
+constexpr int kT1U = 4;  // chunk-iterations of loads in flight
+
+__global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
+  const int slot = static_cast<int>(blockIdx.y);
+  const int e = p.topk_ids[slot];
+  if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int j = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
+  if (j >= p.inter) return;  // warp-uniform
+  const int64_t h = p.hidden;
+  const uint4* wg = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + j) * h);
+  const uint4* wu = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h);
+  const uint4* xr = reinterpret_cast<const uint4*>(p.x);
+  const int chunks = p.hidden / 8;
+  float ag = 0.0f, au = 0.0f;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * kT1U) {
+    uint4 g[kT1U], u[kT1U];
+#pragma unroll
+    for (int i = 0; i < kT1U; ++i) {
+      const int c = c0 + 32 * i;
+      g[i] = c < chunks ? ld_stream(wg + c) : make_uint4(0, 0, 0, 0);
+      u[i] = c < chunks ? ld_stream(wu + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kT1U; ++i) {
+      const int c = c0 + 32 * i;
+      if (c < chunks) {
+        float xv[8], gf[8], uf[8];
+        unpack8(__ldg(xr + c), xv);
+        unpack8(g[i], gf);
+        unpack8(u[i], uf);
+        ag = dot8(gf, xv, ag);
+        au = dot8(uf, xv, au);
+      }
+    }
+  }
+  const float gs = warp_sum(ag), us = warp_sum(au);
+  if (lane == 0) {
+    const float silu = gs / (1.0f + expf(-gs));
+    p.act[int64_t{slot} * p.inter + j] = silu * us;
+  }
+}
+
+__global__ void __launch_bounds__(kDecodeThreads) moe_down_t1_kernel(MoeDecodeT1Params p) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int n = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
+  if (n >= p.hidden) return;  // warp-uniform
+  const int64_t inter = p.inter;
+  const int chunks = p.inter / 8;
+  float out = 0.0f;  // lane 0's combine sum
+  for (int slot = 0; slot < p.top_k; ++slot) {
+    const int e = p.topk_ids[slot];
+    if (e < 0 || e >= p.num_experts) continue;  // warp-uniform
+    const uint4* wd = reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * inter);
+    const float4* ar = reinterpret_cast<const float4*>(p.act + int64_t{slot} * inter);
+    float acc = 0.0f;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kT1U) {
+      uint4 wv[kT1U];
+#pragma unroll
+      for (int i = 0; i < kT1U; ++i) {
+        const int c = c0 + 32 * i;
+        wv[i] = c < chunks ? ld_stream(wd + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kT1U; ++i) {
+        const int c = c0 + 32 * i;
+        if (c < chunks) {
+          float w[8];
+          unpack8(wv[i], w);
+          const float4 lo = ar[2 * c], hi = ar[2 * c + 1];  // written by the previous kernel
+          const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+          acc = dot8(w, av, acc);
+        }
+      }
+    }
+    const float y = warp_sum(acc);
+    out = fmaf(p.topk_weights[slot], y, out);
+  }
+  if (lane == 0) p.out[n] = __float2bfloat16_rn(out);
+}
+
 __global__ void moe_combine_f32_kernel(MoeCombineF32Params p) {
   const int64_t t = blockIdx.x;
   const int32_t* rows = p.slot_row + t * p.top_k;
@@ -149,10 +397,48 @@ void launch_decode_mt(const MoeDecodeParams& p, cudaStream_t stream) {
                         block, 0, stream>>>(p);
 }
 
+// v2: R = 1 at 1-2 rows per expert (as many warps as v1: one wave at T = 1 for the V2-Lite
+// shape), R = 2 from 3 rows on (the grid is large then; each x / act load feeds 2 rows).
+template <int MT, int R, int UG, int UD>
+void launch_decode_v2(const MoeDecodeParams& p, cudaStream_t stream) {
+  const dim3 block(kDecodeThreads);
+  moe_gate_up_v2_kernel<MT, R, UG>
+      <<<dim3(ceil_div(p.inter, kDecodeWarps * R), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+  moe_down_v2_kernel<MT, R, UD>
+      <<<dim3(ceil_div(p.hidden, kDecodeWarps * R), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+}
+
 }  // namespace
 
-void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream) {
+namespace {
+MoeDecodeImpl g_decode_override = MoeDecodeImpl::kAuto;
+}  // namespace
+
+void set_moe_decode_impl_override(MoeDecodeImpl impl) { g_decode_override = impl; }
+
+MoeDecodeImpl moe_decode_impl_from_env() {
+  if (g_decode_override != MoeDecodeImpl::kAuto) return g_decode_override;
+  static const MoeDecodeImpl impl = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_DECODE");
+    return v != nullptr && std::strcmp(v, "v1") == 0 ? MoeDecodeImpl::kV1 : MoeDecodeImpl::kV2;
+  }();
+  return impl;
+}
+
+void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeImpl impl) {
   if (p.max_active <= 0 || p.hidden <= 0 || p.inter <= 0) return;
+  if (impl == MoeDecodeImpl::kAuto) impl = moe_decode_impl_from_env();
+  if (impl == MoeDecodeImpl::kV2) {
+    if (p.rows_hint <= 1)
+      launch_decode_v2<1, 1, 4, 4>(p, stream);
+    else if (p.rows_hint <= 2)
+      launch_decode_v2<2, 1, 4, 4>(p, stream);
+    else if (p.rows_hint <= 4)
+      launch_decode_v2<4, 2, 2, 4>(p, stream);
+    else
+      launch_decode_v2<8, 2, 2, 4>(p, stream);
+    return;
+  }
   if (p.rows_hint <= 1)
     launch_decode_mt<1>(p, stream);
   else if (p.rows_hint <= 2)
@@ -161,6 +447,14 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream) {
     launch_decode_mt<4>(p, stream);
   else
     launch_decode_mt<8>(p, stream);
+}
+
+void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
+  if (p.top_k <= 0 || p.hidden <= 0 || p.inter <= 0) return;
+  const dim3 block(kDecodeThreads);
+  moe_gate_up_t1_kernel<<<dim3(ceil_div(p.inter, kDecodeWarps), static_cast<unsigned>(p.top_k)), block, 0,
+                          stream>>>(p);
+  moe_down_t1_kernel<<<ceil_div(p.hidden, kDecodeWarps), block, 0, stream>>>(p);
 }
 
 void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream) {

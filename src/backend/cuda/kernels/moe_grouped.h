@@ -53,7 +53,36 @@ struct MoeDecodeParams {
   int32_t max_active;            // grid.y = min(E, slots)
   int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
 };
-void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream);
+// kV1: one weight row (pair) per warp, loads as the loop goes; kV2 (default): the same sums bit
+// for bit, R rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu). kAuto:
+// kV2 unless DEEPINFER_MOE_DECODE=v1 (read once).
+enum class MoeDecodeImpl { kAuto, kV1, kV2 };
+MoeDecodeImpl moe_decode_impl_from_env();
+// Tests and benchmarks: force kV1 / kV2 for later calls (kAuto: back to the env choice). Not
+// thread-safe; set it outside any graph capture (a captured graph keeps the kernels it saw).
+void set_moe_decode_impl_override(MoeDecodeImpl impl);
+void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream,
+                       MoeDecodeImpl impl = MoeDecodeImpl::kAuto);
+
+// One token (decode at batch 1), v2 only: 2 kernels instead of align + gate_up + down + combine.
+// gate_up: grid (⌈inter / 8⌉, top_k), act[j] for slot j; down: grid ⌈hidden / 8⌉, each warp one
+// output column summing its down rows over the slots j ascending (the combine folded in). Slots
+// with an expert id outside [0, E) are skipped. Results equal the 4-kernel path bit for bit.
+// Same alignment requirements as MoeDecodeParams.
+struct MoeDecodeT1Params {
+  const __nv_bfloat16* x;        // [1, hidden]
+  const __nv_bfloat16* gate_up;  // [E, 2 * inter, hidden]
+  const __nv_bfloat16* down;     // [E, hidden, inter]
+  const int32_t* topk_ids;       // [top_k]
+  const float* topk_weights;     // [top_k]
+  float* act;                    // [top_k, inter] scratch
+  __nv_bfloat16* out;            // [1, hidden]
+  int32_t hidden;
+  int32_t inter;
+  int32_t num_experts;
+  int32_t top_k;
+};
+void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
 
 // Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
 // offsets: c[r, :] = a[a_rows ? a_rows[r] : r, :] · w[e]ᵀ for every row r of expert e.
