@@ -2,9 +2,10 @@
 //
 //   decode path (device alignment + gate_up/silu + down + combine, captured in a CUDA graph):
 //     DeepSeek-V2-Lite (H 2048, I 1408, E 64, top-6) and Qwen3-30B-A3B (H 2048, I 768, E 128,
-//     top-8) at 2 / 4 / 8 tokens per expert (T chosen so every expert is touched that often) and
+//     top-8) at 2 / 4 / 8 / 16 tokens per expert (T chosen so every expert is touched that often) and
 //     at T = 1; reports GB/s of expert weights read (touched experts x 3·H·I bf16) vs the 4.28 TB/s
-//     copy bandwidth, graph replay and eager times.
+//     copy bandwidth, graph replay and eager times. Also path=decode_grouped: the tensor-core
+//     grouped GEMM path at the same sizes (graph replay), except with --quick.
 //   prefill at T = 4096, both paths: cuBLAS per expert after one read-back of the counts (default)
 //     and the tensor-core grouped GEMM on device offsets (set_moe_grouped_gemm): TFLOP/s
 //     (2 · T·k · 3·H·I) vs 787 TFLOP/s cuBLAS bf16 peak.
@@ -109,10 +110,30 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
 
   // Decode: T = 1, then ~all experts touched with 2 / 4 / 8 tokens each.
   std::vector<std::pair<int64_t, int64_t>> runs{{1, 1}};  // (tokens_per_expert, T)
-  for (int64_t tpe : {2, 4, 8}) runs.emplace_back(tpe, (tpe * s.experts + s.top_k - 1) / s.top_k);
+  for (int64_t tpe : {2, 4, 8, 16}) runs.emplace_back(tpe, (tpe * s.experts + s.top_k - 1) / s.top_k);
   if (grouped_only) runs.clear();
   for (auto [tpe, tokens] : runs) {
     Problem p = make_problem(be, s, tokens, 100 + static_cast<uint64_t>(tokens));
+    if (tpe >= 2 && !quick) {
+      // The tensor-core grouped GEMM at the same decode sizes (graph-captured, as
+      // DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS would use it): path=decode_grouped.
+      be.set_moe_device_max_slots(0);
+      be.set_moe_grouped_gemm(true);
+      auto op = [&] { be.moe_experts(p.x, p.ids, p.weights, w, p.out); };
+      op();
+      cuda::CudaGraph graph;
+      graph.capture(be, op);
+      const double us = time_us(be, 3, 7, 20, [&] { graph.replay(); });
+      be.set_moe_grouped_gemm(false);
+      be.set_moe_device_max_slots(saved);
+      const double gbps = static_cast<double>(p.touched) * expert_bytes / (us * 1e-6) / 1e9;
+      std::printf("[moe] shape=%s path=decode_grouped tokens_per_expert=%lld T=%lld k=%lld experts_touched=%lld "
+                  "us=%.1f GBps=%.0f pct_bw=%.1f\n",
+                  s.name, static_cast<long long>(tpe), static_cast<long long>(tokens),
+                  static_cast<long long>(s.top_k), static_cast<long long>(p.touched), us, gbps,
+                  100.0 * gbps * 1e9 / kCopyBw);
+      std::fflush(stdout);
+    }
     be.set_moe_device_max_slots(int64_t{1} << 40);
     auto op = [&] { be.moe_experts(p.x, p.ids, p.weights, w, p.out); };
     const double eager_us = time_us(be, 3, quick ? 3 : 7, 10, op);

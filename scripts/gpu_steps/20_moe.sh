@@ -1,8 +1,8 @@
 # MoE experts on CUDA (issue #6): op tests (decode and cuBLAS prefill paths vs the CPU op, graph
 # replays bitwise equal to eager), then the opt-in tensor-core grouped prefill GEMM in its own
 # process (a fault there hides nothing else), then the benchmark likewise.
-# Sourced by scripts/gpu_check.sh. Worst case 95 s (20 + 28 + 17 + 10 + 10 + 5 + 5, + 28 only if
-# moe_test fails); expected ~35 s. moeperf: v1 = the old decode kernels (DEEPINFER_MOE_DECODE=v1),
+# Sourced by scripts/gpu_check.sh. Worst case 105 s (20 + 28 + 17 + 20 + 10 + 5 + 5, + 28 only
+# if moe_test fails); expected ~40 s. moeperf: v1 = the old decode kernels (DEEPINFER_MOE_DECODE=v1),
 # serial = the old router (DEEPINFER_MOE_ROUTE=serial), both timed here next to the new defaults.
 moe_test_summary() {  # step name
   local log="$OUT/$1.log"
@@ -28,11 +28,11 @@ if [ -x .gpu_bin/test_cuda_moe ]; then
   moe_test_summary moe_test_grouped >>"$OUT/summary_extra.txt"
 fi
 if [ -x .gpu_bin/bench_cuda_moe ]; then
-  run_step moe_bench 10 .gpu_bin/bench_cuda_moe
+  run_step moe_bench 20 .gpu_bin/bench_cuda_moe
   grep -h -E '^\[moe\]' "$OUT/moe_bench.log" >>"$OUT/summary_extra.txt"
   # Old decode kernels in the same run (lines tagged decode_impl=v1; the untagged ones are v2).
   run_step moe_bench_v1 10 env DEEPINFER_MOE_DECODE=v1 .gpu_bin/bench_cuda_moe --quick
-  grep -h -E '^\[moe\].*path=decode' "$OUT/moe_bench_v1.log" | sed 's/^\[moe\] /[moe] decode_impl=v1 /' >>"$OUT/summary_extra.txt"
+  grep -h -E '^\[moe\].*path=decode ' "$OUT/moe_bench_v1.log" | sed 's/^\[moe\] /[moe] decode_impl=v1 /' >>"$OUT/summary_extra.txt"
   run_step moe_bench_router 5 .gpu_bin/bench_cuda_moe --router
   grep -h -E '^\[moe\]' "$OUT/moe_bench_router.log" >>"$OUT/summary_extra.txt"
   run_step moe_bench_grouped 5 .gpu_bin/bench_cuda_moe --grouped

@@ -703,9 +703,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // decode kernels at any size then (correct for any rows per expert, just slower at large T).
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  const bool decode = vec_ok && (slots <= moe_device_max_slots_ ||
-                                 (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_));
-  const bool grouped = !decode && moe_grouped_gemm_ && vec_ok;
+  // Opt-in (env, moe_grouped.h): the grouped GEMM also for decode sizes at >= N rows per expert.
+  const bool decode_range = slots <= moe_device_max_slots_ ||
+                            (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_);
+  const int grouped_min_rows = moe_decode_grouped_min_rows();
+  const bool decode_as_grouped =
+      decode_range && grouped_min_rows > 0 && slots >= int64_t{grouped_min_rows} * num_experts;
+  const bool decode = vec_ok && decode_range && !decode_as_grouped;
+  const bool grouped = !decode && (moe_grouped_gemm_ || decode_as_grouped) && vec_ok;
   Tensor tile_start = grouped ? empty({num_experts + 1}, DType::kI32) : Tensor{};
   launch_moe_align(MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
                                   static_cast<int32_t>(num_experts), mptr<int32_t>(offsets),

@@ -416,6 +416,15 @@ MoeDecodeImpl g_decode_override = MoeDecodeImpl::kAuto;
 
 void set_moe_decode_impl_override(MoeDecodeImpl impl) { g_decode_override = impl; }
 
+int moe_decode_grouped_min_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS");
+    const int r = v != nullptr ? std::atoi(v) : 0;
+    return r > 0 ? r : 0;
+  }();
+  return rows;
+}
+
 MoeDecodeImpl moe_decode_impl_from_env() {
   if (g_decode_override != MoeDecodeImpl::kAuto) return g_decode_override;
   static const MoeDecodeImpl impl = [] {

@@ -61,6 +61,10 @@ MoeDecodeImpl moe_decode_impl_from_env();
 // Tests and benchmarks: force kV1 / kV2 for later calls (kAuto: back to the env choice). Not
 // thread-safe; set it outside any graph capture (a captured graph keeps the kernels it saw).
 void set_moe_decode_impl_override(MoeDecodeImpl impl);
+// DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS=N (> 0; default 0 = off, read once): in the decode size
+// range, take the tensor-core grouped GEMM path instead of the decode kernels when
+// slots / num_experts >= N (about N rows per expert; capturable too). For tuning on the GPU.
+int moe_decode_grouped_min_rows();
 void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream,
                        MoeDecodeImpl impl = MoeDecodeImpl::kAuto);
 
