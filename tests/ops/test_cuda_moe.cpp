@@ -409,6 +409,36 @@ TEST(CudaMoeDecodeV2, BitwiseEqualsV1) {
   EXPECT_EQ(bad, 0);
 }
 
+// The opt-in tensor-core decode kernels (DEEPINFER_MOE_DECODE=mma; >= 3 rows per expert) vs the
+// CPU op, same tolerance as the other paths (act is rounded to bf16 for down, as in the grouped
+// GEMM path).
+TEST(CudaMoeDecodeMma, MatchesCpu) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  std::vector<MoeCase> v;
+  for (const MoeCase& c : small_cases())
+    if (c.tokens >= 3 && c.tokens * c.top_k <= 2048) v.push_back(c);
+  v.push_back({8, 16, 6, 2048, 1408, Routing::kUniform});
+  v.push_back({33, 16, 8, 2048, 768, Routing::kSkewed});
+  v.push_back({16, 8, 6, 2048, 1408, Routing::kSkewed});
+  auto cpu = make_cpu_backend();
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(int64_t{1} << 40);
+  int bad = 0;
+  for (const MoeCase& c : v) {
+    const Inputs in = make_inputs(c);
+    const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
+    const OnBackend d = upload_inputs(*be, c, in);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kMma);
+    const Tensor got = run_moe(*be, c, d);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
+    if (!check_bf16(c.name() + "_mma", ref, got)) ++bad;
+  }
+  be->set_moe_device_max_slots(saved);
+  std::printf("[moe-op] decode_mma_vs_cpu cases=%zu failed=%d %s\n", v.size(), bad, bad == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(bad, 0);
+}
+
 struct RouteCase {
   int64_t tokens;
   int32_t experts, top_k, groups, topk_groups;

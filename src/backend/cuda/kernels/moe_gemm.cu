@@ -288,6 +288,191 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_down_v2_kernel(MoeDecodePa
   }
 }
 
+// ---- mma decode kernels (opt-in: DEEPINFER_MOE_DECODE=mma, for >= 3 rows per expert) ----
+// Tensor cores (mma.sync m16n8k16 bf16 -> f32) with the expert's weight rows as M (16 per warp)
+// and its tokens as N (8 per n-tile, NT n-tiles per pass), straight from global memory (no shared
+// memory): per 32-wide k block, lane (g = lane / 4, t = lane % 4) loads 16 bytes (k 8t .. 8t+7) of
+// weight rows g and g + 8 and of token g's activation row. A dot product does not depend on the
+// order of k, so the two mma steps of the block take k {8t, 8t+1 | 8t+2, 8t+3} and
+// {8t+4, 8t+5 | 8t+6, 8t+7} as their "2t, 2t+1 | 2t+8, 2t+9" columns, identically in A and B:
+// every k of the block is used exactly once. Tails (k past the row, tokens past the expert's
+// rows) load from clamped addresses and are replaced by zeros; rows past inter / hidden are clamped loads and not stored. down rounds the
+// f32 act to bf16 for the mma (as the grouped GEMM path does). Not bitwise equal to v1 / v2.
+
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// c += A(rows g, g+8 of 16-byte chunks lo / hi) · B(token chunk b) over the 32 k of one block.
+__device__ __forceinline__ void mma_kblock(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& b) {
+  mma16816(c, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+  mma16816(c, lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+constexpr int kMmaThreads = 128;  // 4 warps, 16 rows each
+constexpr int kMmaWarps = kMmaThreads / 32;
+
+template <int NT, int U>
+__global__ void __launch_bounds__(kMmaThreads) moe_gate_up_mma_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int f0 = (static_cast<int>(blockIdx.x) * kMmaWarps + warp) * 16;
+  if (f0 >= p.inter) return;  // warp-uniform
+  const int64_t h = p.hidden;
+  const int64_t fa = min(f0 + g, p.inter - 1), fb = min(f0 + g + 8, p.inter - 1);
+  const bf16* base = p.gate_up + int64_t{e} * 2 * p.inter * h;
+  const uint4* wg_lo = reinterpret_cast<const uint4*>(base + fa * h);
+  const uint4* wg_hi = reinterpret_cast<const uint4*>(base + fb * h);
+  const uint4* wu_lo = reinterpret_cast<const uint4*>(base + (p.inter + fa) * h);
+  const uint4* wu_hi = reinterpret_cast<const uint4*>(base + (p.inter + fb) * h);
+  const int chunks = p.hidden / 8, kblocks = (chunks + 3) / 4;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int m0 = 0; m0 < cnt; m0 += 8 * NT) {
+    const uint4* xr[NT];
+    bool tok_ok[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int tok = m0 + 8 * n + g;  // this lane's B column: token (row) tok of the expert
+      tok_ok[n] = tok < cnt;
+      xr[n] = reinterpret_cast<const uint4*>(p.x + int64_t{p.row_token[row0 + min(tok, cnt - 1)]} * h);
+    }
+    float cg[NT][4], cu[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cg[n][i] = cu[n][i] = 0.0f;
+    for (int kb0 = 0; kb0 < kblocks; kb0 += U) {
+      uint4 w[4][U], xv[NT][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        // Loads from clamped (always valid) addresses, then selects: no divergence before the mma.
+        const int c = (kb0 + u) * 4 + t, cc = min(c, chunks - 1);
+        const bool ok = c < chunks;
+        w[0][u] = ld_stream(wg_lo + cc);
+        w[1][u] = ld_stream(wg_hi + cc);
+        w[2][u] = ld_stream(wu_lo + cc);
+        w[3][u] = ld_stream(wu_hi + cc);
+        if (!ok) w[0][u] = w[1][u] = w[2][u] = w[3][u] = zero;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          xv[n][u] = __ldg(xr[n] + cc);
+          if (!(ok && tok_ok[n])) xv[n][u] = zero;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          mma_kblock(cg[n], w[0][u], w[1][u], xv[n][u]);
+          mma_kblock(cu[n], w[2][u], w[3][u], xv[n][u]);
+        }
+      }
+    }
+    // c0, c1: feature f0 + g, tokens 2t, 2t + 1; c2, c3: feature f0 + g + 8.
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = f0 + g + (i >= 2 ? 8 : 0);
+        const int tok = m0 + 8 * n + 2 * t + (i & 1);
+        if (j < p.inter && tok < cnt) {
+          const float gs = cg[n][i], us = cu[n][i];
+          const float silu = gs / (1.0f + expf(-gs));
+          p.act[int64_t{row0 + tok} * p.inter + j] = silu * us;
+        }
+      }
+    }
+  }
+}
+
+template <int NT, int U>
+__global__ void __launch_bounds__(kMmaThreads) moe_down_mma_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int f0 = (static_cast<int>(blockIdx.x) * kMmaWarps + warp) * 16;
+  if (f0 >= p.hidden) return;  // warp-uniform
+  const int64_t inter = p.inter;
+  const int64_t fa = min(f0 + g, p.hidden - 1), fb = min(f0 + g + 8, p.hidden - 1);
+  const bf16* base = p.down + int64_t{e} * p.hidden * inter;
+  const uint4* w_lo = reinterpret_cast<const uint4*>(base + fa * inter);
+  const uint4* w_hi = reinterpret_cast<const uint4*>(base + fb * inter);
+  const int chunks = p.inter / 8, kblocks = (chunks + 3) / 4;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int m0 = 0; m0 < cnt; m0 += 8 * NT) {
+    const float4* ar[NT];
+    bool tok_ok[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int tok = m0 + 8 * n + g;
+      tok_ok[n] = tok < cnt;
+      ar[n] = reinterpret_cast<const float4*>(p.act + int64_t{row0 + min(tok, cnt - 1)} * inter);
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+    for (int kb0 = 0; kb0 < kblocks; kb0 += U) {
+      uint4 w[2][U], xv[NT][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = (kb0 + u) * 4 + t, cc = min(c, chunks - 1);  // clamped loads, then selects
+        const bool ok = c < chunks;
+        w[0][u] = ld_stream(w_lo + cc);
+        w[1][u] = ld_stream(w_hi + cc);
+        if (!ok) w[0][u] = w[1][u] = zero;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const float4 lo = ar[n][2 * cc], hi = ar[n][2 * cc + 1];  // written by the previous kernel
+          xv[n][u] = make_uint4(pack_bf16x2(lo.x, lo.y), pack_bf16x2(lo.z, lo.w), pack_bf16x2(hi.x, hi.y),
+                                pack_bf16x2(hi.z, hi.w));
+          if (!(ok && tok_ok[n])) xv[n][u] = zero;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) mma_kblock(acc[n], w[0][u], w[1][u], xv[n][u]);
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = f0 + g + (i >= 2 ? 8 : 0);
+        const int tok = m0 + 8 * n + 2 * t + (i & 1);
+        if (col < p.hidden && tok < cnt) p.y[int64_t{row0 + tok} * p.hidden + col] = acc[n][i];
+      }
+    }
+  }
+}
+
+template <int NT>
+void launch_decode_mma(const MoeDecodeParams& p, cudaStream_t stream) {
+  const dim3 block(kMmaThreads);
+  moe_gate_up_mma_kernel<NT, 4>
+      <<<dim3(ceil_div(p.inter, kMmaWarps * 16), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+  moe_down_mma_kernel<NT, 4>
+      <<<dim3(ceil_div(p.hidden, kMmaWarps * 16), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+}
+
 // ---- one token (T = 1, v2 only): no alignment and no combine kernel ----
 // gate_up: block (x, j) = intermediate columns of slot j's expert, act[j] as v2 / MT = 1 computes
 // act[row of slot j]. down: warp n sums, j ascending, fmaf(w_j, down_e(j),n · act[j]) over the
@@ -429,7 +614,9 @@ MoeDecodeImpl moe_decode_impl_from_env() {
   if (g_decode_override != MoeDecodeImpl::kAuto) return g_decode_override;
   static const MoeDecodeImpl impl = [] {
     const char* v = std::getenv("DEEPINFER_MOE_DECODE");
-    return v != nullptr && std::strcmp(v, "v1") == 0 ? MoeDecodeImpl::kV1 : MoeDecodeImpl::kV2;
+    if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeDecodeImpl::kV1;
+    if (v != nullptr && std::strcmp(v, "mma") == 0) return MoeDecodeImpl::kMma;
+    return MoeDecodeImpl::kV2;
   }();
   return impl;
 }
@@ -437,7 +624,14 @@ MoeDecodeImpl moe_decode_impl_from_env() {
 void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeImpl impl) {
   if (p.max_active <= 0 || p.hidden <= 0 || p.inter <= 0) return;
   if (impl == MoeDecodeImpl::kAuto) impl = moe_decode_impl_from_env();
-  if (impl == MoeDecodeImpl::kV2) {
+  if (impl == MoeDecodeImpl::kMma && p.rows_hint >= 3) {
+    if (p.rows_hint <= 8)
+      launch_decode_mma<1>(p, stream);
+    else
+      launch_decode_mma<2>(p, stream);
+    return;
+  }
+  if (impl == MoeDecodeImpl::kV2 || impl == MoeDecodeImpl::kMma) {
     if (p.rows_hint <= 1)
       launch_decode_v2<1, 1, 4, 4>(p, stream);
     else if (p.rows_hint <= 2)

@@ -54,9 +54,11 @@ struct MoeDecodeParams {
   int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
 };
 // kV1: one weight row (pair) per warp, loads as the loop goes; kV2 (default): the same sums bit
-// for bit, R rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu). kAuto:
-// kV2 unless DEEPINFER_MOE_DECODE=v1 (read once).
-enum class MoeDecodeImpl { kAuto, kV1, kV2 };
+// for bit, R rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kMma
+// (opt-in): from 3 rows per expert (rows_hint) on, tensor-core kernels (16 weight rows x 8 or 16
+// tokens per warp; act rounded to bf16 for down; not bitwise equal to v1), else kV2. kAuto: kV2
+// unless DEEPINFER_MOE_DECODE=v1 or =mma (read once).
+enum class MoeDecodeImpl { kAuto, kV1, kV2, kMma };
 MoeDecodeImpl moe_decode_impl_from_env();
 // Tests and benchmarks: force kV1 / kV2 for later calls (kAuto: back to the env choice). Not
 // thread-safe; set it outside any graph capture (a captured graph keeps the kernels it saw).
