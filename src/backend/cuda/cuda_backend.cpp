@@ -749,7 +749,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                                       cptr<int32_t>(active) + max_active, cptr<int32_t>(row_token),
                                       mptr<float>(act_f32), mptr<float>(y), static_cast<int32_t>(h),
                                       static_cast<int32_t>(inter), static_cast<int32_t>(max_active),
-                                      static_cast<int32_t>(std::min(t, slots))},
+                                      static_cast<int32_t>(std::min(t, slots)),
+                                      static_cast<int32_t>((slots + max_active - 1) / max_active)},
                       stream_);
     CUDA_CHECK_LAUNCH("moe_decode");
   } else {

@@ -624,19 +624,21 @@ MoeDecodeImpl moe_decode_impl_from_env() {
 void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeImpl impl) {
   if (p.max_active <= 0 || p.hidden <= 0 || p.inter <= 0) return;
   if (impl == MoeDecodeImpl::kAuto) impl = moe_decode_impl_from_env();
-  if (impl == MoeDecodeImpl::kMma && p.rows_hint >= 3) {
-    if (p.rows_hint <= 8)
+  // Typical rows per touched expert (T·k / touched for balanced routing), not the worst case.
+  const int rows = p.avg_rows > 0 ? min(p.avg_rows, p.rows_hint) : p.rows_hint;
+  if (impl == MoeDecodeImpl::kMma && rows >= 3) {
+    if (rows <= 8)
       launch_decode_mma<1>(p, stream);
     else
       launch_decode_mma<2>(p, stream);
     return;
   }
   if (impl == MoeDecodeImpl::kV2 || impl == MoeDecodeImpl::kMma) {
-    if (p.rows_hint <= 1)
+    if (rows <= 1)
       launch_decode_v2<1, 1, 4, 4>(p, stream);
-    else if (p.rows_hint <= 2)
+    else if (rows <= 2)
       launch_decode_v2<2, 1, 4, 4>(p, stream);
-    else if (p.rows_hint <= 4)
+    else if (rows <= 4)
       launch_decode_v2<4, 2, 2, 4>(p, stream);
     else
       launch_decode_v2<8, 2, 2, 4>(p, stream);

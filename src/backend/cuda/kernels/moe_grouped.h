@@ -52,10 +52,13 @@ struct MoeDecodeParams {
   int32_t inter;
   int32_t max_active;            // grid.y = min(E, slots)
   int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
+  int32_t avg_rows = 0;          // ⌈slots / max_active⌉ (0: unknown): v2 / mma pick their tile
+                                 // sizes and mma its use by min(avg_rows, rows_hint); any row
+                                 // count stays correct (more passes), v1 ignores it
 };
 // kV1: one weight row (pair) per warp, loads as the loop goes; kV2 (default): the same sums bit
 // for bit, R rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kMma
-// (opt-in): from 3 rows per expert (rows_hint) on, tensor-core kernels (16 weight rows x 8 or 16
+// (opt-in): from 3 rows per expert (avg_rows, see below) on, tensor-core kernels (16 weight rows x 8 or 16
 // tokens per warp; act rounded to bf16 for down; not bitwise equal to v1), else kV2. kAuto: kV2
 // unless DEEPINFER_MOE_DECODE=v1 or =mma (read once).
 enum class MoeDecodeImpl { kAuto, kV1, kV2, kMma };
