@@ -521,40 +521,63 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_t1_kernel(MoeDecod
   }
 }
 
-__global__ void __launch_bounds__(kDecodeThreads) moe_down_t1_kernel(MoeDecodeT1Params p) {
+// down: 4 warps per CTA (more, smaller CTAs spread evenly at grid ⌈H/4⌉), two slots per pass
+// with kT1DownU chunk-iterations of both rows' loads issued ahead; their sums are folded into the
+// combine sum in slot order.
+constexpr int kT1DownWarps = 4;
+constexpr int kT1DownU = 8;
+
+__global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecodeT1Params p) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int n = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
+  const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
   if (n >= p.hidden) return;  // warp-uniform
   const int64_t inter = p.inter;
   const int chunks = p.inter / 8;
-  float out = 0.0f;  // lane 0's combine sum
-  for (int slot = 0; slot < p.top_k; ++slot) {
-    const int e = p.topk_ids[slot];
-    if (e < 0 || e >= p.num_experts) continue;  // warp-uniform
-    const uint4* wd = reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * inter);
-    const float4* ar = reinterpret_cast<const float4*>(p.act + int64_t{slot} * inter);
-    float acc = 0.0f;
-    for (int c0 = lane; c0 < chunks; c0 += 32 * kT1U) {
-      uint4 wv[kT1U];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
+  for (int s0 = 0; s0 < p.top_k; s0 += 2) {
+    bool valid[2];
+    const uint4* wd[2];
+    const float4* ar[2];
 #pragma unroll
-      for (int i = 0; i < kT1U; ++i) {
+    for (int q = 0; q < 2; ++q) {
+      const int slot = min(s0 + q, p.top_k - 1);
+      const int e = p.topk_ids[slot];
+      valid[q] = s0 + q < p.top_k && e >= 0 && e < p.num_experts;  // warp-uniform
+      wd[q] = reinterpret_cast<const uint4*>(p.down + (int64_t{valid[q] ? e : 0} * p.hidden + n) * inter);
+      ar[q] = reinterpret_cast<const float4*>(p.act + int64_t{slot} * inter);
+    }
+    float acc[2] = {0.0f, 0.0f};
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kT1DownU) {
+      uint4 wv[2][kT1DownU];
+#pragma unroll
+      for (int i = 0; i < kT1DownU; ++i) {
         const int c = c0 + 32 * i;
-        wv[i] = c < chunks ? ld_stream(wd + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) wv[q][i] = valid[q] && c < chunks ? ld_stream(wd[q] + c) : zero;
       }
 #pragma unroll
-      for (int i = 0; i < kT1U; ++i) {
+      for (int i = 0; i < kT1DownU; ++i) {
         const int c = c0 + 32 * i;
         if (c < chunks) {
-          float w[8];
-          unpack8(wv[i], w);
-          const float4 lo = ar[2 * c], hi = ar[2 * c + 1];  // written by the previous kernel
-          const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-          acc = dot8(w, av, acc);
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            if (valid[q]) {
+              float w[8];
+              unpack8(wv[q][i], w);
+              const float4 lo = ar[q][2 * c], hi = ar[q][2 * c + 1];  // written by the previous kernel
+              const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+              acc[q] = dot8(w, av, acc[q]);
+            }
+          }
         }
       }
     }
-    const float y = warp_sum(acc);
-    out = fmaf(p.topk_weights[slot], y, out);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float y = warp_sum(acc[q]);
+      if (valid[q]) out = fmaf(p.topk_weights[s0 + q], y, out);
+    }
   }
   if (lane == 0) p.out[n] = __float2bfloat16_rn(out);
 }
@@ -659,7 +682,7 @@ void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
   const dim3 block(kDecodeThreads);
   moe_gate_up_t1_kernel<<<dim3(ceil_div(p.inter, kDecodeWarps), static_cast<unsigned>(p.top_k)), block, 0,
                           stream>>>(p);
-  moe_down_t1_kernel<<<ceil_div(p.hidden, kDecodeWarps), block, 0, stream>>>(p);
+  moe_down_t1_kernel<<<ceil_div(p.hidden, kT1DownWarps), kT1DownWarps * 32, 0, stream>>>(p);
 }
 
 void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream) {

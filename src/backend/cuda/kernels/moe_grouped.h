@@ -74,8 +74,9 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream,
                        MoeDecodeImpl impl = MoeDecodeImpl::kAuto);
 
 // One token (decode at batch 1), v2 only: 2 kernels instead of align + gate_up + down + combine.
-// gate_up: grid (⌈inter / 8⌉, top_k), act[j] for slot j; down: grid ⌈hidden / 8⌉, each warp one
-// output column summing its down rows over the slots j ascending (the combine folded in). Slots
+// gate_up: grid (⌈inter / 8⌉, top_k), act[j] for slot j; down: grid ⌈hidden / 4⌉ (4 warps), each
+// warp one output column summing its down rows over the slots j ascending (the combine folded
+// in; two slots' loads in flight at a time). Slots
 // with an expert id outside [0, E) are skipped. Results equal the 4-kernel path bit for bit.
 // Same alignment requirements as MoeDecodeParams.
 struct MoeDecodeT1Params {
