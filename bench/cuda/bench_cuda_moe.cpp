@@ -2,14 +2,19 @@
 //
 //   decode path (device alignment + gate_up/silu + down + combine, captured in a CUDA graph):
 //     DeepSeek-V2-Lite (H 2048, I 1408, E 64, top-6) and Qwen3-30B-A3B (H 2048, I 768, E 128,
-//     top-8) at 2 / 4 / 8 tokens per expert (T chosen so every expert is touched that often) and
+//     top-8) at 2 / 4 / 8 / 16 tokens per expert (T chosen so every expert is touched that often) and
 //     at T = 1; reports GB/s of expert weights read (touched experts x 3·H·I bf16) vs the 4.28 TB/s
-//     copy bandwidth, graph replay and eager times.
+//     copy bandwidth, graph replay and eager times. Also path=decode_grouped: the tensor-core
+//     grouped GEMM path at the same sizes (graph replay), except with --quick.
 //   prefill at T = 4096, both paths: cuBLAS per expert after one read-back of the counts (default)
 //     and the tensor-core grouped GEMM on device offsets (set_moe_grouped_gemm): TFLOP/s
 //     (2 · T·k · 3·H·I) vs 787 TFLOP/s cuBLAS bf16 peak.
 //
-//   bench_cuda_moe [--quick] [--grouped]   (--grouped: only the grouped prefill GEMM, so a fault in
+//   router (moe_route kernels alone, 20 launches per CUDA graph): serial (one thread per token)
+//     vs warp (one warp per token) for the V2-Lite, Qwen3-30B-A3B and V3 router configs at
+//     T = 1 / 32 / 256: "[moe] router=... T=... serial_us=... warp_us=..." (--router: only these).
+//
+//   bench_cuda_moe [--quick] [--grouped] [--router]   (--grouped: only the grouped prefill GEMM, so a fault in
 //                                          the opt-in kernel cannot hide the other numbers)
 // Prints "[moe] ..." lines (machine-readable key=value).
 #include <cuda_runtime.h>
@@ -24,6 +29,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/kernels/moe.h"
 
 namespace di {
 namespace {
@@ -104,10 +110,30 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
 
   // Decode: T = 1, then ~all experts touched with 2 / 4 / 8 tokens each.
   std::vector<std::pair<int64_t, int64_t>> runs{{1, 1}};  // (tokens_per_expert, T)
-  for (int64_t tpe : {2, 4, 8}) runs.emplace_back(tpe, (tpe * s.experts + s.top_k - 1) / s.top_k);
+  for (int64_t tpe : {2, 4, 8, 16}) runs.emplace_back(tpe, (tpe * s.experts + s.top_k - 1) / s.top_k);
   if (grouped_only) runs.clear();
   for (auto [tpe, tokens] : runs) {
     Problem p = make_problem(be, s, tokens, 100 + static_cast<uint64_t>(tokens));
+    if (tpe >= 2 && !quick) {
+      // The tensor-core grouped GEMM at the same decode sizes (graph-captured, as
+      // DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS would use it): path=decode_grouped.
+      be.set_moe_device_max_slots(0);
+      be.set_moe_grouped_gemm(true);
+      auto op = [&] { be.moe_experts(p.x, p.ids, p.weights, w, p.out); };
+      op();
+      cuda::CudaGraph graph;
+      graph.capture(be, op);
+      const double us = time_us(be, 3, 7, 20, [&] { graph.replay(); });
+      be.set_moe_grouped_gemm(false);
+      be.set_moe_device_max_slots(saved);
+      const double gbps = static_cast<double>(p.touched) * expert_bytes / (us * 1e-6) / 1e9;
+      std::printf("[moe] shape=%s path=decode_grouped tokens_per_expert=%lld T=%lld k=%lld experts_touched=%lld "
+                  "us=%.1f GBps=%.0f pct_bw=%.1f\n",
+                  s.name, static_cast<long long>(tpe), static_cast<long long>(tokens),
+                  static_cast<long long>(s.top_k), static_cast<long long>(p.touched), us, gbps,
+                  100.0 * gbps * 1e9 / kCopyBw);
+      std::fflush(stdout);
+    }
     be.set_moe_device_max_slots(int64_t{1} << 40);
     auto op = [&] { be.moe_experts(p.x, p.ids, p.weights, w, p.out); };
     const double eager_us = time_us(be, 3, quick ? 3 : 7, 10, op);
@@ -144,13 +170,62 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
   }
 }
 
+struct RouterShape {
+  const char* name;
+  int32_t experts, top_k, groups, topk_groups;
+  bool sigmoid, top_two, bias;
+};
+
+void bench_router(cuda::CudaBackend& be, bool quick) {
+  const RouterShape shapes[] = {{"v2lite", 64, 6, 1, 1, false, false, false},
+                                {"qwen3_30b_a3b", 128, 8, 1, 1, false, false, false},
+                                {"v3", 256, 8, 8, 4, true, true, true}};
+  for (const RouterShape& r : shapes) {
+    for (int64_t tokens : {1, 32, 256}) {
+      Tensor logits_host = Tensor::empty({tokens, r.experts}, DType::kF32);
+      Tensor bias_host = Tensor::empty({r.experts}, DType::kF32);
+      uint32_t state = 12345u;
+      auto next = [&state] {  // LCG, uniform in [-1, 1)
+        state = state * 1664525u + 1013904223u;
+        return static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
+      };
+      for (int64_t i = 0; i < logits_host.numel(); ++i) logits_host.f32()[i] = 3.0f * next();
+      for (int64_t i = 0; i < bias_host.numel(); ++i) bias_host.f32()[i] = 0.1f * next();
+      const Tensor logits = be.upload(logits_host, DType::kF32);
+      const Tensor bias = be.upload(bias_host, DType::kF32);
+      Tensor ids = be.empty({tokens, r.top_k}, DType::kI32);
+      Tensor wts = be.empty({tokens, r.top_k}, DType::kF32);
+      be.synchronize();
+      const cuda::MoeRouteParams p{static_cast<const float*>(logits.raw()),
+                                   r.bias ? static_cast<const float*>(bias.raw()) : nullptr,
+                                   static_cast<int32_t*>(ids.raw()), static_cast<float*>(wts.raw()), tokens,
+                                   r.experts, r.top_k, r.groups, r.topk_groups, r.sigmoid, r.top_two,
+                                   true, 1e-20f, 1.0f};
+      double us[2];
+      const cuda::MoeRouteImpl impls[2] = {cuda::MoeRouteImpl::kSerial, cuda::MoeRouteImpl::kWarp};
+      for (int i = 0; i < 2; ++i) {
+        constexpr int kLaunches = 20;
+        cuda::CudaGraph graph;
+        graph.capture(be, [&] {
+          for (int l = 0; l < kLaunches; ++l) cuda::launch_moe_route(p, be.stream(), impls[i]);
+        });
+        us[i] = time_us(be, 2, quick ? 3 : 7, 1, [&] { graph.replay(); }) / kLaunches;
+      }
+      std::printf("[moe] router=%s T=%lld E=%d k=%d serial_us=%.2f warp_us=%.2f speedup=%.1f\n", r.name,
+                  static_cast<long long>(tokens), r.experts, r.top_k, us[0], us[1], us[0] / us[1]);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace di
 
 int main(int argc, char** argv) {
   using namespace di;
-  bool quick = false, grouped_only = false;
+  bool quick = false, grouped_only = false, router_only = false;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--router")) router_only = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--grouped")) grouped_only = true;
   }
@@ -160,6 +235,10 @@ int main(int argc, char** argv) {
   }
   try {
     cuda::CudaBackend be;
+    if (router_only) {
+      bench_router(be, quick);
+      return 0;
+    }
     const MoeShape shapes[] = {{"v2lite", 2048, 1408, 64, 6}, {"qwen3_30b_a3b", 2048, 768, 128, 8}};
     for (const MoeShape& s : shapes) {
       bench_shape(be, s, quick, grouped_only);

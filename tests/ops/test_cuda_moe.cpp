@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -15,6 +16,8 @@
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/kernels/moe.h"
+#include "backend/cuda/kernels/moe_grouped.h"
 #include "core/cuda_check.h"
 #endif
 
@@ -367,6 +370,165 @@ TEST(CudaMoeGraph, RouteAndExpertsReplayBitwiseEqualsEager) {
   std::printf("[moe-op] graph_route_experts_vs_eager max_abs=%.3e id_mismatches=%lld %s\n", worst,
               static_cast<long long>(id_mism), ok ? "PASS" : "FAIL");
   EXPECT_TRUE(ok);
+}
+
+// ---- moeperf (issue #6 decode speed): v2 decode kernels and the warp router ----
+
+// v2 decode kernels (incl. the one-token path without align / combine) vs v1: bitwise equal,
+// on every table case that takes the decode path.
+TEST(CudaMoeDecodeV2, BitwiseEqualsV1) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  std::vector<MoeCase> v = cases();
+  v.push_back({16, 8, 6, 2048, 1408, Routing::kSkewed});  // 16 rows on the hot expert (MT = 8, twice)
+  v.push_back({1, 8, 8, 2048, 768, Routing::kUniform});    // one token, k = 8, Qwen3 sizes
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(int64_t{1} << 40);
+  double worst = 0.0;
+  int n = 0, bad = 0;
+  for (const MoeCase& c : v) {
+    if (c.tokens * c.top_k > 2048) continue;
+    const Inputs in = make_inputs(c);
+    const OnBackend d = upload_inputs(*be, c, in);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kV1);
+    const Tensor a = run_moe(*be, c, d);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kV2);
+    const Tensor b = run_moe(*be, c, d);
+    const double m = compare(a, b).max_abs;
+    worst = std::max(worst, m);
+    ++n;
+    if (m != 0.0) {
+      ++bad;
+      std::printf("[moe-op] decode_v2_vs_v1 %s max_abs=%.3e FAIL\n", c.name().c_str(), m);
+    }
+  }
+  cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
+  be->set_moe_device_max_slots(saved);
+  std::printf("[moe-op] decode_v2_vs_v1 cases=%d not_bitwise=%d worst_max_abs=%.3e %s\n", n, bad, worst,
+              bad == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(bad, 0);
+}
+
+// The opt-in tensor-core decode kernels (DEEPINFER_MOE_DECODE=mma; >= 3 rows per expert) vs the
+// CPU op, same tolerance as the other paths (act is rounded to bf16 for down, as in the grouped
+// GEMM path).
+TEST(CudaMoeDecodeMma, MatchesCpu) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  std::vector<MoeCase> v;
+  for (const MoeCase& c : small_cases())
+    if (c.tokens >= 3 && c.tokens * c.top_k <= 2048) v.push_back(c);
+  v.push_back({8, 16, 6, 2048, 1408, Routing::kUniform});
+  v.push_back({33, 16, 8, 2048, 768, Routing::kSkewed});
+  v.push_back({16, 8, 6, 2048, 1408, Routing::kSkewed});
+  auto cpu = make_cpu_backend();
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(int64_t{1} << 40);
+  int bad = 0;
+  for (const MoeCase& c : v) {
+    const Inputs in = make_inputs(c);
+    const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
+    const OnBackend d = upload_inputs(*be, c, in);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kMma);
+    const Tensor got = run_moe(*be, c, d);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
+    if (!check_bf16(c.name() + "_mma", ref, got)) ++bad;
+  }
+  be->set_moe_device_max_slots(saved);
+  std::printf("[moe-op] decode_mma_vs_cpu cases=%zu failed=%d %s\n", v.size(), bad, bad == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(bad, 0);
+}
+
+struct RouteCase {
+  int64_t tokens;
+  int32_t experts, top_k, groups, topk_groups;
+  bool sigmoid, top_two, bias, renorm, ties;
+};
+
+// The warp router vs the serial kernel (bitwise: ids and weights) and vs the CPU op (ids exact,
+// weights within 1e-5): softmax / sigmoid, bias, group limits (max / top-two sum), renormalised
+// and scaled weights, E up to 256, T = 1 .. 300, and all-equal logits (ties: lower id first).
+TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  auto cpu = make_cpu_backend();
+  std::vector<RouteCase> v;
+  for (int64_t t : {1, 5, 33, 300}) {
+    v.push_back({t, 64, 6, 1, 1, false, false, false, false, false});   // V2-Lite
+    v.push_back({t, 64, 6, 8, 3, false, false, false, true, false});    // V2-style group max
+    v.push_back({t, 128, 8, 1, 1, false, false, false, true, false});   // Qwen3-30B-A3B
+    v.push_back({t, 256, 8, 8, 4, true, true, true, true, false});      // V3
+    v.push_back({t, 160, 6, 1, 1, false, false, false, false, false});  // V2 (160 experts)
+    v.push_back({t, 8, 2, 1, 1, true, false, true, false, false});
+    v.push_back({t, 33, 1, 1, 1, false, false, false, false, false});   // odd E, k = 1
+    v.push_back({t, 512, 32, 64, 5, true, true, true, true, false});    // the kernel's limits
+    v.push_back({t, 64, 6, 8, 3, false, false, false, true, true});     // ties
+    v.push_back({t, 256, 8, 8, 4, true, true, false, true, true});
+  }
+  int bad = 0, n = 0;
+  for (const RouteCase& c : v) {
+    Tensor logits = Tensor::empty({c.tokens, c.experts}, DType::kF32);
+    std::mt19937 rng(static_cast<uint32_t>(c.tokens * 1000 + c.experts + c.top_k));
+    std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+    for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] = c.ties ? 0.5f : dist(rng);
+    Tensor bias = Tensor::empty({c.experts}, DType::kF32);
+    for (int64_t i = 0; i < bias.numel(); ++i) bias.f32()[i] = 0.1f * dist(rng);
+    MoeRoutingParams rp;
+    rp.scoring = c.sigmoid ? MoeRoutingParams::Scoring::kSigmoid : MoeRoutingParams::Scoring::kSoftmax;
+    rp.group_score = c.top_two ? MoeRoutingParams::GroupScore::kTopTwoSum : MoeRoutingParams::GroupScore::kMax;
+    rp.num_experts = c.experts;
+    rp.top_k = c.top_k;
+    rp.num_groups = c.groups;
+    rp.topk_groups = c.topk_groups;
+    rp.correction_bias = c.bias ? &bias : nullptr;
+    rp.renormalize = c.renorm;
+    rp.renorm_eps = c.renorm ? 1e-20f : 0.0f;
+    rp.scaling = c.renorm ? 2.5f : 1.0f;
+    Tensor ref_ids = cpu->empty({c.tokens, c.top_k}, DType::kI32);
+    Tensor ref_w = cpu->empty({c.tokens, c.top_k}, DType::kF32);
+    cpu->moe_route(logits, rp, ref_ids, ref_w);
+
+    const Tensor d_logits = be->upload(logits, DType::kF32);
+    const Tensor d_bias = be->upload(bias, DType::kF32);
+    Tensor got_ids[2], got_w[2];
+    const cuda::MoeRouteImpl impls[2] = {cuda::MoeRouteImpl::kSerial, cuda::MoeRouteImpl::kWarp};
+    for (int i = 0; i < 2; ++i) {
+      Tensor ids = be->empty({c.tokens, c.top_k}, DType::kI32);
+      Tensor w = be->empty({c.tokens, c.top_k}, DType::kF32);
+      cuda::MoeRouteParams p{static_cast<const float*>(d_logits.raw()),
+                             c.bias ? static_cast<const float*>(d_bias.raw()) : nullptr,
+                             static_cast<int32_t*>(ids.raw()), static_cast<float*>(w.raw()), c.tokens,
+                             c.experts, c.top_k, c.groups, c.topk_groups, c.sigmoid, c.top_two, c.renorm,
+                             rp.renorm_eps, rp.scaling};
+      cuda::launch_moe_route(p, be->stream(), impls[i]);
+      CUDA_CHECK(cudaGetLastError());
+      be->synchronize();
+      got_ids[i] = be->download(ids);
+      got_w[i] = be->download(w);
+    }
+    int64_t id_vs_serial = 0, id_vs_cpu = 0;
+    double w_vs_serial = 0.0, w_vs_cpu = 0.0;
+    for (int64_t i = 0; i < c.tokens * c.top_k; ++i) {
+      const int32_t s = got_ids[0].data<int32_t>()[i], g = got_ids[1].data<int32_t>()[i];
+      id_vs_serial += s != g ? 1 : 0;
+      id_vs_cpu += g != ref_ids.data<int32_t>()[i] ? 1 : 0;
+      w_vs_serial = std::max(w_vs_serial, static_cast<double>(std::fabs(got_w[0].f32()[i] - got_w[1].f32()[i])));
+      w_vs_cpu = std::max(w_vs_cpu, static_cast<double>(std::fabs(ref_w.f32()[i] - got_w[1].f32()[i])));
+    }
+    const bool ok = id_vs_serial == 0 && w_vs_serial == 0.0 && id_vs_cpu == 0 && w_vs_cpu <= 1e-5;
+    ++n;
+    if (!ok) {
+      ++bad;
+      std::printf("[moe-op] route_warp t=%lld e=%d k=%d groups=%d/%d sigmoid=%d top2=%d bias=%d ties=%d: "
+                  "ids_vs_serial=%lld w_vs_serial=%.3e ids_vs_cpu=%lld w_vs_cpu=%.3e FAIL\n",
+                  static_cast<long long>(c.tokens), c.experts, c.top_k, c.groups, c.topk_groups,
+                  c.sigmoid ? 1 : 0, c.top_two ? 1 : 0, c.bias ? 1 : 0, c.ties ? 1 : 0,
+                  static_cast<long long>(id_vs_serial), w_vs_serial, static_cast<long long>(id_vs_cpu),
+                  w_vs_cpu);
+    }
+  }
+  std::printf("[moe-op] route_warp_vs_serial_and_cpu cases=%d failed=%d %s\n", n, bad, bad == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(bad, 0);
 }
 
 #else

@@ -674,6 +674,21 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                topk_weights.numel() == slots,
            "cuda moe_experts: {} experts (max {}), {} slots, weights {}", num_experts,
            kMoeMaxExperts, slots, topk_weights.describe());
+  // One token (batch-1 decode), v2 kernels: no alignment, combine folded into down (moe_grouped.h).
+  if (t == 1 && slots <= moe_device_max_slots_ && moe_decode_impl_from_env() != MoeDecodeImpl::kV1 &&
+      h % 8 == 0 && inter % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w.gate_up.raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w.down.raw()) % 16 == 0) {
+    Tensor act_t1 = empty({k, inter}, DType::kF32);
+    launch_moe_decode_t1(MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
+                                           cptr<int32_t>(topk_ids), cptr<float>(topk_weights),
+                                           mptr<float>(act_t1), mptr<bf16_t>(out), static_cast<int32_t>(h),
+                                           static_cast<int32_t>(inter), static_cast<int32_t>(num_experts),
+                                           static_cast<int32_t>(k)},
+                         stream_);
+    CUDA_CHECK_LAUNCH("moe_decode_t1");
+    return;
+  }
   // Device-side alignment (issue #6): rows grouped by expert ascending, slots ascending within an
   // expert. Every buffer is sized by the upper bound `slots`; nothing is read back here.
   const int64_t max_active = std::min(num_experts, slots);
@@ -688,9 +703,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // decode kernels at any size then (correct for any rows per expert, just slower at large T).
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  const bool decode = vec_ok && (slots <= moe_device_max_slots_ ||
-                                 (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_));
-  const bool grouped = !decode && moe_grouped_gemm_ && vec_ok;
+  // Opt-in (env, moe_grouped.h): the grouped GEMM also for decode sizes at >= N rows per expert.
+  const bool decode_range = slots <= moe_device_max_slots_ ||
+                            (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_);
+  const int grouped_min_rows = moe_decode_grouped_min_rows();
+  const bool decode_as_grouped =
+      decode_range && grouped_min_rows > 0 && slots >= int64_t{grouped_min_rows} * num_experts;
+  const bool decode = vec_ok && decode_range && !decode_as_grouped;
+  const bool grouped = !decode && (moe_grouped_gemm_ || decode_as_grouped) && vec_ok;
   Tensor tile_start = grouped ? empty({num_experts + 1}, DType::kI32) : Tensor{};
   launch_moe_align(MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
                                   static_cast<int32_t>(num_experts), mptr<int32_t>(offsets),
@@ -729,7 +749,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                                       cptr<int32_t>(active) + max_active, cptr<int32_t>(row_token),
                                       mptr<float>(act_f32), mptr<float>(y), static_cast<int32_t>(h),
                                       static_cast<int32_t>(inter), static_cast<int32_t>(max_active),
-                                      static_cast<int32_t>(std::min(t, slots))},
+                                      static_cast<int32_t>(std::min(t, slots)),
+                                      static_cast<int32_t>((slots + max_active - 1) / max_active)},
                       stream_);
     CUDA_CHECK_LAUNCH("moe_decode");
   } else {

@@ -12,7 +12,7 @@ namespace di::cuda {
 inline constexpr int kMaxRouterExperts = 512;
 inline constexpr int kMaxRouterGroups = 64;
 
-// One thread per token, the CPU backend's algorithm step for step: softmax (double sum) or
+// The CPU backend's algorithm step for step (moe.cu: one thread or one warp per token): softmax (double sum) or
 // sigmoid scores; selection on score + bias; group limit (best topk_groups groups by their max or
 // top-two sum; other experts' choice set to 0); top-k by repeated arg-max, lower id first on
 // ties (= a stable descending sort); weights = unbiased scores, renormalised, scaled.
@@ -32,7 +32,11 @@ struct MoeRouteParams {
   float renorm_eps;
   float scaling;
 };
-void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream);
+// kAuto: the warp-per-token kernel unless DEEPINFER_MOE_ROUTE=serial (read once); both give the
+// same bits. The warp kernel needs top_k <= 32 (else the serial one runs).
+enum class MoeRouteImpl { kAuto, kSerial, kWarp };
+void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream,
+                      MoeRouteImpl impl = MoeRouteImpl::kAuto);
 
 // out[t, :] = sum_j topk_weights[t, j] * y[slot_row[t * top_k + j], :], j ascending, f32 sums.
 struct MoeCombineParams {

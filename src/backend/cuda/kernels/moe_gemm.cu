@@ -1,6 +1,9 @@
 // MoE decode path (see moe_grouped.h): per touched expert, GEMV-style kernels that stream each
 // weight row once with 16-byte loads and apply it to all rows routed to the expert, MT at a time;
 // then the deterministic weighted combine.
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
 
@@ -126,6 +129,459 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_down_kernel(MoeDecodeParam
   }
 }
 
+// ---- v2 decode kernels (default; DEEPINFER_MOE_DECODE=v1 selects the kernels above) ----
+// Same math, per lane the same chunks in the same order, so the results equal v1's bit for bit;
+// only the schedule differs: each warp owns R weight rows (gate_up: R gate rows + the R matching
+// up rows) and issues the 16-byte loads of U chunk-iterations of all its rows before any FMA
+// (R * U, resp. 2 * R * U, loads in flight per lane), streamed past L1 (no allocate) so the x /
+// act rows stay cached; each x / act load is reused for R rows.
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+template <int MT, int R, int U>
+__global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_v2_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int j0 = (static_cast<int>(blockIdx.x) * kDecodeWarps + warp) * R;
+  if (j0 >= p.inter) return;  // warp-uniform
+  const int64_t h = p.hidden;
+  const uint4* wrow[2 * R];  // [r]: gate row j0 + r, [R + r]: up row j0 + r (clamped, not stored)
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t j = min(j0 + r, p.inter - 1);
+    wrow[r] = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + j) * h);
+    wrow[R + r] = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h);
+  }
+  const int chunks = p.hidden / 8;
+  for (int m0 = 0; m0 < cnt; m0 += MT) {
+    const int mc = min(MT, cnt - m0);
+    const uint4* xr[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const int r = row0 + m0 + min(m, mc - 1);  // clamped: always a valid row
+      xr[m] = reinterpret_cast<const uint4*>(p.x + int64_t{p.row_token[r]} * h);
+    }
+    float acc[2 * R][MT];
+#pragma unroll
+    for (int r = 0; r < 2 * R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 wv[2 * R][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+#pragma unroll
+        for (int r = 0; r < 2 * R; ++r) wv[r][u] = c < chunks ? ld_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < chunks) {
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            if (m < mc) {  // warp-uniform
+              float xv[8];
+              unpack8(__ldg(xr[m] + c), xv);
+#pragma unroll
+              for (int r = 0; r < 2 * R; ++r) {
+                float wf[8];
+                unpack8(wv[r][u], wf);
+                acc[r][m] = dot8(wf, xv, acc[r][m]);
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m < mc) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float gs = warp_sum(acc[r][m]), us = warp_sum(acc[R + r][m]);
+          if (lane == 0 && j0 + r < p.inter) {
+            const float silu = gs / (1.0f + expf(-gs));
+            p.act[int64_t{row0 + m0 + m} * p.inter + j0 + r] = silu * us;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int MT, int R, int U>
+__global__ void __launch_bounds__(kDecodeThreads) moe_down_v2_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int n0 = (static_cast<int>(blockIdx.x) * kDecodeWarps + warp) * R;
+  if (n0 >= p.hidden) return;  // warp-uniform
+  const int64_t inter = p.inter;
+  const uint4* wrow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t n = min(n0 + r, p.hidden - 1);  // clamped, not stored
+    wrow[r] = reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * inter);
+  }
+  const int chunks = p.inter / 8;
+  for (int m0 = 0; m0 < cnt; m0 += MT) {
+    const int mc = min(MT, cnt - m0);
+    const float4* ar[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      ar[m] = reinterpret_cast<const float4*>(p.act + int64_t{row0 + m0 + min(m, mc - 1)} * inter);
+    float acc[R][MT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+      uint4 wv[R][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r][u] = c < chunks ? ld_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        if (c < chunks) {
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            if (m < mc) {
+              const float4 lo = ar[m][2 * c], hi = ar[m][2 * c + 1];  // written by the previous kernel
+              const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+                float wf[8];
+                unpack8(wv[r][u], wf);
+                acc[r][m] = dot8(wf, av, acc[r][m]);
+              }
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m < mc) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float s = warp_sum(acc[r][m]);
+          if (lane == 0 && n0 + r < p.hidden) p.y[int64_t{row0 + m0 + m} * p.hidden + n0 + r] = s;
+        }
+      }
+    }
+  }
+}
+
+// ---- mma decode kernels (opt-in: DEEPINFER_MOE_DECODE=mma, for >= 3 rows per expert) ----
+// Tensor cores (mma.sync m16n8k16 bf16 -> f32) with the expert's weight rows as M (16 per warp)
+// and its tokens as N (8 per n-tile, NT n-tiles per pass), straight from global memory (no shared
+// memory): per 32-wide k block, lane (g = lane / 4, t = lane % 4) loads 16 bytes (k 8t .. 8t+7) of
+// weight rows g and g + 8 and of token g's activation row. A dot product does not depend on the
+// order of k, so the two mma steps of the block take k {8t, 8t+1 | 8t+2, 8t+3} and
+// {8t+4, 8t+5 | 8t+6, 8t+7} as their "2t, 2t+1 | 2t+8, 2t+9" columns, identically in A and B:
+// every k of the block is used exactly once. Tails (k past the row, tokens past the expert's
+// rows) load from clamped addresses and are replaced by zeros; rows past inter / hidden are clamped loads and not stored. down rounds the
+// f32 act to bf16 for the mma (as the grouped GEMM path does). Not bitwise equal to v1 / v2.
+
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// c += A(rows g, g+8 of 16-byte chunks lo / hi) · B(token chunk b) over the 32 k of one block.
+__device__ __forceinline__ void mma_kblock(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& b) {
+  mma16816(c, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+  mma16816(c, lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+constexpr int kMmaThreads = 128;  // 4 warps, 16 rows each
+constexpr int kMmaWarps = kMmaThreads / 32;
+
+template <int NT, int U>
+__global__ void __launch_bounds__(kMmaThreads) moe_gate_up_mma_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int f0 = (static_cast<int>(blockIdx.x) * kMmaWarps + warp) * 16;
+  if (f0 >= p.inter) return;  // warp-uniform
+  const int64_t h = p.hidden;
+  const int64_t fa = min(f0 + g, p.inter - 1), fb = min(f0 + g + 8, p.inter - 1);
+  const bf16* base = p.gate_up + int64_t{e} * 2 * p.inter * h;
+  const uint4* wg_lo = reinterpret_cast<const uint4*>(base + fa * h);
+  const uint4* wg_hi = reinterpret_cast<const uint4*>(base + fb * h);
+  const uint4* wu_lo = reinterpret_cast<const uint4*>(base + (p.inter + fa) * h);
+  const uint4* wu_hi = reinterpret_cast<const uint4*>(base + (p.inter + fb) * h);
+  const int chunks = p.hidden / 8, kblocks = (chunks + 3) / 4;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int m0 = 0; m0 < cnt; m0 += 8 * NT) {
+    const uint4* xr[NT];
+    bool tok_ok[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int tok = m0 + 8 * n + g;  // this lane's B column: token (row) tok of the expert
+      tok_ok[n] = tok < cnt;
+      xr[n] = reinterpret_cast<const uint4*>(p.x + int64_t{p.row_token[row0 + min(tok, cnt - 1)]} * h);
+    }
+    float cg[NT][4], cu[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cg[n][i] = cu[n][i] = 0.0f;
+    for (int kb0 = 0; kb0 < kblocks; kb0 += U) {
+      uint4 w[4][U], xv[NT][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        // Loads from clamped (always valid) addresses, then selects: no divergence before the mma.
+        const int c = (kb0 + u) * 4 + t, cc = min(c, chunks - 1);
+        const bool ok = c < chunks;
+        w[0][u] = ld_stream(wg_lo + cc);
+        w[1][u] = ld_stream(wg_hi + cc);
+        w[2][u] = ld_stream(wu_lo + cc);
+        w[3][u] = ld_stream(wu_hi + cc);
+        if (!ok) w[0][u] = w[1][u] = w[2][u] = w[3][u] = zero;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          xv[n][u] = __ldg(xr[n] + cc);
+          if (!(ok && tok_ok[n])) xv[n][u] = zero;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          mma_kblock(cg[n], w[0][u], w[1][u], xv[n][u]);
+          mma_kblock(cu[n], w[2][u], w[3][u], xv[n][u]);
+        }
+      }
+    }
+    // c0, c1: feature f0 + g, tokens 2t, 2t + 1; c2, c3: feature f0 + g + 8.
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = f0 + g + (i >= 2 ? 8 : 0);
+        const int tok = m0 + 8 * n + 2 * t + (i & 1);
+        if (j < p.inter && tok < cnt) {
+          const float gs = cg[n][i], us = cu[n][i];
+          const float silu = gs / (1.0f + expf(-gs));
+          p.act[int64_t{row0 + tok} * p.inter + j] = silu * us;
+        }
+      }
+    }
+  }
+}
+
+template <int NT, int U>
+__global__ void __launch_bounds__(kMmaThreads) moe_down_mma_kernel(MoeDecodeParams p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return;
+  const int e = p.active[a];
+  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int f0 = (static_cast<int>(blockIdx.x) * kMmaWarps + warp) * 16;
+  if (f0 >= p.hidden) return;  // warp-uniform
+  const int64_t inter = p.inter;
+  const int64_t fa = min(f0 + g, p.hidden - 1), fb = min(f0 + g + 8, p.hidden - 1);
+  const bf16* base = p.down + int64_t{e} * p.hidden * inter;
+  const uint4* w_lo = reinterpret_cast<const uint4*>(base + fa * inter);
+  const uint4* w_hi = reinterpret_cast<const uint4*>(base + fb * inter);
+  const int chunks = p.inter / 8, kblocks = (chunks + 3) / 4;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int m0 = 0; m0 < cnt; m0 += 8 * NT) {
+    const float4* ar[NT];
+    bool tok_ok[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const int tok = m0 + 8 * n + g;
+      tok_ok[n] = tok < cnt;
+      ar[n] = reinterpret_cast<const float4*>(p.act + int64_t{row0 + min(tok, cnt - 1)} * inter);
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+    for (int kb0 = 0; kb0 < kblocks; kb0 += U) {
+      uint4 w[2][U], xv[NT][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = (kb0 + u) * 4 + t, cc = min(c, chunks - 1);  // clamped loads, then selects
+        const bool ok = c < chunks;
+        w[0][u] = ld_stream(w_lo + cc);
+        w[1][u] = ld_stream(w_hi + cc);
+        if (!ok) w[0][u] = w[1][u] = zero;
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const float4 lo = ar[n][2 * cc], hi = ar[n][2 * cc + 1];  // written by the previous kernel
+          xv[n][u] = make_uint4(pack_bf16x2(lo.x, lo.y), pack_bf16x2(lo.z, lo.w), pack_bf16x2(hi.x, hi.y),
+                                pack_bf16x2(hi.z, hi.w));
+          if (!(ok && tok_ok[n])) xv[n][u] = zero;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) mma_kblock(acc[n], w[0][u], w[1][u], xv[n][u]);
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = f0 + g + (i >= 2 ? 8 : 0);
+        const int tok = m0 + 8 * n + 2 * t + (i & 1);
+        if (col < p.hidden && tok < cnt) p.y[int64_t{row0 + tok} * p.hidden + col] = acc[n][i];
+      }
+    }
+  }
+}
+
+template <int NT>
+void launch_decode_mma(const MoeDecodeParams& p, cudaStream_t stream) {
+  const dim3 block(kMmaThreads);
+  moe_gate_up_mma_kernel<NT, 4>
+      <<<dim3(ceil_div(p.inter, kMmaWarps * 16), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+  moe_down_mma_kernel<NT, 4>
+      <<<dim3(ceil_div(p.hidden, kMmaWarps * 16), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+}
+
+// ---- one token (T = 1, v2 only): no alignment and no combine kernel ----
+// gate_up: block (x, j) = intermediate columns of slot j's expert, act[j] as v2 / MT = 1 computes
+// act[row of slot j]. down: warp n sums, j ascending, fmaf(w_j, down_e(j),n · act[j]) over the
+// valid slots and writes out[n] (bf16): the decode kernels' y row and the combine's sum bit for bit.
+
+constexpr int kT1U = 4;  // chunk-iterations of loads in flight
+
+__global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
+  const int slot = static_cast<int>(blockIdx.y);
+  const int e = p.topk_ids[slot];
+  if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int j = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
+  if (j >= p.inter) return;  // warp-uniform
+  const int64_t h = p.hidden;
+  const uint4* wg = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + j) * h);
+  const uint4* wu = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h);
+  const uint4* xr = reinterpret_cast<const uint4*>(p.x);
+  const int chunks = p.hidden / 8;
+  float ag = 0.0f, au = 0.0f;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * kT1U) {
+    uint4 g[kT1U], u[kT1U];
+#pragma unroll
+    for (int i = 0; i < kT1U; ++i) {
+      const int c = c0 + 32 * i;
+      g[i] = c < chunks ? ld_stream(wg + c) : make_uint4(0, 0, 0, 0);
+      u[i] = c < chunks ? ld_stream(wu + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kT1U; ++i) {
+      const int c = c0 + 32 * i;
+      if (c < chunks) {
+        float xv[8], gf[8], uf[8];
+        unpack8(__ldg(xr + c), xv);
+        unpack8(g[i], gf);
+        unpack8(u[i], uf);
+        ag = dot8(gf, xv, ag);
+        au = dot8(uf, xv, au);
+      }
+    }
+  }
+  const float gs = warp_sum(ag), us = warp_sum(au);
+  if (lane == 0) {
+    const float silu = gs / (1.0f + expf(-gs));
+    p.act[int64_t{slot} * p.inter + j] = silu * us;
+  }
+}
+
+// down: 4 warps per CTA (more, smaller CTAs spread evenly at grid ⌈H/4⌉), two slots per pass
+// with kT1DownU chunk-iterations of both rows' loads issued ahead; their sums are folded into the
+// combine sum in slot order.
+constexpr int kT1DownWarps = 4;
+constexpr int kT1DownU = 8;
+
+__global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecodeT1Params p) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
+  if (n >= p.hidden) return;  // warp-uniform
+  const int64_t inter = p.inter;
+  const int chunks = p.inter / 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
+  for (int s0 = 0; s0 < p.top_k; s0 += 2) {
+    bool valid[2];
+    const uint4* wd[2];
+    const float4* ar[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int slot = min(s0 + q, p.top_k - 1);
+      const int e = p.topk_ids[slot];
+      valid[q] = s0 + q < p.top_k && e >= 0 && e < p.num_experts;  // warp-uniform
+      wd[q] = reinterpret_cast<const uint4*>(p.down + (int64_t{valid[q] ? e : 0} * p.hidden + n) * inter);
+      ar[q] = reinterpret_cast<const float4*>(p.act + int64_t{slot} * inter);
+    }
+    float acc[2] = {0.0f, 0.0f};
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kT1DownU) {
+      uint4 wv[2][kT1DownU];
+#pragma unroll
+      for (int i = 0; i < kT1DownU; ++i) {
+        const int c = c0 + 32 * i;
+#pragma unroll
+        for (int q = 0; q < 2; ++q) wv[q][i] = valid[q] && c < chunks ? ld_stream(wd[q] + c) : zero;
+      }
+#pragma unroll
+      for (int i = 0; i < kT1DownU; ++i) {
+        const int c = c0 + 32 * i;
+        if (c < chunks) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            if (valid[q]) {
+              float w[8];
+              unpack8(wv[q][i], w);
+              const float4 lo = ar[q][2 * c], hi = ar[q][2 * c + 1];  // written by the previous kernel
+              const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+              acc[q] = dot8(w, av, acc[q]);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const float y = warp_sum(acc[q]);
+      if (valid[q]) out = fmaf(p.topk_weights[s0 + q], y, out);
+    }
+  }
+  if (lane == 0) p.out[n] = __float2bfloat16_rn(out);
+}
+
 __global__ void moe_combine_f32_kernel(MoeCombineF32Params p) {
   const int64_t t = blockIdx.x;
   const int32_t* rows = p.slot_row + t * p.top_k;
@@ -149,10 +605,68 @@ void launch_decode_mt(const MoeDecodeParams& p, cudaStream_t stream) {
                         block, 0, stream>>>(p);
 }
 
+// v2: R = 1 at 1-2 rows per expert (as many warps as v1: one wave at T = 1 for the V2-Lite
+// shape), R = 2 from 3 rows on (the grid is large then; each x / act load feeds 2 rows).
+template <int MT, int R, int UG, int UD>
+void launch_decode_v2(const MoeDecodeParams& p, cudaStream_t stream) {
+  const dim3 block(kDecodeThreads);
+  moe_gate_up_v2_kernel<MT, R, UG>
+      <<<dim3(ceil_div(p.inter, kDecodeWarps * R), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+  moe_down_v2_kernel<MT, R, UD>
+      <<<dim3(ceil_div(p.hidden, kDecodeWarps * R), static_cast<unsigned>(p.max_active)), block, 0, stream>>>(p);
+}
+
 }  // namespace
 
-void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream) {
+namespace {
+MoeDecodeImpl g_decode_override = MoeDecodeImpl::kAuto;
+}  // namespace
+
+void set_moe_decode_impl_override(MoeDecodeImpl impl) { g_decode_override = impl; }
+
+int moe_decode_grouped_min_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS");
+    const int r = v != nullptr ? std::atoi(v) : 0;
+    return r > 0 ? r : 0;
+  }();
+  return rows;
+}
+
+MoeDecodeImpl moe_decode_impl_from_env() {
+  if (g_decode_override != MoeDecodeImpl::kAuto) return g_decode_override;
+  static const MoeDecodeImpl impl = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_DECODE");
+    if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeDecodeImpl::kV1;
+    if (v != nullptr && std::strcmp(v, "mma") == 0) return MoeDecodeImpl::kMma;
+    return MoeDecodeImpl::kV2;
+  }();
+  return impl;
+}
+
+void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeImpl impl) {
   if (p.max_active <= 0 || p.hidden <= 0 || p.inter <= 0) return;
+  if (impl == MoeDecodeImpl::kAuto) impl = moe_decode_impl_from_env();
+  // Typical rows per touched expert (T·k / touched for balanced routing), not the worst case.
+  const int rows = p.avg_rows > 0 ? min(p.avg_rows, p.rows_hint) : p.rows_hint;
+  if (impl == MoeDecodeImpl::kMma && rows >= 3) {
+    if (rows <= 8)
+      launch_decode_mma<1>(p, stream);
+    else
+      launch_decode_mma<2>(p, stream);
+    return;
+  }
+  if (impl == MoeDecodeImpl::kV2 || impl == MoeDecodeImpl::kMma) {
+    if (rows <= 1)
+      launch_decode_v2<1, 1, 4, 4>(p, stream);
+    else if (rows <= 2)
+      launch_decode_v2<2, 1, 4, 4>(p, stream);
+    else if (rows <= 4)
+      launch_decode_v2<4, 2, 2, 4>(p, stream);
+    else
+      launch_decode_v2<8, 2, 2, 4>(p, stream);
+    return;
+  }
   if (p.rows_hint <= 1)
     launch_decode_mt<1>(p, stream);
   else if (p.rows_hint <= 2)
@@ -161,6 +675,14 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream) {
     launch_decode_mt<4>(p, stream);
   else
     launch_decode_mt<8>(p, stream);
+}
+
+void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
+  if (p.top_k <= 0 || p.hidden <= 0 || p.inter <= 0) return;
+  const dim3 block(kDecodeThreads);
+  moe_gate_up_t1_kernel<<<dim3(ceil_div(p.inter, kDecodeWarps), static_cast<unsigned>(p.top_k)), block, 0,
+                          stream>>>(p);
+  moe_down_t1_kernel<<<ceil_div(p.hidden, kT1DownWarps), kT1DownWarps * 32, 0, stream>>>(p);
 }
 
 void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream) {

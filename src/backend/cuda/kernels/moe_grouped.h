@@ -52,8 +52,47 @@ struct MoeDecodeParams {
   int32_t inter;
   int32_t max_active;            // grid.y = min(E, slots)
   int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
+  int32_t avg_rows = 0;          // ⌈slots / max_active⌉ (0: unknown): v2 / mma pick their tile
+                                 // sizes and mma its use by min(avg_rows, rows_hint); any row
+                                 // count stays correct (more passes), v1 ignores it
 };
-void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream);
+// kV1: one weight row (pair) per warp, loads as the loop goes; kV2 (default): the same sums bit
+// for bit, R rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kMma
+// (opt-in): from 3 rows per expert (avg_rows, see below) on, tensor-core kernels (16 weight rows x 8 or 16
+// tokens per warp; act rounded to bf16 for down; not bitwise equal to v1), else kV2. kAuto: kV2
+// unless DEEPINFER_MOE_DECODE=v1 or =mma (read once).
+enum class MoeDecodeImpl { kAuto, kV1, kV2, kMma };
+MoeDecodeImpl moe_decode_impl_from_env();
+// Tests and benchmarks: force kV1 / kV2 for later calls (kAuto: back to the env choice). Not
+// thread-safe; set it outside any graph capture (a captured graph keeps the kernels it saw).
+void set_moe_decode_impl_override(MoeDecodeImpl impl);
+// DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS=N (> 0; default 0 = off, read once): in the decode size
+// range, take the tensor-core grouped GEMM path instead of the decode kernels when
+// slots / num_experts >= N (about N rows per expert; capturable too). For tuning on the GPU.
+int moe_decode_grouped_min_rows();
+void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream,
+                       MoeDecodeImpl impl = MoeDecodeImpl::kAuto);
+
+// One token (decode at batch 1), v2 only: 2 kernels instead of align + gate_up + down + combine.
+// gate_up: grid (⌈inter / 8⌉, top_k), act[j] for slot j; down: grid ⌈hidden / 4⌉ (4 warps), each
+// warp one output column summing its down rows over the slots j ascending (the combine folded
+// in; two slots' loads in flight at a time). Slots
+// with an expert id outside [0, E) are skipped. Results equal the 4-kernel path bit for bit.
+// Same alignment requirements as MoeDecodeParams.
+struct MoeDecodeT1Params {
+  const __nv_bfloat16* x;        // [1, hidden]
+  const __nv_bfloat16* gate_up;  // [E, 2 * inter, hidden]
+  const __nv_bfloat16* down;     // [E, hidden, inter]
+  const int32_t* topk_ids;       // [top_k]
+  const float* topk_weights;     // [top_k]
+  float* act;                    // [top_k, inter] scratch
+  __nv_bfloat16* out;            // [1, hidden]
+  int32_t hidden;
+  int32_t inter;
+  int32_t num_experts;
+  int32_t top_k;
+};
+void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
 
 // Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
 // offsets: c[r, :] = a[a_rows ? a_rows[r] : r, :] · w[e]ᵀ for every row r of expert e.
