@@ -117,22 +117,32 @@ Tensor ModelRunner::execute_graph(const StepPlan& plan, const std::vector<int32_
       n > graph_max_batch_ || static_cast<int32_t>(logit_rows.size()) != n) {
     return Tensor();
   }
+  int32_t max_blocks = 0;
   for (int32_t i = 0; i < n; ++i) {
     if (logit_rows[static_cast<size_t>(i)] != i) return Tensor();
-    if (v.indptr[static_cast<size_t>(i) + 1] - v.indptr[static_cast<size_t>(i)] > graph_max_blocks_)
-      return Tensor();
+    max_blocks = std::max(max_blocks, v.indptr[static_cast<size_t>(i) + 1] -
+                                          v.indptr[static_cast<size_t>(i)]);
   }
+  if (max_blocks > graph_max_blocks_) return Tensor();
   int32_t bucket = 1;
   while (bucket < n) bucket *= 2;
   bucket = std::min(bucket, graph_max_batch_);
-  std::unique_ptr<DecodeStepGraph>& graph = graphs_[bucket];
+  // Context bucket: attention is captured for a maximum context, and its split-KV grid and
+  // combine cover that whole length on every replay, so one graph sized for max_model_len
+  // (128K tokens) would make every short-context step pay for 128K. Powers of two of at least
+  // 1,024 tokens keep the waste under 2x.
+  const int32_t min_blocks = std::max(1, 1024 / layout_.block_size);
+  int32_t ctx_blocks = min_blocks;
+  while (ctx_blocks < max_blocks) ctx_blocks *= 2;
+  ctx_blocks = std::min(ctx_blocks, graph_max_blocks_);
+  std::unique_ptr<DecodeStepGraph>& graph = graphs_[{bucket, ctx_blocks}];
   if (!graph) {
     try {
       graph = backend_.make_decode_graph(
           [this](const Tensor& ids, const PagedBatch& b, const Tensor& rows) {
             return model_.forward(ids, b, pool_, rows);
           },
-          bucket, graph_max_blocks_, layout_.block_size);
+          bucket, ctx_blocks, layout_.block_size);
     } catch (const std::exception& e) {
       DI_LOG_WARN("decode graphs off: capturing a step of {} sequences failed: {}", bucket,
                   e.what());

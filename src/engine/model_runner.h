@@ -8,8 +8,8 @@
 //            ◄── logits [rows, vocab] on the host ◄── download ◄──────────────────────┘
 //
 // Decode-only steps can replay captured step graphs instead (enable_decode_graphs; CUDA graphs on
-// the CUDA backend, nothing on the CPU): one graph per power-of-two bucket of sequences, captured
-// on first use, padded up to its bucket. The logits are the same computation as the eager
+// the CUDA backend, nothing on the CPU): one graph per (power-of-two bucket of sequences,
+// power-of-two context bucket >= 1,024 tokens), captured on first use, padded up to its buckets. The logits are the same computation as the eager
 // forward's (the padding rows write no KV and are never read back).
 //
 // Only the engine thread calls it.
@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -62,7 +63,8 @@ class ModelRunner {
   bool graphs_on_ = false;
   int32_t graph_max_batch_ = 0;
   int32_t graph_max_blocks_ = 0;
-  std::map<int32_t, std::unique_ptr<DecodeStepGraph>> graphs_;  // by bucket size
+  // By (batch bucket, context bucket in blocks): both powers of two, captured on first use.
+  std::map<std::pair<int32_t, int32_t>, std::unique_ptr<DecodeStepGraph>> graphs_;
   int64_t graph_steps_ = 0;
 };
 
