@@ -150,12 +150,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaEplbOps,
 
 // ---------------------------------------------------------------------------------------------
 
-class CudaEplbGolden : public ::testing::TestWithParam<std::string> {};
+// (fixture, backend): "cuda-fp32" is the equality check (replicas hold the same weights; only
+// the per-replica GEMM row counts differ, ~1e-6 in fp32); "cuda" (bf16) is reported and checks
+// the counts and rebalances only: there the changed row counts move results by bf16 noise, and on
+// the trained demo model that was once enough to flip a near-tie of its sigmoid router (run 8:
+// 2/4 greedy identical, while run 7, before the decode kernels changed, was bitwise identical).
+class CudaEplbGolden : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(CudaEplbGolden, EplbOnMatchesEplbOff) {
   std::string why;
   if (!gpu_present(&why)) GTEST_SKIP() << "CUDA EPLB golden test skipped: " << why;
-  const std::string fixture = testing::source_dir() + "/tests/fixtures/golden/" + GetParam();
+  const std::string model_name = GetParam().first, backend_name = GetParam().second;
+  const bool fp32 = backend_name == "cuda-fp32";
+  const std::string fixture = testing::source_dir() + "/tests/fixtures/golden/" + model_name;
   std::ifstream f(fixture + "/golden.json");
   auto golden = nlohmann::json::parse(f);
   const std::string dir = testing::golden_model_path(fixture, golden.value("model_dir", ""));
@@ -174,7 +181,7 @@ TEST_P(CudaEplbGolden, EplbOnMatchesEplbOff) {
   gopts.block_size = 16;
   gopts.prefill_chunk = 3;
 
-  auto be = make_backend("cuda");
+  auto be = make_backend(backend_name);
   auto ref_model = load_model(dir, *be);
   const auto ref = Generator(*ref_model, *be, gopts).generate(reqs);
   ref_model.reset();
@@ -207,22 +214,32 @@ TEST_P(CudaEplbGolden, EplbOnMatchesEplbOff) {
                      testing::max_rel_error(ref[i].last_prompt_logits, got[i].last_prompt_logits));
   }
   std::printf(
-      "[eplb-golden] model=%s rebalances=%llu copies=%llu counted=%lld expected=%lld "
-      "greedy_same=%zu/%zu max_rel_err=%.3g\n",
-      GetParam().c_str(), static_cast<unsigned long long>(eplb.stats().rebalances),
+      "[eplb-golden] model=%s backend=%s rebalances=%llu copies=%llu counted=%lld expected=%lld "
+      "greedy_same=%zu/%zu max_rel_err=%.3g%s\n",
+      model_name.c_str(), backend_name.c_str(),
+      static_cast<unsigned long long>(eplb.stats().rebalances),
       static_cast<unsigned long long>(eplb.stats().experts_moved), static_cast<long long>(counted),
-      static_cast<long long>(want), same, ref.size(), worst);
+      static_cast<long long>(want), same, ref.size(), worst, fp32 ? "" : " (bf16: reported)");
   std::fflush(stdout);
   EXPECT_GE(eplb.stats().rebalances, 2u);
   EXPECT_EQ(counted, want);
-  // bf16: a replica's GEMM sees other row counts than the logical expert's, so cuBLAS may pick
-  // another kernel; logits agree to bf16 noise, a wrong replica would be off by O(1).
-  EXPECT_LE(worst, 3e-2);
-  EXPECT_EQ(same, ref.size()) << "greedy continuations differ (a bf16 near-tie flip is possible)";
+  if (fp32) {  // a wrong replica or a torn migration would be off by O(1)
+    EXPECT_LE(worst, 1e-4);
+    EXPECT_EQ(same, ref.size()) << "greedy continuations differ with EPLB on (fp32)";
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(MoeFixtures, CudaEplbGolden,
-                         ::testing::Values("qwen3_moe", "deepseek_v3", "demo_code"));
+INSTANTIATE_TEST_SUITE_P(
+    MoeFixtures, CudaEplbGolden,
+    ::testing::Values(std::pair<std::string, std::string>{"qwen3_moe", "cuda-fp32"},
+                      std::pair<std::string, std::string>{"deepseek_v3", "cuda-fp32"},
+                      std::pair<std::string, std::string>{"demo_code", "cuda-fp32"},
+                      std::pair<std::string, std::string>{"qwen3_moe", "cuda"},
+                      std::pair<std::string, std::string>{"deepseek_v3", "cuda"},
+                      std::pair<std::string, std::string>{"demo_code", "cuda"}),
+    [](const auto& info) {
+      return info.param.first + (info.param.second == "cuda" ? "_bf16" : "_fp32");
+    });
 
 }  // namespace
 }  // namespace di
