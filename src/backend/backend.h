@@ -36,9 +36,11 @@ struct KvLayout {
 // The batch's paged-KV view, shared by every layer (CSR over sequences). All i32 on the device.
 struct PagedBatch {
   Tensor positions;     // [T] absolute position of each new token in its sequence
-  Tensor slot_mapping;  // [T] block_id * block_size + offset where each new token's KV goes
+  Tensor slot_mapping;  // [T] block_id * block_size + offset where each new token's KV goes;
+                        // negative: padding (CUDA-graph buckets), nothing is written
   Tensor qo_indptr;     // [S + 1] new tokens of sequence s are rows [qo_indptr[s], qo_indptr[s+1])
   Tensor kv_indptr;     // [S + 1] blocks of sequence s are kv_indices[kv_indptr[s] .. kv_indptr[s+1])
+                        // (none: a padding sequence, whose attention output is zero)
   Tensor kv_indices;    // block ids, concatenated per sequence
   Tensor kv_last_len;   // [S] valid tokens in each sequence's last block (1..block_size)
   int32_t num_seqs = 0;

@@ -223,6 +223,7 @@ void CpuBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layou
   DI_CHECK(w * t == src.numel(), "store_kv: {} for {} tokens", src.describe(), t);
   const int32_t* slots = batch.slot_mapping.data<int32_t>();
   for (int64_t i = 0; i < t; ++i) {
+    if (slots[i] < 0) continue;  // padding row (a graph bucket's unused sequence)
     int64_t block = slots[i] / layout.block_size, off = slots[i] % layout.block_size;
     DI_CHECK(block >= 0 && block < layout.num_blocks, "store_kv: slot {} outside the pool",
              slots[i]);
@@ -278,6 +279,11 @@ void CpuBackend::paged_attention(const PagedAttentionParams& p) {
       const int64_t tok = w / p.num_q_heads, h = w % p.num_q_heads, kvh = h / group;
       const int32_t s = seq_of[static_cast<size_t>(tok)];
       const int32_t nblocks = kv_ptr[s + 1] - kv_ptr[s];
+      float* o = p.out->f32() + (tok * p.num_q_heads + h) * dv;
+      if (nblocks == 0) {  // a padding sequence: attends to nothing (as the CUDA kernels)
+        std::fill(o, o + dv, 0.0f);
+        continue;
+      }
       const int64_t kv_len = int64_t{nblocks - 1} * L.block_size + last[s];
       const int64_t upto = pos[tok] + 1;  // causal: cache positions [0, pos]
       DI_CHECK(upto <= kv_len, "attention: token at position {} but only {} cached", pos[tok],
@@ -306,7 +312,6 @@ void CpuBackend::paged_attention(const PagedAttentionParams& p) {
         const float* v = entry + p.v_offset + kvh * p.kv_head_stride;
         for (int64_t d = 0; d < dv; ++d) acc[static_cast<size_t>(d)] += e * v[d];
       }
-      float* o = p.out->f32() + (tok * p.num_q_heads + h) * dv;
       for (int64_t d = 0; d < dv; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
     }
   });

@@ -1,8 +1,16 @@
 // ModelRunner on a real golden model: pool sizing and Backend::copy_blocks (every layer of a
-// block, nothing else), and the checks that reject malformed plans.
+// block, nothing else), the checks that reject malformed plans, and the decode-graph path
+// (bucket choice, padding) against eager steps on the CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
+
 #include "backend/backend.h"
+#include "backend/profiling_backend.h"
 #include "engine/model_runner.h"
 #include "model/model.h"
 
@@ -66,6 +74,148 @@ TEST(ModelRunner, RejectsAnEmptyOrInconsistentPlan) {
   std::vector<int32_t> row{0};
   Tensor logits = runner.execute(plan, row);
   EXPECT_EQ(logits.numel(), model->config().vocab_size);
+}
+
+// The CPU backend with a make_decode_graph that "captures" by remembering the forward and
+// "replays" it eagerly on metadata padded exactly as cuda::DecodeGraph pads it (bucket rows;
+// unused rows: slot -1, no blocks). So ModelRunner's graph path — bucket and context-bucket
+// choice, DecodeStepInputs, the padded batch, the row slice of the logits — runs in CI.
+class ReplayingCpuBackend final : public ProfilingBackend {
+ public:
+  explicit ReplayingCpuBackend(Backend& cpu) : ProfilingBackend(cpu), cpu_(cpu) {}
+  std::vector<std::pair<int32_t, int32_t>> captures;  // (bucket, max blocks per sequence)
+
+  std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward forward, int32_t bucket,
+                                                     int32_t max_blocks,
+                                                     int32_t block_size) override {
+    captures.emplace_back(bucket, max_blocks);
+    return std::make_unique<Replay>(cpu_, std::move(forward), bucket, max_blocks, block_size);
+  }
+
+ private:
+  struct Replay final : DecodeStepGraph {
+    Replay(Backend& be, DecodeForward f, int32_t bucket, int32_t max_blocks, int32_t bs)
+        : be_(be), f_(std::move(f)), bucket_(bucket), max_blocks_(max_blocks), bs_(bs) {}
+    int32_t bucket() const override { return bucket_; }
+    int32_t max_blocks_per_seq() const override { return max_blocks_; }
+    const Tensor& run(const DecodeStepInputs& in) override {
+      const auto n = static_cast<int32_t>(in.token_ids.size());
+      EXPECT_LE(n, bucket_);
+      EXPECT_EQ(in.block_size, bs_);
+      std::vector<int32_t> ids(bucket_, 0), pos(bucket_, 0), slots(bucket_, -1), qo{0}, kv_ptr{0},
+          kv_idx, last(bucket_, 0), rows(bucket_);
+      for (int32_t s = 0; s < bucket_; ++s) {
+        qo.push_back(s + 1);
+        rows[s] = s;
+        if (s < n) {
+          const int32_t p = in.positions[s], nb = p / bs_ + 1;
+          EXPECT_LE(nb, max_blocks_);
+          ids[s] = in.token_ids[s];
+          pos[s] = p;
+          slots[s] = in.slots[s];
+          for (int32_t b = 0; b < nb; ++b) kv_idx.push_back(in.block_tables[s][b]);
+          last[s] = p - (nb - 1) * bs_ + 1;
+        }
+        kv_ptr.push_back(static_cast<int32_t>(kv_idx.size()));
+      }
+      auto up = [&](const std::vector<int32_t>& v) {
+        Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
+        std::copy(v.begin(), v.end(), t.data<int32_t>());
+        return be_.upload(t, DType::kI32);
+      };
+      PagedBatch b;
+      b.positions = up(pos);
+      b.slot_mapping = up(slots);
+      b.qo_indptr = up(qo);
+      b.kv_indptr = up(kv_ptr);
+      b.kv_indices = up(kv_idx.empty() ? std::vector<int32_t>{0} : kv_idx);
+      b.kv_last_len = up(last);
+      b.num_seqs = bucket_;
+      b.num_tokens = bucket_;
+      b.max_kv_len = max_blocks_ * bs_;
+      logits_ = f_(up(ids), b, up(rows));
+      return logits_;
+    }
+    Backend& be_;
+    DecodeForward f_;
+    int32_t bucket_, max_blocks_, bs_;
+    Tensor logits_;
+  };
+  Backend& cpu_;
+};
+
+// One step of `seqs` (decode: one token at `len`; prefill: tokens [0, len)), sequence i owning
+// blocks [i * per_seq, (i + 1) * per_seq) of a pool of block size bs.
+StepPlan make_step(const std::vector<int32_t>& lens, bool prefill, int32_t bs, int32_t per_seq,
+                   int32_t vocab) {
+  StepPlan plan;
+  plan.paged.indptr = {0};
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const int32_t len = lens[i];
+    const int32_t first = prefill ? 0 : len, end = prefill ? len : len + 1;
+    ScheduledSeq e{SeqId(static_cast<uint64_t>(i + 1)), first, end - first, 1};
+    (prefill ? plan.schedule.prefills : plan.schedule.decodes).push_back(e);
+    for (int32_t p = first; p < end; ++p) {
+      plan.input_ids.push_back(static_cast<int32_t>((p * 31 + 7 * i + 1) % vocab));
+      plan.positions.push_back(p);
+      plan.paged.slot_block_ids.push_back(static_cast<int32_t>(i) * per_seq + p / bs);
+      plan.paged.slot_offsets.push_back(p % bs);
+    }
+    const int32_t nb = (end + bs - 1) / bs;
+    for (int32_t b = 0; b < nb; ++b) plan.paged.indices.push_back(static_cast<int32_t>(i) * per_seq + b);
+    plan.paged.indptr.push_back(static_cast<int32_t>(plan.paged.indices.size()));
+    plan.paged.last_len.push_back(end - (nb - 1) * bs);
+  }
+  return plan;
+}
+
+TEST(ModelRunner, DecodeGraphPathEqualsEagerSteps) {
+  auto cpu = make_cpu_backend();
+  ReplayingCpuBackend replaying(*cpu);
+  auto model = load_model(model_dir(), *cpu);
+  auto model_g = load_model(model_dir(), replaying);
+  constexpr int32_t bs = 4, per_seq = 80;  // 320 tokens per sequence
+  const int32_t vocab = static_cast<int32_t>(model->config().vocab_size);
+  std::vector<int32_t> lens{5, 17, 9};  // 3 sequences: bucket 4, one padding row
+  ModelRunner eager(*model, *cpu, 3 * per_seq, bs);
+  ModelRunner graphed(*model_g, replaying, 3 * per_seq, bs);
+  graphed.enable_decode_graphs(8, per_seq * bs);
+  auto all_rows = [](const StepPlan& p) {
+    std::vector<int32_t> r(p.input_ids.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<int32_t>(i);
+    return r;
+  };
+  auto last_rows = [&](const StepPlan& p) {
+    std::vector<int32_t> r;
+    int32_t at = 0;
+    for (const auto& e : p.schedule.prefills) r.push_back((at += e.num_tokens) - 1);
+    return r;
+  };
+  const StepPlan prefill = make_step(lens, true, bs, per_seq, vocab);
+  const Tensor pa = eager.execute(prefill, last_rows(prefill));
+  const Tensor pb = graphed.execute(prefill, last_rows(prefill));
+  EXPECT_EQ(graphed.graph_steps(), 0);  // prefill stays eager
+  ASSERT_EQ(pa.numel(), pb.numel());
+  for (int step = 0; step < 6; ++step) {
+    if (step == 3) lens.pop_back();  // 2 sequences from here on: bucket 2
+    const StepPlan d = make_step(lens, false, bs, per_seq, vocab);
+    const Tensor a = eager.execute(d, all_rows(d));
+    const Tensor b = graphed.execute(d, all_rows(d));
+    ASSERT_EQ(a.numel(), b.numel());
+    ASSERT_EQ(a.numel(), static_cast<int64_t>(lens.size()) * vocab);
+    double max_abs = 0.0, max_diff = 0.0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(a.f32()[i])));
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.f32()[i] - b.f32()[i])));
+    }
+    EXPECT_LE(max_diff, 1e-5 * max_abs) << "decode step " << step;  // padded rows change only M
+    for (int32_t& l : lens) ++l;
+  }
+  EXPECT_EQ(graphed.graph_steps(), 6);
+  // One capture per (batch bucket, context bucket): 3 -> 4 and 2 -> 2 sequences; contexts of at
+  // most 23 tokens fit the smallest context bucket (1,024 tokens = 256 blocks of 4, capped at 80).
+  const std::vector<std::pair<int32_t, int32_t>> want{{4, 80}, {2, 80}};
+  EXPECT_EQ(replaying.captures, want);
 }
 
 }  // namespace
