@@ -12,7 +12,8 @@ shift
 
 # libnccl.so.2 is not in the GPU bundle (218 MB): the dynamic linker's cache, pip's nvidia-nccl
 # wheel, torch, the CUDA toolkit, then a bounded search (as scripts/gpu_check_ep.sh).
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+# DI_EP_SKIP_NCCL_SEARCH=1 skips it (programs without NCCL, tests).
+if [ -z "${DI_EP_SKIP_NCCL_SEARCH:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
   nccl_dir=""
   cands=()
   for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
