@@ -9,39 +9,35 @@
 #include <cmath>
 #include <memory>
 #include <set>
-#include <span>
 #include <unordered_map>
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/profiling_backend.h"
 
 namespace di::testing {
 
-// Forwards every op to the CPU backend; linear() also accepts FP8 weights with block scales.
-class Fp8CpuBackend final : public Backend {
+// The CPU backend it forwards to, owned; a base so it exists before ProfilingBackend's.
+struct OwnedCpuBackend {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+};
+
+// Forwards every op to the CPU backend (ProfilingBackend, never enabled: pure forwarding);
+// linear() also accepts FP8 weights with block scales.
+class Fp8CpuBackend final : private OwnedCpuBackend, public ProfilingBackend {
  public:
   explicit Fp8CpuBackend(bool accept, bool quantize_activations = false)
-      : inner_(make_cpu_backend()), accept_(accept), quantize_x_(quantize_activations) {}
+      : ProfilingBackend(*cpu), accept_(accept), quantize_x_(quantize_activations) {}
 
   std::set<std::pair<int64_t, int64_t>> fp8_shapes_seen;  // [n, k] of FP8 weights in linear()
   int64_t fp8_calls = 0;
 
   const char* name() const override { return "fp8-cpu"; }
-  Device device() const override { return inner_->device(); }
-  DType compute_dtype() const override { return inner_->compute_dtype(); }
   bool supports_fp8_block_linear(int64_t n, int64_t k) const override {
     return accept_ && n % 128 == 0 && k % 128 == 0;
   }
-  Tensor empty(const Shape& s, DType d) override { return inner_->empty(s, d); }
-  Tensor zeros(const Shape& s, DType d) override { return inner_->zeros(s, d); }
-  Tensor upload(const Tensor& h, DType d) override { return inner_->upload(h, d); }
-  Tensor download(const Tensor& t) override { return inner_->download(t); }
-  void synchronize() override { inner_->synchronize(); }
-  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override {
-    inner_->embedding(ids, table, out);
-  }
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
-    if (w.dtype() != DType::kFP8E4M3) return inner_->linear(x, w, bias, y);
+    if (w.dtype() != DType::kFP8E4M3) return cpu->linear(x, w, bias, y);
     ++fp8_calls;
     DI_CHECK(accept_, "FP8 weight {} reached a backend that did not ask for it", w.describe());
     const Tensor* s = w.block_scales();
@@ -65,7 +61,7 @@ class Fp8CpuBackend final : public Backend {
               fp8e4m3_to_f32(w.data<uint8_t>()[i * k + j]) * s->f32()[(i / 128) * ld + j / 128];
       it = dequantized_.emplace(w.raw(), f).first;
     }
-    if (!quantize_x_) return inner_->linear(x, it->second, bias, y);
+    if (!quantize_x_) return cpu->linear(x, it->second, bias, y);
     // What the CUDA backend does to activations before an FP8 GEMM (kernels/fp8_quant.cu): e4m3
     // with one scale amax/448 per row and 128 columns.
     Tensor xq = Tensor::empty(x.shape(), DType::kF32);
@@ -80,61 +76,10 @@ class Fp8CpuBackend final : public Backend {
           xq.f32()[r * k + g * 128 + j] =
               fp8e4m3_to_f32(f32_to_fp8e4m3(src[j] * (448.0f / amax))) * (amax / 448.0f);
       }
-    inner_->linear(xq, it->second, bias, y);
-  }
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override {
-    inner_->rms_norm(x, w, eps, y);
-  }
-  void add_rms_norm(const Tensor& x, Tensor& r, const Tensor& w, float eps, Tensor& y) override {
-    inner_->add_rms_norm(x, r, w, eps, y);
-  }
-  void add(const Tensor& a, const Tensor& b, Tensor& out) override { inner_->add(a, b, out); }
-  void silu_mul(const Tensor& gu, Tensor& out) override { inner_->silu_mul(gu, out); }
-  void rope(Tensor& x, int32_t b, int32_t d, const Tensor& pos, const Tensor& cs,
-            bool il) override {
-    inner_->rope(x, b, d, pos, cs, il);
-  }
-  void copy_columns(const Tensor& src, int32_t c, Tensor& dst) override {
-    inner_->copy_columns(src, c, dst);
-  }
-  void write_columns(const Tensor& src, Tensor& dst, int32_t c) override {
-    inner_->write_columns(src, dst, c);
-  }
-  void store_kv(const Tensor& src, Tensor& pool, const KvLayout& l, int32_t layer, int32_t off,
-                const PagedBatch& b) override {
-    inner_->store_kv(src, pool, l, layer, off, b);
-  }
-  void copy_blocks(Tensor& pool, const KvLayout& l,
-                   std::span<const std::pair<int32_t, int32_t>> sd) override {
-    inner_->copy_blocks(pool, l, sd);
-  }
-  void paged_attention(const PagedAttentionParams& p) override { inner_->paged_attention(p); }
-  void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override {
-    inner_->head_linear(x, w, y);
-  }
-  void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& ids,
-                 Tensor& weights) override {
-    inner_->moe_route(logits, p, ids, weights);
-  }
-  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   const ExpertWeights& w, Tensor& out) override {
-    inner_->moe_experts(x, ids, weights, w, out);
-  }
-  void qkv_rope_store(const QkvRopeStoreParams& p) override { inner_->qkv_rope_store(p); }
-  void moe_count_experts(const Tensor& ids, Tensor& counts) override {
-    inner_->moe_count_experts(ids, counts);
-  }
-  void moe_map_replicas(const Tensor& ids, const Tensor& indptr, const Tensor& slots,
-                        Tensor& phys) override {
-    inner_->moe_map_replicas(ids, indptr, slots, phys);
-  }
-  void copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
-                 int64_t rows) override {
-    inner_->copy_rows(src, src_row, dst, dst_row, rows);
+    cpu->linear(xq, it->second, bias, y);
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
   bool accept_;
   bool quantize_x_;
   std::unordered_map<const void*, Tensor> dequantized_;
