@@ -27,6 +27,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "bench_timing.h"
 
 namespace di {
 namespace {
@@ -150,29 +151,6 @@ Tensor forward(cuda::CudaBackend& be, const Shape8B& m, const Weights& W, const 
   return logits;
 }
 
-// Median of `reps` timings (ms) of fn, after `warmup` untimed calls, with CUDA events.
-double time_ms(cuda::CudaBackend& be, int warmup, int reps, const std::function<void()>& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  be.synchronize();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a, be.stream());
-    fn();
-    cudaEventRecord(b, be.stream());
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 Tensor host_i32(const std::vector<int32_t>& v) {
   Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
   std::copy(v.begin(), v.end(), t.data<int32_t>());
@@ -233,7 +211,7 @@ int main(int argc, char** argv) {
       }
       graph.capture();
       graph.run(in);
-      const double ms = time_ms(be, 2, batch <= 32 ? 20 : 10, [&] { graph.replay(); });
+      const double ms = bench::median_event_ms(be, 2, batch <= 32 ? 20 : 10, [&] { graph.replay(); });
       const double bytes = wbytes + batch * (ctx + 1) * kv_token_bytes;
       const double flops = 2.0 * m.step_weight_params() * batch +
                            4.0 * batch * (ctx + 1) * static_cast<double>(m.hq * m.d * m.layers);
@@ -243,7 +221,7 @@ int main(int argc, char** argv) {
                   batch, ctx, ms, 1e3 * batch / ms, roof_ms,
                   bytes / kCopyBw > flops / kPeakFlops ? "bytes" : "flops", 100.0 * roof_ms / ms);
       if (batch == 1) {
-        const double eager = time_ms(be, 1, 5, [&] { graph.run_eager(in); });
+        const double eager = bench::median_event_ms(be, 1, 5, [&] { graph.run_eager(in); });
         std::printf("[bench] decode batch   1 ctx %d (eager): %8.3f ms/step %9.1f tok/s -> %5.1f%% of "
                     "roofline (target >= 85%%, 225 tok/s)\n",
                     ctx, eager, 1e3 / eager, 100.0 * roof_ms / eager);
@@ -275,7 +253,7 @@ int main(int argc, char** argv) {
       Tensor ids_d = be.upload(host_i32(ids), DType::kI32);
       Tensor rows = be.upload(host_i32({tokens - 1}), DType::kI32);
       const int warm = tokens <= 4096 ? 1 : 0, reps = tokens <= 512 ? 5 : (tokens <= 4096 ? 2 : 1);
-      const double ms = time_ms(be, warm, reps, [&] { forward(be, m, W, ids_d, b, pool, rows); });
+      const double ms = bench::median_event_ms(be, warm, reps, [&] { forward(be, m, W, ids_d, b, pool, rows); });
       const double flops = 2.0 * (m.step_weight_params() - static_cast<double>(m.vocab * m.hidden)) * tokens +
                            2.0 * m.vocab * m.hidden +
                            4.0 * static_cast<double>(m.hq * m.d * m.layers) * tokens * (tokens + 1) / 2.0;
@@ -327,7 +305,7 @@ int main(int argc, char** argv) {
       ap.kv_head_stride = static_cast<int32_t>(m.d);
       ap.scale = 1.0f / std::sqrt(static_cast<float>(m.d));
       ap.batch = &b;
-      const double ms = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+      const double ms = bench::median_event_ms(be, 1, 3, [&] { be.paged_attention(ap); });
       const double flops = 4.0 * static_cast<double>(m.hq * m.d) * tokens * (tokens + 1) / 2.0;
       std::printf("[bench] attention prefill 8K causal (32 q / 8 kv heads, d 128): %8.2f ms %6.1f TFLOP/s "
                   "-> %5.1f%% of 787 TFLOP/s (path %s)\n",
@@ -338,13 +316,13 @@ int main(int argc, char** argv) {
       const bool mma_on = be.attention_prefill_mma();
       for (auto [warps, mtiles] : {std::pair{4, 1}, std::pair{8, 1}, std::pair{4, 2}}) {
         be.set_attention_prefill_mma(true, warps, mtiles);
-        const double msv = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+        const double msv = bench::median_event_ms(be, 1, 3, [&] { be.paged_attention(ap); });
         std::printf("[bench] attention prefill 8K causal mma %dx%d (warps x m-tiles, %d rows): %8.2f ms "
                     "%6.1f TFLOP/s -> %5.1f%% of 787\n",
                     warps, mtiles, warps * mtiles * 16, msv, flops / msv / 1e9, 100.0 * flops / msv / 1e9 / 787.0);
       }
       be.set_attention_prefill_mma(false);
-      const double ms_simt = time_ms(be, 1, 3, [&] { be.paged_attention(ap); });
+      const double ms_simt = bench::median_event_ms(be, 1, 3, [&] { be.paged_attention(ap); });
       be.set_attention_prefill_mma(mma_on);
       std::printf("[bench] attention prefill 8K causal simt (CUDA cores): %8.2f ms %6.1f TFLOP/s -> %5.1f%% of "
                   "787; speedup %.1fx (default path vs simt)\n",

@@ -36,6 +36,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "bench_timing.h"
 #include "backend/profiling_backend.h"
 #include "model/config.h"
 #include "model/make_model.h"
@@ -100,28 +101,6 @@ double step_params(const ModelConfig& c, int32_t conc) {
     }
   }
   return total;
-}
-
-double time_ms(cuda::CudaBackend& be, int warmup, int reps, const std::function<void()>& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  be.synchronize();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a, be.stream());
-    fn();
-    cudaEventRecord(b, be.stream());
-    cudaEventSynchronize(b);
-    float t = 0;
-    cudaEventElapsedTime(&t, a, b);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 Args parse(int argc, char** argv) {
@@ -252,9 +231,9 @@ int run(const Args& args) {
       }
       if (graphed) {
         graph.run(in);
-        ms = time_ms(be, 2, std::max(args.reps, 10), [&] { graph.replay(); });
+        ms = bench::median_event_ms(be, 2, std::max(args.reps, 10), [&] { graph.replay(); });
       } else {
-        ms = time_ms(be, 1, args.reps, [&] { (void)graph.run_eager(in); });
+        ms = bench::median_event_ms(be, 1, args.reps, [&] { (void)graph.run_eager(in); });
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op
         (void)graph.run_eager(in);
