@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/decode_step.h"
 
 namespace di::cuda {
 
@@ -61,50 +62,18 @@ DecodeGraph::DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket,
 }
 
 void DecodeGraph::fill(const DecodeStepInputs& in) {
-  const auto n = static_cast<int32_t>(in.token_ids.size());
-  DI_CHECK(n <= bucket_ && in.positions.size() == in.token_ids.size() &&
-               in.slots.size() == in.token_ids.size() && in.block_tables.size() == in.token_ids.size(),
-           "DecodeGraph: {} sequences for a bucket of {} (or mismatched inputs)", n, bucket_);
-  DI_CHECK(in.block_size == block_size_, "DecodeGraph: block size {} captured with {}",
-           in.block_size, block_size_);
+  PaddedDecodeStep step = pad_decode_step(in, bucket_, max_blocks_per_seq_, block_size_);
   be_.synchronize();  // the previous step's staging buffers may still be read
-  staging_.clear();
-  auto host = [&](int64_t len) {
-    staging_.push_back(Tensor::zeros({len}, DType::kI32));
-    return staging_.back();
-  };
-  Tensor ids = host(bucket_), pos = host(bucket_), slots = host(bucket_), qo = host(bucket_ + 1),
-         kv_ptr = host(bucket_ + 1), kv_idx = host(int64_t{bucket_} * max_blocks_per_seq_),
-         last = host(bucket_), rows = host(bucket_);
-  int32_t used = 0;
-  for (int32_t s = 0; s < bucket_; ++s) {
-    qo.data<int32_t>()[s + 1] = s + 1;
-    rows.data<int32_t>()[s] = s;
-    if (s < n) {
-      const auto& table = in.block_tables[static_cast<size_t>(s)];
-      const int32_t p = in.positions[static_cast<size_t>(s)];
-      const int32_t nblocks = p / block_size_ + 1;
-      DI_CHECK(nblocks <= max_blocks_per_seq_ && static_cast<int32_t>(table.size()) >= nblocks,
-               "DecodeGraph: sequence {} at position {} needs {} blocks ({} given, {} max)", s, p,
-               nblocks, table.size(), max_blocks_per_seq_);
-      ids.data<int32_t>()[s] = in.token_ids[static_cast<size_t>(s)];
-      pos.data<int32_t>()[s] = p;
-      slots.data<int32_t>()[s] = in.slots[static_cast<size_t>(s)];
-      for (int32_t b = 0; b < nblocks; ++b) kv_idx.data<int32_t>()[used++] = table[static_cast<size_t>(b)];
-      last.data<int32_t>()[s] = p - (nblocks - 1) * block_size_ + 1;
-    } else {
-      slots.data<int32_t>()[s] = -1;  // padding: no KV written, no blocks, zero attention
-    }
-    kv_ptr.data<int32_t>()[s + 1] = used;
-  }
-  be_.copy_to_device(ids, ids_);
-  be_.copy_to_device(pos, batch_.positions);
-  be_.copy_to_device(slots, batch_.slot_mapping);
-  be_.copy_to_device(qo, batch_.qo_indptr);
-  be_.copy_to_device(kv_ptr, batch_.kv_indptr);
-  be_.copy_to_device(kv_idx, batch_.kv_indices);
-  be_.copy_to_device(last, batch_.kv_last_len);
-  be_.copy_to_device(rows, rows_);
+  staging_ = {step.ids,       step.positions,  step.slots,       step.qo_indptr,
+              step.kv_indptr, step.kv_indices, step.kv_last_len, step.rows};
+  be_.copy_to_device(step.ids, ids_);
+  be_.copy_to_device(step.positions, batch_.positions);
+  be_.copy_to_device(step.slots, batch_.slot_mapping);
+  be_.copy_to_device(step.qo_indptr, batch_.qo_indptr);
+  be_.copy_to_device(step.kv_indptr, batch_.kv_indptr);
+  be_.copy_to_device(step.kv_indices, batch_.kv_indices);
+  be_.copy_to_device(step.kv_last_len, batch_.kv_last_len);
+  be_.copy_to_device(step.rows, rows_);
 }
 
 void DecodeGraph::capture() {

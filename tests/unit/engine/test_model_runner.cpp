@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/decode_step.h"
 #include "backend/profiling_backend.h"
 #include "engine/model_runner.h"
 #include "model/model.h"
@@ -77,8 +78,8 @@ TEST(ModelRunner, RejectsAnEmptyOrInconsistentPlan) {
 }
 
 // The CPU backend with a make_decode_graph that "captures" by remembering the forward and
-// "replays" it eagerly on metadata padded exactly as cuda::DecodeGraph pads it (bucket rows;
-// unused rows: slot -1, no blocks). So ModelRunner's graph path — bucket and context-bucket
+// "replays" it eagerly on the metadata cuda::DecodeGraph replays with (pad_decode_step: bucket
+// rows; unused rows: slot -1, no blocks). So ModelRunner's graph path — bucket and context-bucket
 // choice, DecodeStepInputs, the padded batch, the row slice of the logits — runs in CI.
 class ReplayingCpuBackend final : public ProfilingBackend {
  public:
@@ -99,41 +100,20 @@ class ReplayingCpuBackend final : public ProfilingBackend {
     int32_t bucket() const override { return bucket_; }
     int32_t max_blocks_per_seq() const override { return max_blocks_; }
     const Tensor& run(const DecodeStepInputs& in) override {
-      const auto n = static_cast<int32_t>(in.token_ids.size());
-      EXPECT_LE(n, bucket_);
-      EXPECT_EQ(in.block_size, bs_);
-      std::vector<int32_t> ids(bucket_, 0), pos(bucket_, 0), slots(bucket_, -1), qo{0}, kv_ptr{0},
-          kv_idx, last(bucket_, 0), rows(bucket_);
-      for (int32_t s = 0; s < bucket_; ++s) {
-        qo.push_back(s + 1);
-        rows[s] = s;
-        if (s < n) {
-          const int32_t p = in.positions[s], nb = p / bs_ + 1;
-          EXPECT_LE(nb, max_blocks_);
-          ids[s] = in.token_ids[s];
-          pos[s] = p;
-          slots[s] = in.slots[s];
-          for (int32_t b = 0; b < nb; ++b) kv_idx.push_back(in.block_tables[s][b]);
-          last[s] = p - (nb - 1) * bs_ + 1;
-        }
-        kv_ptr.push_back(static_cast<int32_t>(kv_idx.size()));
-      }
-      auto up = [&](const std::vector<int32_t>& v) {
-        Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::kI32);
-        std::copy(v.begin(), v.end(), t.data<int32_t>());
-        return be_.upload(t, DType::kI32);
-      };
+      EXPECT_LE(static_cast<int32_t>(in.token_ids.size()), bucket_);
+      const PaddedDecodeStep step = pad_decode_step(in, bucket_, max_blocks_, bs_);
+      auto up = [&](const Tensor& t) { return be_.upload(t, DType::kI32); };
       PagedBatch b;
-      b.positions = up(pos);
-      b.slot_mapping = up(slots);
-      b.qo_indptr = up(qo);
-      b.kv_indptr = up(kv_ptr);
-      b.kv_indices = up(kv_idx.empty() ? std::vector<int32_t>{0} : kv_idx);
-      b.kv_last_len = up(last);
+      b.positions = up(step.positions);
+      b.slot_mapping = up(step.slots);
+      b.qo_indptr = up(step.qo_indptr);
+      b.kv_indptr = up(step.kv_indptr);
+      b.kv_indices = up(step.kv_indices);
+      b.kv_last_len = up(step.kv_last_len);
       b.num_seqs = bucket_;
       b.num_tokens = bucket_;
       b.max_kv_len = max_blocks_ * bs_;
-      logits_ = f_(up(ids), b, up(rows));
+      logits_ = f_(up(step.ids), b, up(step.rows));
       return logits_;
     }
     Backend& be_;
