@@ -11,18 +11,20 @@ namespace {
 
 std::string dims(const Tensor& t) {
   std::string s;
-  for (int64_t i = 0; i < t.dim(); ++i) fmt::format_to(std::back_inserter(s), "{}{}", i ? "x" : "", t.size(i));
+  for (int64_t i = 0; i < t.dim(); ++i)
+    fmt::format_to(std::back_inserter(s), "{}{}", i ? "x" : "", t.size(i));
   return s;
 }
 
 }  // namespace
 
-template <typename F>
-void ProfilingBackend::timed(const std::string& key, F&& op) {
-  if (!enabled_) {
+template <typename K, typename F>
+void ProfilingBackend::timed(K&& key_of, F&& op) {
+  if (!enabled_) {  // pure forwarding: no key is built on this path
     op();
     return;
   }
+  const std::string key = key_of();
   inner_.synchronize();
   const auto t0 = std::chrono::steady_clock::now();
   op();
@@ -63,80 +65,101 @@ std::string ProfilingBackend::table(size_t top) const {
 }
 
 void ProfilingBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
-  timed("embedding " + dims(out), [&] { inner_.embedding(ids, table, out); });
+  timed([&] { return std::string("embedding " + dims(out)); },
+        [&] { inner_.embedding(ids, table, out); });
 }
 void ProfilingBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
-  timed(fmt::format("linear [{}]·[{}]ᵀ{}{}", dims(x), dims(w),
-                    w.dtype() == DType::kFP8E4M3 ? " fp8" : "",
-                    y.dtype() == DType::kF32 ? " ->f32" : ""),
-        [&] { inner_.linear(x, w, bias, y); });
+  timed(
+      [&] {
+        return std::string(fmt::format("linear [{}]·[{}]ᵀ{}{}", dims(x), dims(w),
+                                       w.dtype() == DType::kFP8E4M3 ? " fp8" : "",
+                                       y.dtype() == DType::kF32 ? " ->f32" : ""));
+      },
+      [&] { inner_.linear(x, w, bias, y); });
 }
 void ProfilingBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
-  timed("rms_norm " + dims(x), [&] { inner_.rms_norm(x, w, eps, y); });
+  timed([&] { return std::string("rms_norm " + dims(x)); }, [&] { inner_.rms_norm(x, w, eps, y); });
 }
 void ProfilingBackend::add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& w, float eps,
                                     Tensor& y) {
-  timed("add_rms_norm " + dims(x), [&] { inner_.add_rms_norm(x, residual, w, eps, y); });
+  timed([&] { return std::string("add_rms_norm " + dims(x)); },
+        [&] { inner_.add_rms_norm(x, residual, w, eps, y); });
 }
 void ProfilingBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
-  timed("add " + dims(out), [&] { inner_.add(a, b, out); });
+  timed([&] { return std::string("add " + dims(out)); }, [&] { inner_.add(a, b, out); });
 }
 void ProfilingBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
-  timed("silu_mul " + dims(out), [&] { inner_.silu_mul(gate_up, out); });
+  timed([&] { return std::string("silu_mul " + dims(out)); },
+        [&] { inner_.silu_mul(gate_up, out); });
 }
 void ProfilingBackend::rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tensor& positions,
                             const Tensor& cos_sin, bool interleaved) {
-  timed("rope " + dims(x), [&] { inner_.rope(x, rot_begin, rot_dim, positions, cos_sin, interleaved); });
+  timed([&] { return std::string("rope " + dims(x)); },
+        [&] { inner_.rope(x, rot_begin, rot_dim, positions, cos_sin, interleaved); });
 }
 void ProfilingBackend::copy_columns(const Tensor& src, int32_t col_begin, Tensor& dst) {
-  timed("copy_columns " + dims(dst), [&] { inner_.copy_columns(src, col_begin, dst); });
+  timed([&] { return std::string("copy_columns " + dims(dst)); },
+        [&] { inner_.copy_columns(src, col_begin, dst); });
 }
 void ProfilingBackend::write_columns(const Tensor& src, Tensor& dst, int32_t col_begin) {
-  timed("write_columns " + dims(src), [&] { inner_.write_columns(src, dst, col_begin); });
+  timed([&] { return std::string("write_columns " + dims(src)); },
+        [&] { inner_.write_columns(src, dst, col_begin); });
 }
 void ProfilingBackend::store_kv(const Tensor& src, Tensor& pool, const KvLayout& layout,
                                 int32_t layer, int32_t entry_offset, const PagedBatch& batch) {
-  timed("store_kv " + dims(src),
+  timed([&] { return std::string("store_kv " + dims(src)); },
         [&] { inner_.store_kv(src, pool, layout, layer, entry_offset, batch); });
 }
 void ProfilingBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
                                    std::span<const std::pair<int32_t, int32_t>> src_dst) {
-  timed("copy_blocks", [&] { inner_.copy_blocks(pool, layout, src_dst); });
+  timed([&] { return std::string("copy_blocks"); },
+        [&] { inner_.copy_blocks(pool, layout, src_dst); });
 }
 void ProfilingBackend::paged_attention(const PagedAttentionParams& p) {
-  timed(fmt::format("paged_attention T={} S={} heads {}/{} d {}/{}", p.batch->num_tokens,
-                    p.batch->num_seqs, p.num_q_heads, p.num_kv_heads, p.head_dim_qk, p.head_dim_v),
-        [&] { inner_.paged_attention(p); });
+  timed(
+      [&] {
+        return std::string(fmt::format("paged_attention T={} S={} heads {}/{} d {}/{}",
+                                       p.batch->num_tokens, p.batch->num_seqs, p.num_q_heads,
+                                       p.num_kv_heads, p.head_dim_qk, p.head_dim_v));
+      },
+      [&] { inner_.paged_attention(p); });
 }
 void ProfilingBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
-  timed("qkv_rope_store " + dims(*p.qkv), [&] { inner_.qkv_rope_store(p); });
+  timed([&] { return std::string("qkv_rope_store " + dims(*p.qkv)); },
+        [&] { inner_.qkv_rope_store(p); });
 }
 void ProfilingBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
-  timed(fmt::format("head_linear [{}]·[{}]", dims(x), dims(w)),
+  timed([&] { return std::string(fmt::format("head_linear [{}]·[{}]", dims(x), dims(w))); },
         [&] { inner_.head_linear(x, w, y); });
 }
-void ProfilingBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p,
-                                 Tensor& topk_ids, Tensor& topk_weights) {
-  timed("moe_route " + dims(logits), [&] { inner_.moe_route(logits, p, topk_ids, topk_weights); });
+void ProfilingBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
+                                 Tensor& topk_weights) {
+  timed([&] { return std::string("moe_route " + dims(logits)); },
+        [&] { inner_.moe_route(logits, p, topk_ids, topk_weights); });
 }
 void ProfilingBackend::moe_experts(const Tensor& x, const Tensor& topk_ids,
                                    const Tensor& topk_weights, const ExpertWeights& w,
                                    Tensor& out) {
-  timed(fmt::format("moe_experts x [{}] k {} experts [{}]", dims(x), topk_ids.size(1),
-                    dims(w.gate_up)),
-        [&] { inner_.moe_experts(x, topk_ids, topk_weights, w, out); });
+  timed(
+      [&] {
+        return std::string(fmt::format("moe_experts x [{}] k {} experts [{}]", dims(x),
+                                       topk_ids.size(1), dims(w.gate_up)));
+      },
+      [&] { inner_.moe_experts(x, topk_ids, topk_weights, w, out); });
 }
 void ProfilingBackend::moe_count_experts(const Tensor& topk_ids, Tensor& counts) {
-  timed("moe_count_experts", [&] { inner_.moe_count_experts(topk_ids, counts); });
+  timed([&] { return std::string("moe_count_experts"); },
+        [&] { inner_.moe_count_experts(topk_ids, counts); });
 }
 void ProfilingBackend::moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
                                         const Tensor& replica_slots, Tensor& phys_ids) {
-  timed("moe_map_replicas",
+  timed([&] { return std::string("moe_map_replicas"); },
         [&] { inner_.moe_map_replicas(topk_ids, replica_indptr, replica_slots, phys_ids); });
 }
 void ProfilingBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst, int64_t dst_row,
                                  int64_t rows) {
-  timed("copy_rows", [&] { inner_.copy_rows(src, src_row, dst, dst_row, rows); });
+  timed([&] { return std::string("copy_rows"); },
+        [&] { inner_.copy_rows(src, src_row, dst, dst_row, rows); });
 }
 
 }  // namespace di

@@ -86,8 +86,9 @@ class ProfilingBackend : public Backend {
   }
 
  private:
-  template <typename F>
-  void timed(const std::string& key, F&& op);
+  // Runs op; when enabled, times it under the key key_of() returns (built only then).
+  template <typename K, typename F>
+  void timed(K&& key_of, F&& op);
 
   Backend& inner_;
   bool enabled_ = false;
