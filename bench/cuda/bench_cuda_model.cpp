@@ -18,9 +18,13 @@
 //   bench_cuda_model --preset deepseek-v2-lite [--conc 1,32,256] [--ctx 2048] [--layers N]
 //                    [--block-size 64] [--reps 5] [--graph|--eager] [--roofline-only] [--tag T]
 //                    [--profile]   (then one eager step op by op: ProfilingBackend's table)
+//                    [--ncu]       (then one more step between cudaProfilerStart/Stop, for
+//                                   `ncu --profile-from-start off --graph-profiling node`:
+//                                   per-kernel device times of the captured step)
 // Prints one line per concurrency:
 //   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=..
 //           roofline_tok_s=.. pct=..
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
 #include "bench_timing.h"
 #include "backend/profiling_backend.h"
@@ -59,6 +64,7 @@ struct Args {
   bool roofline_only = false;  // print the rooflines and exit (no GPU needed)
   std::string tag;             // printed as tag=... (e.g. an A/B variant set through the env)
   bool profile = false;        // after timing, one eager step op by op (ProfilingBackend)
+  bool ncu = false;            // after timing, one step inside a profiler range (see header)
 };
 
 std::string arch_of(const std::string& preset) {
@@ -129,6 +135,8 @@ Args parse(int argc, char** argv) {
       a.tag = next();
     } else if (!std::strcmp(argv[i], "--profile")) {
       a.profile = true;
+    } else if (!std::strcmp(argv[i], "--ncu")) {
+      a.ncu = true;
     } else if (!std::strcmp(argv[i], "--roofline-only")) {
       a.roofline_only = true;
     } else {
@@ -234,6 +242,17 @@ int run(const Args& args) {
         ms = bench::median_event_ms(be, 2, std::max(args.reps, 10), [&] { graph.replay(); });
       } else {
         ms = bench::median_event_ms(be, 1, args.reps, [&] { (void)graph.run_eager(in); });
+      }
+      if (args.ncu) {  // the step as timed (graph or eager), alone in the profiler's range
+        be.synchronize();
+        CUDA_CHECK(cudaProfilerStart());
+        if (graphed) {
+          graph.replay();
+        } else {
+          (void)graph.run_eager(in);
+        }
+        be.synchronize();
+        CUDA_CHECK(cudaProfilerStop());
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op
         (void)graph.run_eager(in);

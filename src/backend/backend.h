@@ -104,6 +104,26 @@ struct MoeRoutingParams {
   float scaling = 1.0f;      // routed_scaling_factor, applied after renormalisation
 };
 
+// One linear layer with its elementwise neighbours (Backend::fused_linear; the decode path of
+// issue #5 runs it as one kernel for a few rows):
+//   a = x                          (kNone)
+//       rms_norm(x, norm_w, eps)   (kRmsNorm: x is the residual stream [M, K])
+//       silu(gate) * up            (kSiluMul: x = [gate | up], [M, 2K], as silu_mul)
+//   r = a · wᵀ (+ bias)                         w [N, K]
+//   y = r                          (when y is given; [M, N], compute dtype or f32)
+//   residual += r                  (when residual is given; [M, N] compute dtype; no alias of x)
+struct FusedLinearParams {
+  enum class In { kNone, kRmsNorm, kSiluMul };
+  In in = In::kNone;
+  const Tensor* x = nullptr;
+  const Tensor* norm_w = nullptr;  // [K] (kRmsNorm)
+  float eps = 1e-6f;
+  const Tensor* w = nullptr;
+  const Tensor* bias = nullptr;    // [N] or null
+  Tensor* y = nullptr;
+  Tensor* residual = nullptr;
+};
+
 // Stacked expert weights. gate_up[e] = [gate_proj; up_proj] of expert e.
 struct ExpertWeights {
   Tensor gate_up;  // [E, 2 * I, H]
@@ -191,6 +211,9 @@ class Backend {
   // QkvRopeStoreParams above. The reference is qkv_rope_store_composed (copy_columns, rms_norm,
   // rope, store_kv: the CPU backend's implementation; any backend may use it); CUDA fuses it.
   virtual void qkv_rope_store(const QkvRopeStoreParams& p) = 0;
+  // FusedLinearParams above. The reference is fused_linear_composed (rms_norm / silu_mul,
+  // linear, add: the CPU backend's implementation); CUDA fuses small batches into one kernel.
+  virtual void fused_linear(const FusedLinearParams& p) = 0;
   // y[t, h] = w[h] · x[t, h]                        x [T, Hd, K], w [Hd, N, K], y [T, Hd, N]
   virtual void head_linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // Router: logits [T, E] f32 -> topk_ids [T, k] i32 and topk_weights [T, k] f32.
@@ -242,6 +265,8 @@ class Backend {
 
 // Backend::qkv_rope_store as the composition of the backend's existing ops (the reference).
 void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p);
+// Backend::fused_linear as the composition of the backend's existing ops (the reference).
+void fused_linear_composed(Backend& be, const FusedLinearParams& p);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // "cpu", "cuda" (bf16) or "cuda-fp32" (the fp32 verification mode: f32 activations, weights and

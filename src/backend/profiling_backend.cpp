@@ -128,6 +128,15 @@ void ProfilingBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
   timed([&] { return std::string("qkv_rope_store " + dims(*p.qkv)); },
         [&] { inner_.qkv_rope_store(p); });
 }
+void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
+  timed(
+      [&] {
+        static constexpr const char* kIn[] = {"", "rms_norm·", "silu_mul·"};
+        return fmt::format("fused_linear {}[{}]·[{}]ᵀ{}", kIn[static_cast<int>(p.in)], dims(*p.x),
+                           dims(*p.w), p.residual ? " +=residual" : "");
+      },
+      [&] { inner_.fused_linear(p); });
+}
 void ProfilingBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   timed([&] { return std::string(fmt::format("head_linear [{}]·[{}]", dims(x), dims(w))); },
         [&] { inner_.head_linear(x, w, y); });

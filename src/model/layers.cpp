@@ -15,9 +15,12 @@ void Mlp::forward(Backend& be, const Tensor& x, Tensor& out) const {
   const int64_t t = x.size(0);
   Tensor gu = be.empty({t, 2 * inter}, be.compute_dtype());
   be.linear(x, gate_up, nullptr, gu);
-  Tensor act = be.empty({t, inter}, be.compute_dtype());
-  be.silu_mul(gu, act);
-  be.linear(act, down, nullptr, out);
+  FusedLinearParams fd;  // out = (silu(gate) · up) · Wdownᵀ
+  fd.in = FusedLinearParams::In::kSiluMul;
+  fd.x = &gu;
+  fd.w = &down;
+  fd.y = &out;
+  be.fused_linear(fd);
 }
 
 void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
@@ -65,9 +68,15 @@ Tensor DecoderEnds::logits(Backend& be, const Tensor& x, const Tensor& rows, flo
   const int64_t r = rows.numel(), h = x.size(1);
   Tensor picked = be.empty({r, h}, be.compute_dtype());
   be.embedding(rows, x, picked);  // a row gather
-  be.rms_norm(picked, norm, eps, picked);
   Tensor out = be.empty({r, lm_head.size(0)}, DType::kF32);
-  be.linear(picked, lm_head, nullptr, out);
+  FusedLinearParams fl;  // out = norm(picked) · lm_headᵀ
+  fl.in = FusedLinearParams::In::kRmsNorm;
+  fl.x = &picked;
+  fl.norm_w = &norm;
+  fl.eps = eps;
+  fl.w = &lm_head;
+  fl.y = &out;
+  be.fused_linear(fl);
   return out;
 }
 

@@ -3,6 +3,9 @@
 //
 // Per layer:  h = norm(x);  q,k,v = split(h · Wqkvᵀ);  [q,k = head_norm(q,k)];  rope(q, k)
 //             store k,v → paged pool (the last four: Backend::qkv_rope_store);  x += o_proj(attention(q, pool));  x += ffn(norm(x))
+// The norms, the residual adds and the MLP's silu·mul ride on the neighbouring linear layer
+// (Backend::fused_linear: one kernel per linear at decode batch sizes on CUDA). x, the residual
+// stream, is always current; h = norm(x) is materialised only for MoE blocks (several readers).
 // KV entry per token and layer: [K: kv_heads × head_dim | V: kv_heads × head_dim].
 #include "model/architectures.h"
 #include "model/layers.h"
@@ -94,15 +97,21 @@ class GqaModel final : public Model {
 
     Tensor x = be.empty({t, hidden}, dt);
     be.embedding(token_ids, ends_.embed, x);
-    Tensor h = be.empty({t, hidden}, dt);
     Tensor qkv = be.empty({t, (hq + 2 * hkv) * d}, dt);
     Tensor q = be.empty({t, hq, d}, dt);
     Tensor attn = be.empty({t, hq, d}, dt);
-    Tensor o = be.empty({t, hidden}, dt);
-    be.rms_norm(x, layers_[0].input_norm, eps, h);
+    Tensor h, o, gate_up;  // MoE input / output, dense MLP intermediate: made when first needed
     for (size_t l = 0; l < layers_.size(); ++l) {
       const GqaLayer& L = layers_[l];
-      be.linear(h, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias, qkv);
+      FusedLinearParams fq;  // qkv = norm(x) · Wqkvᵀ (+ bias)
+      fq.in = FusedLinearParams::In::kRmsNorm;
+      fq.x = &x;
+      fq.norm_w = &L.input_norm;
+      fq.eps = eps;
+      fq.w = &L.qkv;
+      fq.bias = L.qkv_bias.is_null() ? nullptr : &L.qkv_bias;
+      fq.y = &qkv;
+      be.fused_linear(fq);
       // split qkv, [q/k norm], rope, q -> q, k/v -> pool: one op (one kernel on CUDA).
       QkvRopeStoreParams qp;
       qp.qkv = &qkv;
@@ -134,11 +143,40 @@ class GqaModel final : public Model {
       ap.scale = static_cast<float>(c.attention_scale());
       ap.batch = &batch;
       be.paged_attention(ap);
-      be.linear(attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias, o);
-      be.add_rms_norm(o, x, L.post_norm, eps, h);
-      L.ffn.forward(be, h, o);
-      const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : ends_.norm;
-      be.add_rms_norm(o, x, next_norm, eps, h);
+      Tensor attn_rows = attn.reshape({t, hq * d});
+      FusedLinearParams fo;  // x += attn · Woᵀ (+ bias)
+      fo.x = &attn_rows;
+      fo.w = &L.o_proj;
+      fo.bias = L.o_bias.is_null() ? nullptr : &L.o_bias;
+      fo.residual = &x;
+      be.fused_linear(fo);
+      if (L.ffn.is_moe) {
+        if (h.is_null()) {
+          h = be.empty({t, hidden}, dt);
+          o = be.empty({t, hidden}, dt);
+        }
+        be.rms_norm(x, L.post_norm, eps, h);
+        L.ffn.moe.forward(be, h, o);
+        be.add(x, o, x);
+      } else {
+        const Mlp& mlp = L.ffn.mlp;
+        if (gate_up.is_null() || gate_up.size(1) != 2 * mlp.inter)
+          gate_up = be.empty({t, 2 * mlp.inter}, dt);
+        FusedLinearParams fg;  // gate_up = norm(x) · Wguᵀ
+        fg.in = FusedLinearParams::In::kRmsNorm;
+        fg.x = &x;
+        fg.norm_w = &L.post_norm;
+        fg.eps = eps;
+        fg.w = &mlp.gate_up;
+        fg.y = &gate_up;
+        be.fused_linear(fg);
+        FusedLinearParams fd;  // x += (silu(gate) · up) · Wdownᵀ
+        fd.in = FusedLinearParams::In::kSiluMul;
+        fd.x = &gate_up;
+        fd.w = &mlp.down;
+        fd.residual = &x;
+        be.fused_linear(fd);
+      }
     }
     return ends_.logits(be, x, logit_rows, eps);
   }

@@ -92,6 +92,49 @@ struct TestAddRmsNorm : OpCase {
   }
 };
 
+// Backend::fused_linear: norm / silu·mul prologue, bias, y and/or residual += (on CUDA the
+// small-M GEMV kernel up to gemv_max_rows rows, the composed path beyond; gpu_check also runs
+// these with DEEPINFER_GEMV_MAX_ROWS=8 so every templated row count is exercised).
+struct TestFusedLinear : OpCase {
+  using In = FusedLinearParams::In;
+  int64_t m, n, k;
+  In in;
+  bool bias, y_f32, residual, y_too;
+  TestFusedLinear(int64_t m_, int64_t n_, int64_t k_, In in_, bool bias_, bool y_f32_,
+                  bool residual_, bool y_too_ = false)
+      : m(m_), n(n_), k(k_), in(in_), bias(bias_), y_f32(y_f32_), residual(residual_),
+        y_too(y_too_) {}
+  std::string name() const override {
+    static constexpr const char* kIn[] = {"plain", "norm", "silu"};
+    return "fused_linear_" + std::string(kIn[static_cast<int>(in)]) + "_m" + std::to_string(m) +
+           "_n" + std::to_string(n) + "_k" + std::to_string(k) + (bias ? "_bias" : "") +
+           (y_f32 ? "_f32" : "") + (residual ? (y_too ? "_res_y" : "_res") : "");
+  }
+  std::vector<Output> run(Backend& be) const override {
+    const int64_t in_cols = in == In::kSiluMul ? 2 * k : k;
+    Tensor x = act(be, host_random({m, in_cols}, 31, in == In::kRmsNorm ? 3.0f : 2.0f));
+    Tensor nw = act(be, host_random({k}, 32));
+    Tensor w = act(be, host_random({n, k}, 33, 1.0f / std::sqrt(static_cast<float>(k)) * 1.7f));
+    Tensor b = act(be, host_random({n}, 34, 0.5f));
+    Tensor res = act(be, host_random({m, n}, 35, 2.0f));
+    Tensor y = be.empty({m, n}, y_f32 ? DType::kF32 : be.compute_dtype());
+    FusedLinearParams p;
+    p.in = in;
+    p.x = &x;
+    p.norm_w = &nw;
+    p.eps = 1e-5f;
+    p.w = &w;
+    p.bias = bias ? &b : nullptr;
+    p.y = (!residual || y_too) ? &y : nullptr;
+    p.residual = residual ? &res : nullptr;
+    be.fused_linear(p);
+    std::vector<Output> o;
+    if (p.y) o.push_back(out(be, "y", y, y_f32 ? Check::kF32 : Check::kBf16));
+    if (residual) o.push_back(out(be, "residual", res, Check::kBf16));
+    return o;
+  }
+};
+
 struct TestAdd : OpCase {
   int64_t n;
   explicit TestAdd(int64_t n_) : n(n_) {}
@@ -376,6 +419,22 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestAddRmsNorm(9, 4096));
   add(new TestAddRmsNorm(1, 7168));
   add(new TestAdd(10001));
+  {
+    using In = FusedLinearParams::In;
+    add(new TestFusedLinear(1, 6144, 4096, In::kRmsNorm, false, false, false));    // Llama qkv
+    add(new TestFusedLinear(1, 4096, 4096, In::kNone, false, false, true));        // o_proj += x
+    add(new TestFusedLinear(1, 4096, 14336, In::kSiluMul, false, false, true));    // down += x
+    add(new TestFusedLinear(4, 4096, 14336, In::kSiluMul, false, false, true));
+    add(new TestFusedLinear(2, 1152, 4096, In::kRmsNorm, true, false, false));     // qkv bias
+    add(new TestFusedLinear(3, 1000, 520, In::kRmsNorm, true, false, true, true)); // k % 256 != 0
+    add(new TestFusedLinear(8, 576, 2048, In::kNone, false, false, false));
+    add(new TestFusedLinear(5, 64, 2048, In::kNone, false, true, false));          // router, f32
+    add(new TestFusedLinear(7, 37, 64, In::kSiluMul, false, false, false));
+    add(new TestFusedLinear(6, 300, 128, In::kRmsNorm, false, false, true, true));
+    add(new TestFusedLinear(1, 32001, 256, In::kRmsNorm, false, true, false));     // lm_head
+    add(new TestFusedLinear(9, 300, 128, In::kRmsNorm, true, false, true));        // > 8 rows
+    add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));            // k % 8 != 0
+  }
   add(new TestSiluMul(13, 1408));
   add(new TestSiluMul(1, 14336));
   add(new TestRope(17, 8, 128, 0, 128, false));

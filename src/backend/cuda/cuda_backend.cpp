@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/attention_prefill_mma.h"
 #include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/elementwise.h"
+#include "backend/cuda/kernels/gemv.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
@@ -24,6 +25,9 @@ namespace {
 using bf16_t = __nv_bfloat16;
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// Rows up to which linear / fused_linear take the small-M GEMV kernel (kernels/gemv.h).
+// TODO(#5): tuned from the H200 A/B (bench_cuda_model with DEEPINFER_GEMV_MAX_ROWS=0..8).
+constexpr int32_t kDefaultGemvMaxRows = 4;
 
 void check_dev(const Tensor& t, DType dtype, const char* op, const char* what) {
   DI_CHECK(t.device() == Device::kCUDA && t.dtype() == dtype,
@@ -80,6 +84,10 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   max_smem_optin_ = static_cast<size_t>(optin);
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  gemv_max_rows_ = kDefaultGemvMaxRows;
+  if (const char* env = std::getenv("DEEPINFER_GEMV_MAX_ROWS"))
+    gemv_max_rows_ = std::clamp(std::atoi(env), 0, kGemvMaxRows);
   if (const char* env = std::getenv("DEEPINFER_ATTN_PREFILL")) {
     DI_CHECK(std::string(env) == "mma" || std::string(env) == "simt",
              "DEEPINFER_ATTN_PREFILL={}: expected mma or simt", env);
@@ -215,6 +223,14 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   DI_CHECK(x.size(-1) == k, "cuda linear: x {} does not match weight {}", x.describe(), w.describe());
   DI_CHECK(y.numel() == m * n, "cuda linear: y {} is not [{}, {}]", y.describe(), m, n);
   const bool y_f32 = y.dtype() == DType::kF32;
+  if (m <= gemv_max_rows_ && !f32_) {
+    FusedLinearParams fp;
+    fp.x = &x;
+    fp.w = &w;
+    fp.bias = bias;
+    fp.y = &y;
+    if (try_gemv(fp)) return;
+  }
   gemm_bf16(x.raw(), k, w.raw(), k, y.raw(), n, y_f32, m, n, k);
   if (bias != nullptr) {
     check_dev(*bias, dt_, "linear", "bias");
@@ -222,6 +238,57 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
     launch_bias_add(BiasAddParams{y.raw(), y_f32, bias->raw(), m, n, f32_}, stream_);
     CUDA_CHECK_LAUNCH("bias_add");
   }
+}
+
+bool CudaBackend::try_gemv(const FusedLinearParams& p) {
+  if (f32_ || p.w->dtype() != DType::kBF16 || p.w->dim() != 2) return false;
+  const Tensor& x = *p.x;
+  const int64_t k = p.w->size(1), n = p.w->size(0);
+  const int64_t in_cols = p.in == FusedLinearParams::In::kSiluMul ? 2 * k : k;
+  if (x.size(-1) != in_cols) return false;
+  const int64_t m = x.numel() / std::max<int64_t>(in_cols, 1);
+  if (m < 1 || m > gemv_max_rows_ || n > INT32_MAX || k > INT32_MAX) return false;
+  GemvParams g;
+  g.in = static_cast<GemvIn>(static_cast<int32_t>(p.in));
+  g.x = x.raw();
+  g.ldx = in_cols;
+  g.norm_w = p.norm_w ? p.norm_w->raw() : nullptr;
+  g.eps = p.eps;
+  g.w = p.w->raw();
+  g.bias = p.bias ? p.bias->raw() : nullptr;
+  if (p.y != nullptr) {
+    if (p.y->numel() != m * n || (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
+      return false;
+    g.y = p.y->raw();
+    g.ldy = n;
+    g.y_f32 = p.y->dtype() == DType::kF32;
+  }
+  if (p.residual != nullptr) {
+    if (p.residual->numel() != m * n || p.residual->dtype() != DType::kBF16) return false;
+    g.residual = p.residual->raw();
+    g.ldr = n;
+  }
+  g.m = static_cast<int32_t>(m);
+  g.n = static_cast<int32_t>(n);
+  g.k = static_cast<int32_t>(k);
+  if (!gemv_supported(g, static_cast<int64_t>(max_smem_optin_))) return false;
+  launch_gemv(g, num_sms_, stream_);
+  CUDA_CHECK_LAUNCH("gemv");
+  return true;
+}
+
+void CudaBackend::fused_linear(const FusedLinearParams& p) {
+  DI_CHECK(p.x && p.w && (p.y || p.residual), "cuda fused_linear: missing x, w or an output");
+  check_dev(*p.x, dt_, "fused_linear", "x");
+  if (p.w->dtype() != DType::kFP8E4M3) check_dev(*p.w, dt_, "fused_linear", "w");
+  if (p.norm_w) check_dev(*p.norm_w, dt_, "fused_linear", "norm_w");
+  if (p.bias) check_dev(*p.bias, dt_, "fused_linear", "bias");
+  if (p.residual) check_dev(*p.residual, dt_, "fused_linear", "residual");
+  if (p.residual) {
+    DI_CHECK(p.residual->raw() != p.x->raw(), "cuda fused_linear: residual must not alias x");
+  }
+  if (try_gemv(p)) return;
+  fused_linear_composed(*this, p);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {

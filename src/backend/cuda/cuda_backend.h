@@ -64,6 +64,9 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
+  // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
+  // path (cuBLAS + elementwise kernels).
+  void fused_linear(const FusedLinearParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                  Tensor& topk_weights) override;
@@ -117,6 +120,10 @@ class CudaBackend final : public Backend {
     attention_mma_mtiles_ = m_tiles == 2 ? 2 : 1;
   }
   bool attention_prefill_mma() const { return attention_prefill_mma_; }
+  // fused_linear (and linear) take the small-M GEMV kernel for up to this many rows (0 = never;
+  // env DEEPINFER_GEMV_MAX_ROWS, default kDefaultGemvMaxRows).
+  void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
+  int32_t gemv_max_rows() const { return gemv_max_rows_; }
 
  private:
   // x and w in the compute dtype; y f32 or the compute dtype. (Named for its origin: in the fp32
@@ -136,6 +143,10 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;
   CudaAllocator allocator_;
   int32_t attention_max_kv_override_ = 0;
+  int32_t gemv_max_rows_ = 0;  // set in the constructor
+  int32_t num_sms_ = 0;
+  // The small-M kernel when it takes these shapes (bf16, m <= gemv_max_rows_): true if launched.
+  bool try_gemv(const FusedLinearParams& p);
   DType dt_ = DType::kBF16;  // compute dtype: activations, weights, KV
   bool f32_ = false;         // dt_ == kF32
   size_t max_smem_optin_ = 0;

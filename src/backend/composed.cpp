@@ -1,0 +1,46 @@
+// Reference compositions of fused ops out of the basic ones (backend.h). A library of its own so
+// that both the CPU backend and the CUDA backend (which falls back to them) can link it.
+#include <algorithm>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace di {
+
+void fused_linear_composed(Backend& be, const FusedLinearParams& p) {
+  DI_CHECK(p.x && p.w && (p.y || p.residual), "fused_linear: missing x, w or an output");
+  const Tensor& x = *p.x;
+  const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
+  const int64_t k = p.w->size(1), n = p.w->size(0);
+  Tensor a;
+  switch (p.in) {
+    case FusedLinearParams::In::kNone:
+      a = x;
+      break;
+    case FusedLinearParams::In::kRmsNorm:
+      DI_CHECK(p.norm_w != nullptr, "fused_linear: kRmsNorm without norm_w");
+      a = be.empty({rows, k}, be.compute_dtype());
+      be.rms_norm(x, *p.norm_w, p.eps, a);
+      break;
+    case FusedLinearParams::In::kSiluMul:
+      DI_CHECK(x.size(-1) == 2 * k, "fused_linear: kSiluMul input {} for weight of {} inputs",
+               x.describe(), k);
+      a = be.empty({rows, k}, be.compute_dtype());
+      be.silu_mul(x, a);
+      break;
+  }
+  if (p.residual == nullptr) {
+    be.linear(a, *p.w, p.bias, *p.y);
+    return;
+  }
+  if (p.y != nullptr) {
+    be.linear(a, *p.w, p.bias, *p.y);
+    be.add(*p.residual, *p.y, *p.residual);
+    return;
+  }
+  Tensor r = be.empty({rows, n}, be.compute_dtype());
+  be.linear(a, *p.w, p.bias, r);
+  be.add(*p.residual, r, *p.residual);
+}
+
+}  // namespace di

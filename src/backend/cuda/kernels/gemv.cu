@@ -1,0 +1,221 @@
+// Small-M fused linear layers of the decode path; the contract is in gemv.h.
+#include <algorithm>
+#include <atomic>
+
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/gemv.h"
+
+namespace di::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxDynSmem = 227 * 1024;
+
+// Weights are read exactly once: stream them past L1.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Eight bf16 (one 16-byte vector) to floats; element 0 is the low half of .x.
+__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(u[i] << 16);
+    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ float round_bf16(float v) { return to_f32(from_f32<bf16>(v)); }
+
+template <int M, GemvIn IN>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
+  extern __shared__ uint4 xs_vec[];  // [M][k / 8] staged activations
+  bf16* xs = reinterpret_cast<bf16*>(xs_vec);
+  __shared__ float red[kWarps][M];
+  __shared__ float scratch[32];
+  constexpr int U = M <= 2 ? 8 : 4;  // 16-byte loads in flight per lane
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int k8 = p.k / 8;
+  const int rows_per_cta = kWarps / split;
+  const int sub = warp % split;          // this warp's share of the row's k
+  const int row_in_cta = warp / split;
+  const int vstride = 32 * split;        // vectors between one lane's consecutive loads
+  const uint4* wbase = static_cast<const uint4*>(p.w);
+
+  uint4 wv[U];
+  auto load = [&](int64_t r, int base) {
+    const uint4* wr = wbase + r * k8;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = base + lane + u * vstride;
+      wv[u] = (r < p.n && v < k8) ? ld_stream(wr + v) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
+  load(first_rb + row_in_cta, sub * 32);  // in flight while the prologue runs
+
+  const bf16* x = static_cast<const bf16*>(p.x);
+  if constexpr (IN == GemvIn::kNone) {
+    for (int i = threadIdx.x; i < M * k8; i += kThreads) {
+      const int m = i / k8, v = i % k8;
+      xs_vec[i] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
+    }
+  } else if constexpr (IN == GemvIn::kRmsNorm) {
+    const bf16* nw = static_cast<const bf16*>(p.norm_w);
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) {
+      const bf16* xr = x + m * p.ldx;
+      float ss = 0.0f;
+      for (int i = threadIdx.x; i < p.k; i += kThreads) {
+        const float v = to_f32(xr[i]);
+        ss += v * v;
+      }
+      ss = block_sum(ss, scratch);
+      const float inv = rsqrtf(ss / static_cast<float>(p.k) + p.eps);
+      for (int i = threadIdx.x; i < p.k; i += kThreads)
+        xs[m * p.k + i] = from_f32<bf16>(to_f32(xr[i]) * inv * to_f32(nw[i]));
+    }
+  } else {
+    for (int i = threadIdx.x; i < M * p.k; i += kThreads) {
+      const int m = i / p.k, c = i % p.k;
+      const float g = to_f32(x[m * p.ldx + c]), u = to_f32(x[m * p.ldx + p.k + c]);
+      xs[i] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
+    }
+  }
+  __syncthreads();
+
+  const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
+  for (int64_t rb = first_rb; rb < p.n; rb += row_step) {  // uniform over the CTA
+    const int64_t r = rb + row_in_cta;
+    if (rb != first_rb) load(r, sub * 32);
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int base = sub * 32; base < k8; base += U * vstride) {
+      if (base != sub * 32) load(r, base);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int v = base + lane + u * vstride;
+        if (r < p.n && v < k8) {
+          float wf[8];
+          unpack8(wv[u], wf);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            float xf[8];
+            unpack8(xs_vec[m * k8 + v], xf);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
+    if (split > 1) {  // split-K inside the CTA: fixed order, deterministic
+      if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) red[warp][m] = acc[m];
+      }
+      __syncthreads();
+      if (sub == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float s = 0.0f;
+          for (int j = 0; j < split; ++j) s += red[warp + j][m];
+          acc[m] = s;
+        }
+      }
+      __syncthreads();
+    }
+    if (sub == 0 && r < p.n) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        if (lane != m) continue;  // lane m writes row m
+        float v = p.y_f32 ? acc[m] : round_bf16(acc[m]);
+        if (p.bias != nullptr) {
+          v += to_f32(static_cast<const bf16*>(p.bias)[r]);
+          if (!p.y_f32) v = round_bf16(v);
+        }
+        if (p.y != nullptr) {
+          if (p.y_f32) {
+            static_cast<float*>(p.y)[m * p.ldy + r] = v;
+          } else {
+            static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(v);
+          }
+        }
+        if (p.residual != nullptr) {
+          bf16* res = static_cast<bf16*>(p.residual) + m * p.ldr + r;
+          *res = from_f32<bf16>(to_f32(*res) + v);
+        }
+      }
+    }
+  }
+}
+
+template <int M, GemvIn IN>
+void launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  // The shared-memory opt-in is per device: set it once for each device this process uses.
+  static std::atomic<uint64_t> opted_in{0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
+    cudaFuncSetAttribute(gemv_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         kMaxDynSmem);
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
+  }
+  // Split k over warps until there are about two CTAs per SM worth of row groups.
+  const int64_t target = 2 * int64_t{num_sms};
+  int split = 1;
+  while (split < kWarps && (p.n + kWarps / split - 1) / (kWarps / split) < target) split *= 2;
+  const int rows_per_cta = kWarps / split;
+  const int64_t smem = gemv_smem_bytes(M, p.k);
+  const int64_t per_sm = std::clamp<int64_t>((kMaxDynSmem) / std::max<int64_t>(smem + 2048, 1), 1, 4);
+  const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, per_sm * num_sms));
+  gemv_kernel<M, IN><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(p, split);
+}
+
+template <int M>
+void launch_m(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  switch (p.in) {
+    case GemvIn::kNone: launch_m_in<M, GemvIn::kNone>(p, num_sms, stream); break;
+    case GemvIn::kRmsNorm: launch_m_in<M, GemvIn::kRmsNorm>(p, num_sms, stream); break;
+    case GemvIn::kSiluMul: launch_m_in<M, GemvIn::kSiluMul>(p, num_sms, stream); break;
+  }
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+bool gemv_supported(const GemvParams& p, int64_t max_smem) {
+  if (p.m < 1 || p.m > kGemvMaxRows || p.n < 1 || p.k < 8 || p.k % 8 != 0) return false;
+  if (!aligned16(p.x) || !aligned16(p.w) || p.ldx % 8 != 0) return false;
+  if (p.ldx < (p.in == GemvIn::kSiluMul ? 2 * int64_t{p.k} : int64_t{p.k})) return false;
+  if (p.y == nullptr && p.residual == nullptr) return false;
+  if (p.in == GemvIn::kRmsNorm && p.norm_w == nullptr) return false;
+  return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
+}
+
+void launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  switch (p.m) {
+    case 1: launch_m<1>(p, num_sms, stream); break;
+    case 2: launch_m<2>(p, num_sms, stream); break;
+    case 3: launch_m<3>(p, num_sms, stream); break;
+    case 4: launch_m<4>(p, num_sms, stream); break;
+    case 5: launch_m<5>(p, num_sms, stream); break;
+    case 6: launch_m<6>(p, num_sms, stream); break;
+    case 7: launch_m<7>(p, num_sms, stream); break;
+    case 8: launch_m<8>(p, num_sms, stream); break;
+    default: break;
+  }
+}
+
+}  // namespace di::cuda

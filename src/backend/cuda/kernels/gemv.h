@@ -1,0 +1,55 @@
+#pragma once
+// Small-M linear layers of the decode path (issue #5): y = in_op(x) · wᵀ for m <= kGemvMaxRows
+// rows, with the neighbouring elementwise ops fused in (Backend::fused_linear):
+//
+//   prologue (per CTA, into shared memory, rounded to bf16 like the unfused op's output):
+//     kNone      a = x
+//     kRmsNorm   a = x / rms(x) · norm_w              (x: the residual stream, as rms_norm)
+//     kSiluMul   a = silu(x[:, :k]) · x[:, k:2k]      (x: the gate_up output, as silu_mul)
+//   main loop: each output row of w is streamed once with 16-byte non-caching loads, split over
+//     `split` warps (split-K inside the CTA when n is small), fp32 accumulation;
+//   epilogue: r = bf16(acc) [+ bias, rounded again, as the cuBLAS + bias_add path];
+//     y = r (bf16 or f32 acc); residual = bf16(residual + r).
+//
+// A persistent grid (at most a few CTAs per SM) keeps the prologue to once per CTA; the first
+// weight vectors are loaded before the prologue so HBM is busy from the start.
+// bf16 only (the fp32 verification mode uses the composed path). Host-includable.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace di::cuda {
+
+inline constexpr int kGemvMaxRows = 8;  // templates exist for m = 1..8
+
+enum class GemvIn : int32_t { kNone = 0, kRmsNorm = 1, kSiluMul = 2 };
+
+struct GemvParams {
+  GemvIn in = GemvIn::kNone;
+  const void* x = nullptr;   // bf16 [m, ldx]: k columns (kSiluMul: 2k, gate then up)
+  int64_t ldx = 0;
+  const void* norm_w = nullptr;  // bf16 [k] (kRmsNorm)
+  float eps = 0.0f;
+  const void* w = nullptr;   // bf16 [n, k] row-major
+  const void* bias = nullptr;  // bf16 [n] or null
+  void* y = nullptr;         // [m, ldy] bf16, or f32 when y_f32; null: residual only
+  int64_t ldy = 0;
+  bool y_f32 = false;
+  void* residual = nullptr;  // bf16 [m, ldr] or null
+  int64_t ldr = 0;
+  int32_t m = 0;
+  int32_t n = 0;
+  int32_t k = 0;
+};
+
+// Shared memory one CTA needs for the staged activations (m * k bf16).
+inline int64_t gemv_smem_bytes(int32_t m, int32_t k) { return int64_t{m} * k * 2; }
+
+// Whether launch_gemv handles these shapes: 1 <= m <= kGemvMaxRows, k % 8 == 0, 16-byte aligned
+// x / w rows, the staged activations within `max_smem` bytes.
+bool gemv_supported(const GemvParams& p, int64_t max_smem);
+
+// num_sms: the device's multiprocessor count (sizes the persistent grid).
+void launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
+
+}  // namespace di::cuda
