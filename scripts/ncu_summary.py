@@ -8,8 +8,15 @@ import sys
 
 
 def short(name):
-    name = re.sub(r"\(.*$", "", name)          # drop the argument list
-    name = re.sub(r"<.*>", "<>", name)         # collapse template arguments
+    name = name.replace("(anonymous namespace)::", "")
+    if name.startswith("void "):
+        name = name[5:]
+    prev = None
+    while prev != name:                          # collapse template arguments, innermost first
+        prev = name
+        name = re.sub(r"<[^<>]*>", "#", name)
+    name = re.sub(r"\(.*$", "", name)            # drop the argument list
+    name = name.replace("#", "<>")
     return name.split("::")[-1][:70]
 
 

@@ -271,8 +271,8 @@ bool CudaBackend::try_gemv(const FusedLinearParams& p) {
   g.m = static_cast<int32_t>(m);
   g.n = static_cast<int32_t>(n);
   g.k = static_cast<int32_t>(k);
-  if (!gemv_supported(g, static_cast<int64_t>(max_smem_optin_))) return false;
-  launch_gemv(g, num_sms_, stream_);
+  if (!gemv_supported(g, static_cast<int64_t>(max_smem_optin_) - 1024)) return false;
+  CUDA_CHECK(launch_gemv(g, num_sms_, stream_));
   CUDA_CHECK_LAUNCH("gemv");
   return true;
 }

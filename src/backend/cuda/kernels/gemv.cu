@@ -10,7 +10,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxDynSmem = 227 * 1024;
+// Dynamic shared memory gemv_supported allows: below every Hopper opt-in limit (227 KiB) minus
+// the kernel's static shared memory (< 1 KiB).
+constexpr int kMaxDynSmem = 220 * 1024;
 
 // Weights are read exactly once: stream them past L1.
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
@@ -159,15 +161,23 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
 }
 
 template <int M, GemvIn IN>
-void launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
-  // The shared-memory opt-in is per device: set it once for each device this process uses.
+cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  // The shared-memory opt-in is per device: once per device this process uses, the most the
+  // device allows next to the kernel's static shared memory (gemv_supported keeps below it).
   static std::atomic<uint64_t> opted_in{0};
   int dev = 0;
-  cudaGetDevice(&dev);
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
-    cudaFuncSetAttribute(gemv_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         kMaxDynSmem);
+    cudaFuncAttributes fa{};
+    int optin = 0;
+    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN>)) != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(gemv_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(fa.sharedSizeBytes));
+    if (err != cudaSuccess) return err;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
   // Split k over warps until there are about two CTAs per SM worth of row groups.
@@ -180,15 +190,17 @@ void launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, per_sm * num_sms));
   gemv_kernel<M, IN><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(p, split);
+  return cudaSuccess;
 }
 
 template <int M>
-void launch_m(const GemvParams& p, int num_sms, cudaStream_t stream) {
+cudaError_t launch_m(const GemvParams& p, int num_sms, cudaStream_t stream) {
   switch (p.in) {
-    case GemvIn::kNone: launch_m_in<M, GemvIn::kNone>(p, num_sms, stream); break;
-    case GemvIn::kRmsNorm: launch_m_in<M, GemvIn::kRmsNorm>(p, num_sms, stream); break;
-    case GemvIn::kSiluMul: launch_m_in<M, GemvIn::kSiluMul>(p, num_sms, stream); break;
+    case GemvIn::kNone: return launch_m_in<M, GemvIn::kNone>(p, num_sms, stream);
+    case GemvIn::kRmsNorm: return launch_m_in<M, GemvIn::kRmsNorm>(p, num_sms, stream);
+    case GemvIn::kSiluMul: return launch_m_in<M, GemvIn::kSiluMul>(p, num_sms, stream);
   }
+  return cudaErrorInvalidValue;
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
@@ -204,17 +216,17 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
 }
 
-void launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {
+cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {
   switch (p.m) {
-    case 1: launch_m<1>(p, num_sms, stream); break;
-    case 2: launch_m<2>(p, num_sms, stream); break;
-    case 3: launch_m<3>(p, num_sms, stream); break;
-    case 4: launch_m<4>(p, num_sms, stream); break;
-    case 5: launch_m<5>(p, num_sms, stream); break;
-    case 6: launch_m<6>(p, num_sms, stream); break;
-    case 7: launch_m<7>(p, num_sms, stream); break;
-    case 8: launch_m<8>(p, num_sms, stream); break;
-    default: break;
+    case 1: return launch_m<1>(p, num_sms, stream);
+    case 2: return launch_m<2>(p, num_sms, stream);
+    case 3: return launch_m<3>(p, num_sms, stream);
+    case 4: return launch_m<4>(p, num_sms, stream);
+    case 5: return launch_m<5>(p, num_sms, stream);
+    case 6: return launch_m<6>(p, num_sms, stream);
+    case 7: return launch_m<7>(p, num_sms, stream);
+    case 8: return launch_m<8>(p, num_sms, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 

@@ -49,7 +49,9 @@ inline int64_t gemv_smem_bytes(int32_t m, int32_t k) { return int64_t{m} * k * 2
 // x / w rows, the staged activations within `max_smem` bytes.
 bool gemv_supported(const GemvParams& p, int64_t max_smem);
 
-// num_sms: the device's multiprocessor count (sizes the persistent grid).
-void launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
+// num_sms: the device's multiprocessor count (sizes the persistent grid). Returns the error of
+// the one-time shared-memory opt-in (per device), else cudaSuccess; launch errors are left for
+// cudaGetLastError as with every launcher.
+cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
 
 }  // namespace di::cuda
