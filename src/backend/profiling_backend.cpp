@@ -128,6 +128,15 @@ void ProfilingBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
   timed([&] { return std::string("qkv_rope_store " + dims(*p.qkv)); },
         [&] { inner_.qkv_rope_store(p); });
 }
+void ProfilingBackend::mla_rope_store(const MlaRopeStoreParams& p) {
+  timed(
+      [&] {
+        return std::string(fmt::format("mla_rope_store T={} heads {} d {}+{} latent {}",
+                                       p.batch->num_tokens, p.num_heads, p.nope_dim, p.rope_dim,
+                                       p.latent_dim));
+      },
+      [&] { inner_.mla_rope_store(p); });
+}
 void ProfilingBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   timed([&] { return std::string(fmt::format("head_linear [{}]·[{}]", dims(x), dims(w))); },
         [&] { inner_.head_linear(x, w, y); });
