@@ -87,8 +87,6 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
   }
 }
 
-// Rotates the rope_dim values src[0..) by position pos into dst[0..) (may alias), pair j per
-// thread; out-of-table positions copy. Rounds like rope_kernel (elementwise.cu).
 struct RopeTable {
   const void* cos_sin;
   bool f32;
@@ -96,6 +94,8 @@ struct RopeTable {
   bool interleaved;
 };
 
+// Rotates the rope_dim values src[0..) by position pos into dst[0..) (may alias), pairs j =
+// first, first + stride, ...; out-of-table positions copy. Rounds like rope_kernel (elementwise.cu).
 template <typename T>
 __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int32_t pos,
                                          RopeTable r, int first, int stride) {
