@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "backend/profiling_backend.h"
 #include "op_case.h"
 #include "sampling/sampler.h"
 
@@ -592,6 +593,61 @@ TEST_P(BackendOpsFp32, MatchesCpuTightly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BackendOpsFp32, ::testing::ValuesIn(all_cases()), case_name);
+
+// The CPU side of the MLA prologue and split-query cases runs everywhere (shapes accepted, outputs
+// finite and not all zero), so the table is checked where it is built, without a GPU.
+TEST(BackendOpsTable, MlaCpuReferencesRun) {
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    const std::string n = c->name();
+    if (n.find("mla_rope_store") == std::string::npos && n.find("qrope") == std::string::npos) continue;
+    for (const Output& o : cpu_reference(*c)) {
+      double max_abs = 0.0;
+      for (int64_t i = 0; i < o.value.numel(); ++i) {
+        ASSERT_TRUE(std::isfinite(o.value.f32()[i])) << n << " " << o.name;
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(o.value.f32()[i])));
+      }
+      EXPECT_GT(max_abs, 0.0) << n << " " << o.name;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 21);
+}
+
+// The fused CUDA mla_rope_store against the same backend's composition of its other ops
+// (mla_rope_store_composed): copies and the untouched pool bit-equal, roped / normalised values
+// within one bf16 ulp (the composed rms_norm reduces over another thread count).
+class ComposedMlaBackend final : public ProfilingBackend {
+ public:
+  explicit ComposedMlaBackend(Backend& inner) : ProfilingBackend(inner) {}
+  void mla_rope_store(const MlaRopeStoreParams& p) override { mla_rope_store_composed(*this, p); }
+};
+
+TEST(FusedMlaRopeStore, MatchesComposedOnGpu) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  ComposedMlaBackend composed(*be);
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    if (c->name().find("mla_rope_store") == std::string::npos) continue;
+    const std::vector<Output> fused = c->run(*be), ref = c->run(composed);
+    ASSERT_EQ(fused.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      int64_t bad = 0;
+      for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
+        const float x = ref[i].value.f32()[j], y = fused[i].value.f32()[j];
+        const float tol = ref[i].check == Check::kExact ? 0.0f : std::ldexp(std::max(std::fabs(x), std::fabs(y)), -7);
+        bad += !(std::fabs(x - y) <= tol);
+      }
+      std::printf("[op] %-60s %-12s fused_vs_composed_bad=%lld of %lld %s\n", c->name().c_str(),
+                  ref[i].name.c_str(), static_cast<long long>(bad),
+                  static_cast<long long>(ref[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "'";
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16);
+}
 
 // ---- sampling on the GPU vs the CPU sampler ------------------------------------------------------
 
