@@ -108,22 +108,22 @@ struct QkvRopeStoreParams {
 // (i, i + rope_dim/2)) at batch->positions[t]. Tokens with a negative slot (padding) write no KV.
 // Each step rounds to the storage dtype like the composed ops do (mla_rope_store_composed).
 struct MlaRopeStoreParams {
-  const Tensor* q = nullptr;      // [T, q_row_width] (any shape with T rows), q part at q_col
-  int32_t q_col = 0;              // first column of head 0's q_nope in each row of q
-  const Tensor* kv_a = nullptr;   // [T, kv_row_width], [latent | k_pe] at kv_col
+  const Tensor* q = nullptr;     // [T, q_row_width] (any shape with T rows), q part at q_col
+  int32_t q_col = 0;             // first column of head 0's q_nope in each row of q
+  const Tensor* kv_a = nullptr;  // [T, kv_row_width], [latent | k_pe] at kv_col
   int32_t kv_col = 0;
-  Tensor* q_nope = nullptr;       // [T, num_heads, nope_dim], contiguous
-  Tensor* q_pe = nullptr;         // [T, num_heads, rope_dim], contiguous
-  Tensor* pool = nullptr;         // the KV pool, KvLayout order; entry_size >= latent + rope
+  Tensor* q_nope = nullptr;  // [T, num_heads, nope_dim], contiguous
+  Tensor* q_pe = nullptr;    // [T, num_heads, rope_dim], contiguous
+  Tensor* pool = nullptr;    // the KV pool, KvLayout order; entry_size >= latent + rope
   KvLayout layout;
   int32_t layer = 0;
   int32_t num_heads = 0;
-  int32_t nope_dim = 0;           // qk_nope_head_dim
-  int32_t rope_dim = 0;           // qk_rope_head_dim, even
-  int32_t latent_dim = 0;         // kv_lora_rank
+  int32_t nope_dim = 0;               // qk_nope_head_dim
+  int32_t rope_dim = 0;               // qk_rope_head_dim, even
+  int32_t latent_dim = 0;             // kv_lora_rank
   const Tensor* kv_a_norm = nullptr;  // [latent_dim]
   float eps = 1e-6f;
-  const Tensor* cos_sin = nullptr;    // [max_pos, rope_dim], as for rope()
+  const Tensor* cos_sin = nullptr;  // [max_pos, rope_dim], as for rope()
   bool interleaved = false;
   const PagedBatch* batch = nullptr;
 };

@@ -215,8 +215,7 @@ class MlaModel final : public Model {
     const ModelConfig& c = config_;
     const DType dt = be.compute_dtype();
     const int64_t t = h.size(0), hq = c.num_attention_heads, dn = c.qk_nope_head_dim,
-                  dr = c.qk_rope_head_dim, dv = c.v_head_dim, lat = c.kv_lora_rank,
-                  qw = q_width();
+                  dr = c.qk_rope_head_dim, dv = c.v_head_dim, lat = c.kv_lora_rank, qw = q_width();
     // The projections: [q part | latent | k_pe] per token, in one tensor or two.
     Tensor proj, q_part, kv_a;
     if (!L.q_kv_a.is_null()) {

@@ -68,10 +68,18 @@ struct TestMlaRopeStore : OpCase {
   Src src;
   TestMlaRopeStore(int32_t bs, int32_t q, int32_t nope, int32_t rope, int32_t latent, int32_t t,
                    bool il, Src where)
-      : block_size(bs), hq(q), dn(nope), dr(rope), lat(latent), num_new(t), interleaved(il),
+      : block_size(bs),
+        hq(q),
+        dn(nope),
+        dr(rope),
+        lat(latent),
+        num_new(t),
+        interleaved(il),
         src(where) {}
   std::string name() const override {
-    const char* where = src == Src::kFused ? "fused" : src == Src::kSeparate ? "separate" : "offsets";
+    const char* where = src == Src::kFused      ? "fused"
+                        : src == Src::kSeparate ? "separate"
+                                                : "offsets";
     return "mla_rope_store_bs" + std::to_string(block_size) + "_hq" + std::to_string(hq) + "_d" +
            std::to_string(dn) + "+" + std::to_string(dr) + "_lat" + std::to_string(lat) + "_t" +
            std::to_string(num_new) + (interleaved ? "_interleaved" : "_half") + "_" + where;
@@ -79,7 +87,9 @@ struct TestMlaRopeStore : OpCase {
   std::vector<Output> run(Backend& be) const override {
     const int32_t entry = lat + dr, layers = 3, max_pos = 300, dqk = dn + dr;
     using P = std::vector<std::pair<int, int>>;
-    const P seqs = num_new == 1 ? P{{40, 1}} : num_new == 3 ? P{{40, 1}, {7, 1}} : P{{0, 30}, {63, 2}};
+    const P seqs = num_new == 1   ? P{{40, 1}}
+                   : num_new == 3 ? P{{40, 1}, {7, 1}}
+                                  : P{{0, 30}, {63, 2}};
     PagedSetup s(seqs, block_size, layers, entry);
     if (num_new > 1) {  // a padding row: a graph bucket's unused sequence
       s.positions.push_back(0);
@@ -89,7 +99,8 @@ struct TestMlaRopeStore : OpCase {
       s.kv_ptr.push_back(s.kv_ptr.back());
       s.last.push_back(0);
     }
-    DI_CHECK(s.num_tokens == num_new, "mla_rope_store case: {} tokens, want {}", s.num_tokens, num_new);
+    DI_CHECK(s.num_tokens == num_new, "mla_rope_store case: {} tokens, want {}", s.num_tokens,
+             num_new);
     PagedBatch b = s.make(be);
     const int64_t t = s.num_tokens, qw = int64_t{hq} * dqk;
     Tensor pool = act(be, host_random({s.layout.num_blocks, layers, block_size, entry}, 41));
@@ -160,7 +171,8 @@ void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   using Src = TestMlaRopeStore::Src;
   // DeepSeek-V2-Lite's MLA dims (hq 16, 128 + 64, latent 512), interleaved rope as the model.
   for (int32_t bs : {1, 16, 64})
-    for (int32_t t : {1, 3, 33}) c.emplace_back(new TestMlaRopeStore(bs, 16, 128, 64, 512, t, true, Src::kFused));
+    for (int32_t t : {1, 3, 33})
+      c.emplace_back(new TestMlaRopeStore(bs, 16, 128, 64, 512, t, true, Src::kFused));
   c.emplace_back(new TestMlaRopeStore(16, 16, 128, 64, 512, 33, false, Src::kFused));
   c.emplace_back(new TestMlaRopeStore(64, 16, 128, 64, 512, 3, true, Src::kSeparate));
   c.emplace_back(new TestMlaRopeStore(16, 128, 128, 64, 512, 3, true, Src::kSeparate));  // V3 heads

@@ -254,13 +254,21 @@ struct TestPagedAttention : OpCase {
   bool mla;
   std::vector<std::pair<int, int>> seqs;  // (cached, new)
   int32_t rope_split;  // > 0: the query as q [.., dqk - rope_split] + q_rope [.., rope_split]
-  TestPagedAttention(std::string l, int32_t q, int32_t kv, int32_t dk, int32_t dv_, bool m, int32_t bs,
-                     std::vector<std::pair<int, int>> s, int32_t split = 0)
-      : label(std::move(l)), hq(q), hkv(kv), dqk(dk), dv(dv_), block_size(bs), mla(m), seqs(std::move(s)),
+  TestPagedAttention(std::string l, int32_t q, int32_t kv, int32_t dk, int32_t dv_, bool m,
+                     int32_t bs, std::vector<std::pair<int, int>> s, int32_t split = 0)
+      : label(std::move(l)),
+        hq(q),
+        hkv(kv),
+        dqk(dk),
+        dv(dv_),
+        block_size(bs),
+        mla(m),
+        seqs(std::move(s)),
         rope_split(split) {}
   std::string name() const override {
-    return "paged_attention_" + label + "_hq" + std::to_string(hq) + "_hkv" + std::to_string(hkv) + "_d" +
-           std::to_string(dqk) + "x" + std::to_string(dv) + "_bs" + std::to_string(block_size) +
+    return "paged_attention_" + label + "_hq" + std::to_string(hq) + "_hkv" + std::to_string(hkv) +
+           "_d" + std::to_string(dqk) + "x" + std::to_string(dv) + "_bs" +
+           std::to_string(block_size) +
            (rope_split > 0 ? "_qrope" + std::to_string(rope_split) : "");
   }
   std::vector<Output> run(Backend& be) const override {
@@ -424,8 +432,10 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestPagedAttention("mla_prefill_bs1", 8, 1, 576, 512, true, 1, P{{0, 20}, {5, 3}}));
   // MLA with the query in two parts (q_lat, q_pe): the decode kernel reads both; prefill, GQA and
   // the fp32 mode concatenate them first. Same CPU numbers as the cases above.
-  add(new TestPagedAttention("mla_decode", 16, 1, 576, 512, true, 64, P{{96, 1}, {512, 1}, {0, 1}}, 64));
-  add(new TestPagedAttention("mla_decode_split", 128, 1, 576, 512, true, 16, P{{1500, 1}, {3, 2}}, 64));
+  add(new TestPagedAttention("mla_decode", 16, 1, 576, 512, true, 64, P{{96, 1}, {512, 1}, {0, 1}},
+                             64));
+  add(new TestPagedAttention("mla_decode_split", 128, 1, 576, 512, true, 16, P{{1500, 1}, {3, 2}},
+                             64));
   add(new TestPagedAttention("mla_decode_golden", 3, 1, 40, 32, true, 1, P{{10, 1}, {70, 1}}, 8));
   add(new TestPagedAttention("mla_prefill", 16, 1, 576, 512, true, 16, P{{0, 40}, {93, 7}}, 64));
   add(new TestPagedAttention("gqa_decode_bs1", 8, 2, 64, 64, false, 1, P{{96, 1}, {40, 1}}, 16));
@@ -600,7 +610,8 @@ TEST(BackendOpsTable, MlaCpuReferencesRun) {
   int64_t checked = 0;
   for (const auto& c : all_cases()) {
     const std::string n = c->name();
-    if (n.find("mla_rope_store") == std::string::npos && n.find("qrope") == std::string::npos) continue;
+    if (n.find("mla_rope_store") == std::string::npos && n.find("qrope") == std::string::npos)
+      continue;
     for (const Output& o : cpu_reference(*c)) {
       double max_abs = 0.0;
       for (int64_t i = 0; i < o.value.numel(); ++i) {
@@ -636,7 +647,9 @@ TEST(FusedMlaRopeStore, MatchesComposedOnGpu) {
       int64_t bad = 0;
       for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
         const float x = ref[i].value.f32()[j], y = fused[i].value.f32()[j];
-        const float tol = ref[i].check == Check::kExact ? 0.0f : std::ldexp(std::max(std::fabs(x), std::fabs(y)), -7);
+        const float tol = ref[i].check == Check::kExact
+                              ? 0.0f
+                              : std::ldexp(std::max(std::fabs(x), std::fabs(y)), -7);
         bad += !(std::fabs(x - y) <= tol);
       }
       std::printf("[op] %-60s %-12s fused_vs_composed_bad=%lld of %lld %s\n", c->name().c_str(),

@@ -261,11 +261,12 @@ void CpuBackend::paged_attention(const PagedAttentionParams& p) {
   // The query of (t, h) is q's row, then (if given) q_rope's row: dims [0, dq) and [dq, dqk).
   const int64_t dr = p.q_rope != nullptr ? p.q_rope->size(-1) : 0, dq = p.head_dim_qk - dr;
   if (p.q_rope != nullptr) check_f32(*p.q_rope, "q_rope");
-  DI_CHECK(dq >= 0 && p.q->numel() == int64_t{b.num_tokens} * p.num_q_heads * dq &&
-               (p.q_rope == nullptr || p.q_rope->numel() == int64_t{b.num_tokens} * p.num_q_heads * dr),
-           "attention: q {} / q_rope {} for {} tokens x {} heads x {}", p.q->describe(),
-           p.q_rope ? p.q_rope->describe() : std::string("none"), b.num_tokens, p.num_q_heads,
-           p.head_dim_qk);
+  DI_CHECK(
+      dq >= 0 && p.q->numel() == int64_t{b.num_tokens} * p.num_q_heads * dq &&
+          (p.q_rope == nullptr || p.q_rope->numel() == int64_t{b.num_tokens} * p.num_q_heads * dr),
+      "attention: q {} / q_rope {} for {} tokens x {} heads x {}", p.q->describe(),
+      p.q_rope ? p.q_rope->describe() : std::string("none"), b.num_tokens, p.num_q_heads,
+      p.head_dim_qk);
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t* qo = b.qo_indptr.data<int32_t>();
   const int32_t* kv_ptr = b.kv_indptr.data<int32_t>();
@@ -547,16 +548,17 @@ void mla_rope_store_composed(Backend& be, const MlaRopeStoreParams& p) {
   DI_CHECK(hq > 0 && dn > 0 && dr > 0 && dr % 2 == 0 && lat > 0 &&
                p.q_nope->numel() == t * hq * dn && p.q_pe->numel() == t * hq * dr &&
                p.kv_a_norm->numel() == lat && lat + dr <= p.layout.entry_size,
-           "mla_rope_store: {} heads x ({} + {}), latent {}, q_nope {} q_pe {} norm {} entry {}", hq,
-           dn, dr, lat, p.q_nope->describe(), p.q_pe->describe(), p.kv_a_norm->describe(),
+           "mla_rope_store: {} heads x ({} + {}), latent {}, q_nope {} q_pe {} norm {} entry {}",
+           hq, dn, dr, lat, p.q_nope->describe(), p.q_pe->describe(), p.kv_a_norm->describe(),
            p.layout.entry_size);
   if (t == 0) return;
   const int64_t q_width = p.q->numel() / t, kv_width = p.kv_a->numel() / t;
-  DI_CHECK(q_width * t == p.q->numel() && p.q_col >= 0 && p.q_col + hq * dqk <= q_width &&
-               kv_width * t == p.kv_a->numel() && p.kv_col >= 0 && p.kv_col + lat + dr <= kv_width,
-           "mla_rope_store: q {} (q part at {}, {} wide) / kv_a {} ([latent | k_pe] at {}, {} wide) "
-           "for {} tokens",
-           p.q->describe(), p.q_col, hq * dqk, p.kv_a->describe(), p.kv_col, lat + dr, t);
+  DI_CHECK(
+      q_width * t == p.q->numel() && p.q_col >= 0 && p.q_col + hq * dqk <= q_width &&
+          kv_width * t == p.kv_a->numel() && p.kv_col >= 0 && p.kv_col + lat + dr <= kv_width,
+      "mla_rope_store: q {} (q part at {}, {} wide) / kv_a {} ([latent | k_pe] at {}, {} wide) "
+      "for {} tokens",
+      p.q->describe(), p.q_col, hq * dqk, p.kv_a->describe(), p.kv_col, lat + dr, t);
   const DType dt = p.q->dtype();
   const PagedBatch& b = *p.batch;
   // q: [q_nope | q_pe] per head, rope on the q_pe part, then the two parts apart.

@@ -380,9 +380,9 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
   }();
   // A split query (q_rope) is read from its two parts in 16-byte chunks.
   const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
-  const bool q_parts_ok = p.q_rope == nullptr ||
-                          (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
-                           reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
+  const bool q_parts_ok =
+      p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
+                              reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
   if (!(kMlaKernel && q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
                              p.layout.entry_size) &&

@@ -200,7 +200,8 @@ TEST_P(MlaRopeStoreCpu, SplitQueryAttentionEqualsConcatenated) {
   const Tensor whole = attend(q_full, nullptr), split = attend(q_lat, &q_pe);
   expect_bit_equal(whole, split, "attention out");
   double max_abs = 0.0;
-  for (int64_t i = 0; i < whole.numel(); ++i) max_abs = std::max(max_abs, std::fabs(double{whole.f32()[i]}));
+  for (int64_t i = 0; i < whole.numel(); ++i)
+    max_abs = std::max(max_abs, std::fabs(double{whole.f32()[i]}));
   EXPECT_GT(max_abs, 0.0);
 }
 

@@ -95,7 +95,7 @@ struct RopeTable {
 };
 
 // Rotates the rope_dim values src[0..) by position pos into dst[0..) (may alias), pairs j =
-// first, first + stride, ...; out-of-table positions copy. Rounds like rope_kernel (elementwise.cu).
+// first, first + stride, ...; out-of-table positions copy. Rounds like elementwise.cu's rope.
 template <typename T>
 __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int32_t pos,
                                          RopeTable r, int first, int stride) {
@@ -138,8 +138,7 @@ __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStor
     const int64_t block = slot / p.block_size, off = slot % p.block_size;
     if (block >= p.num_blocks) return;
     const T* src = static_cast<const T*>(p.kv_a) + t * p.kv_ld + p.kv_col;
-    T* dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset +
-             off * p.entry_size;
+    T* dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size;
     const T* w = static_cast<const T*>(p.kv_a_norm);
     const int lat = p.latent_dim;
     // rms_norm_kernel's two passes (the second from L1), its rounding of y.
@@ -198,8 +197,7 @@ void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t strea
 
 void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>(p.tokens),
-                  1u + ceil_div(p.num_heads, kMlaHeadsPerCta));
+  const dim3 grid(static_cast<unsigned>(p.tokens), 1u + ceil_div(p.num_heads, kMlaHeadsPerCta));
   if (p.f32)
     mla_rope_store_kernel<float><<<grid, kMlaThreads, 0, stream>>>(p);
   else

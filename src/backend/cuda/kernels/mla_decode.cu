@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
     if (r < nr && c * 8 < dqk) {
       const int tok = q_begin + (row0 + r) / heads, h = (row0 + r) % heads;
       const int64_t qrow = int64_t{tok} * heads + h;
-      const bf16* src = c * 8 < dq ? p.q + qrow * dq + c * 8
-                                   : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
+      const bf16* src =
+          c * 8 < dq ? p.q + qrow * dq + c * 8 : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
       v = *reinterpret_cast<const uint4*>(src);
     }
     *reinterpret_cast<uint4*>(q_s + r * ld + c * 8) = v;
