@@ -113,15 +113,16 @@ TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
   prof.set_enabled(false);
   const auto stats = prof.stats();
   ASSERT_FALSE(stats.empty());
-  bool saw_route = false, saw_experts = false, saw_attention = false;
+  bool saw_route = false, saw_experts = false, saw_attention = false, saw_mla = false;
   for (const auto& s : stats) {
     EXPECT_GT(s.calls, 0) << s.key;
     EXPECT_GE(s.total_us, 0.0) << s.key;
     saw_route |= s.key.rfind("moe_route", 0) == 0;
     saw_experts |= s.key.rfind("moe_experts", 0) == 0;
     saw_attention |= s.key.rfind("paged_attention", 0) == 0;
+    saw_mla |= s.key.rfind("mla_rope_store", 0) == 0;
   }
-  EXPECT_TRUE(saw_route && saw_experts && saw_attention) << prof.table(50);
+  EXPECT_TRUE(saw_route && saw_experts && saw_attention && saw_mla) << prof.table(50);
   for (size_t i = 1; i < stats.size(); ++i) EXPECT_GE(stats[i - 1].total_us, stats[i].total_us);
   EXPECT_NE(prof.table(5).find("total over"), std::string::npos);
 }
