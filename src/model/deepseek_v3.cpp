@@ -235,8 +235,12 @@ class MlaModel final : public Model {
     Tensor q;  // with q_lora: q_b(rms_norm(q_a)) = [q_nope | q_pe] per head
     if (c.q_lora_rank > 0) {
       Tensor qa = q_part;
-      if (qa.is_null()) {
-        // TODO(#6): an rms_norm reading a row stride would read q_a in place.
+      if (qa.is_null() && t == 1) {
+        // One token (batch-1 decode): its q_a columns are contiguous, so a view of them; the norm
+        // below overwrites them in place, the latent and k_pe columns stay as they are.
+        qa = proj.reshape({qw + lat + dr, 1}).slice_rows(0, qw).reshape({1, qw});
+      } else if (qa.is_null()) {
+        // TODO(#6): an rms_norm reading a row stride would read q_a in place here too.
         qa = be.empty({t, qw}, dt);
         be.copy_columns(proj, 0, qa);
       }
