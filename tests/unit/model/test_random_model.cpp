@@ -97,6 +97,45 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ProfilingBackend forwards every op unchanged (same logits as the bare backend, enabled or not)
 // and, enabled, records each op the model calls: the MoE and MLA ops of a DeepSeek-V3 model.
+// The DeepSeek attention reads one token's q_a columns of the fused projection as a view and
+// copies them for more tokens (model/deepseek_v3.cpp): a decode step (1 token) gives the logits
+// of the same token as the last row of a 6-token prefill (up to GEMM summation order).
+TEST(RandomModelMla, DecodeStepEqualsLastRowOfPrefill) {
+  for (const char* arch : {"deepseek_v3", "deepseek_v2"}) {
+    const ModelConfig config = preset_config(arch, "tiny");
+    auto be = make_cpu_backend();
+    RandomWeights r;
+    r.seed = 9;
+    auto m = make_random_model(config, *be, r, {.max_context = 64});
+    const std::vector<float> two = run_two_steps(*m, *be);  // prefill 5, decode [9] at 5
+    const KvLayout layout = m->kv_layout(2, 16);
+    Tensor pool = be->zeros(
+        {layout.num_blocks, layout.num_layers, layout.block_size, layout.entry_size},
+        be->compute_dtype());
+    const std::vector<int32_t> ids{3, 1, 4, 1, 5, 9}, pos{0, 1, 2, 3, 4, 5};
+    PagedBatch b;
+    b.positions = ints(*be, pos);
+    b.slot_mapping = ints(*be, pos);
+    b.qo_indptr = ints(*be, {0, 6});
+    b.kv_indptr = ints(*be, {0, 1});
+    b.kv_indices = ints(*be, {0});
+    b.kv_last_len = ints(*be, {6});
+    b.num_seqs = 1;
+    b.num_tokens = 6;
+    b.max_kv_len = 6;
+    const Tensor whole = be->download(m->forward(ints(*be, ids), b, pool, ints(*be, {5})));
+    const size_t vocab = static_cast<size_t>(whole.numel());
+    ASSERT_EQ(two.size(), 2 * vocab) << arch;
+    double max_ref = 0.0, max_diff = 0.0;
+    for (size_t i = 0; i < vocab; ++i) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(whole.f32()[i])));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(whole.f32()[i]) - two[vocab + i]));
+    }
+    EXPECT_GT(max_ref, 0.0) << arch;
+    EXPECT_LE(max_diff, 1e-4 * max_ref) << arch;
+  }
+}
+
 TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
   const ModelConfig config = preset_config("deepseek_v3", "tiny");
   auto be = make_cpu_backend();
