@@ -109,9 +109,9 @@ TEST(RandomModelMla, DecodeStepEqualsLastRowOfPrefill) {
     auto m = make_random_model(config, *be, r, {.max_context = 64});
     const std::vector<float> two = run_two_steps(*m, *be);  // prefill 5, decode [9] at 5
     const KvLayout layout = m->kv_layout(2, 16);
-    Tensor pool = be->zeros(
-        {layout.num_blocks, layout.num_layers, layout.block_size, layout.entry_size},
-        be->compute_dtype());
+    Tensor pool =
+        be->zeros({layout.num_blocks, layout.num_layers, layout.block_size, layout.entry_size},
+                  be->compute_dtype());
     const std::vector<int32_t> ids{3, 1, 4, 1, 5, 9}, pos{0, 1, 2, 3, 4, 5};
     PagedBatch b;
     b.positions = ints(*be, pos);
@@ -129,7 +129,8 @@ TEST(RandomModelMla, DecodeStepEqualsLastRowOfPrefill) {
     double max_ref = 0.0, max_diff = 0.0;
     for (size_t i = 0; i < vocab; ++i) {
       max_ref = std::max(max_ref, std::fabs(static_cast<double>(whole.f32()[i])));
-      max_diff = std::max(max_diff, std::fabs(static_cast<double>(whole.f32()[i]) - two[vocab + i]));
+      max_diff =
+          std::max(max_diff, std::fabs(static_cast<double>(whole.f32()[i]) - two[vocab + i]));
     }
     EXPECT_GT(max_ref, 0.0) << arch;
     EXPECT_LE(max_diff, 1e-4 * max_ref) << arch;
