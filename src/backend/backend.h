@@ -52,7 +52,12 @@ struct PagedBatch {
 // positions [0, position]. Keys and values are read from the pool with explicit offsets so GQA
 // (separate K and V heads) and MLA (K = [latent, rope], V = latent, one shared head) use one op.
 struct PagedAttentionParams {
-  const Tensor* q = nullptr;  // [T, num_q_heads, head_dim_qk]
+  const Tensor* q = nullptr;  // [T, num_q_heads, head_dim_qk], or the first part (q_rope below)
+  // Optional second part of the query (MLA: the roped q_pe next to the absorbed q_lat, so neither
+  // is copied into one buffer): when set, q is [T, num_q_heads, head_dim_qk - rope_dim], q_rope
+  // is [T, num_q_heads, rope_dim] (rope_dim = q_rope->size(-1)), and the query of (t, h) is
+  // [q[t, h, :] | q_rope[t, h, :]]. Same results as attention on the concatenation.
+  const Tensor* q_rope = nullptr;
   Tensor* out = nullptr;      // [T, num_q_heads, head_dim_v]
   const Tensor* pool = nullptr;  // the KV pool, KvLayout order
   KvLayout layout;
@@ -85,6 +90,41 @@ struct QkvRopeStoreParams {
   const Tensor* k_norm = nullptr;   // [head_dim] or null
   float eps = 1e-6f;
   const Tensor* cos_sin = nullptr;  // [max_pos, head_dim], as for rope()
+  const PagedBatch* batch = nullptr;
+};
+
+// The attention prologue of multi-head latent attention (DeepSeek V2/V3, model/deepseek_v3.cpp)
+// as one op. Inputs are column ranges of 2-D row-major tensors, so both can be parts of one fused
+// projection output [T, q part | latent | k_pe] (the same tensor may be passed twice):
+//   q rows:  q[t, q_col + h * (nope_dim + rope_dim) + i], the per-head [q_nope | q_pe] (no q_lora:
+//            the fused projection; with q_lora: q_b's output, q_col = 0)
+//   kv_a:    kv_a[t, kv_col + i], i < latent_dim + rope_dim: [latent | k_pe] of kv_a_proj_with_mqa
+// Outputs:
+//   q_nope[t, h, :]  = q_nope part of head h, copied              [T, num_heads, nope_dim]
+//   q_pe[t, h, :]    = rope(q_pe part of head h)                  [T, num_heads, rope_dim]
+//   pool entry of token t in layer `layer`, elements [0, latent_dim + rope_dim):
+//                      [rms_norm(latent) · kv_a_norm (eps) | rope(k_pe)]
+// rope as Backend::rope over the rope_dim values (pairs (2i, 2i+1) when interleaved, else
+// (i, i + rope_dim/2)) at batch->positions[t]. Tokens with a negative slot (padding) write no KV.
+// Each step rounds to the storage dtype like the composed ops do (mla_rope_store_composed).
+struct MlaRopeStoreParams {
+  const Tensor* q = nullptr;     // [T, q_row_width] (any shape with T rows), q part at q_col
+  int32_t q_col = 0;             // first column of head 0's q_nope in each row of q
+  const Tensor* kv_a = nullptr;  // [T, kv_row_width], [latent | k_pe] at kv_col
+  int32_t kv_col = 0;
+  Tensor* q_nope = nullptr;  // [T, num_heads, nope_dim], contiguous
+  Tensor* q_pe = nullptr;    // [T, num_heads, rope_dim], contiguous
+  Tensor* pool = nullptr;    // the KV pool, KvLayout order; entry_size >= latent + rope
+  KvLayout layout;
+  int32_t layer = 0;
+  int32_t num_heads = 0;
+  int32_t nope_dim = 0;               // qk_nope_head_dim
+  int32_t rope_dim = 0;               // qk_rope_head_dim, even
+  int32_t latent_dim = 0;             // kv_lora_rank
+  const Tensor* kv_a_norm = nullptr;  // [latent_dim]
+  float eps = 1e-6f;
+  const Tensor* cos_sin = nullptr;  // [max_pos, rope_dim], as for rope()
+  bool interleaved = false;
   const PagedBatch* batch = nullptr;
 };
 
@@ -214,6 +254,9 @@ class Backend {
   // FusedLinearParams above. The reference is fused_linear_composed (rms_norm / silu_mul,
   // linear, add: the CPU backend's implementation); CUDA fuses small batches into one kernel.
   virtual void fused_linear(const FusedLinearParams& p) = 0;
+  // MlaRopeStoreParams above. The reference is mla_rope_store_composed (copy_columns, rms_norm,
+  // rope, store_kv: the CPU backend's implementation; any backend may use it); CUDA fuses it.
+  virtual void mla_rope_store(const MlaRopeStoreParams& p) = 0;
   // y[t, h] = w[h] · x[t, h]                        x [T, Hd, K], w [Hd, N, K], y [T, Hd, N]
   virtual void head_linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
   // Router: logits [T, E] f32 -> topk_ids [T, k] i32 and topk_weights [T, k] f32.
@@ -267,6 +310,8 @@ class Backend {
 void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p);
 // Backend::fused_linear as the composition of the backend's existing ops (the reference).
 void fused_linear_composed(Backend& be, const FusedLinearParams& p);
+// Backend::mla_rope_store as the composition of the backend's existing ops (the reference).
+void mla_rope_store_composed(Backend& be, const MlaRopeStoreParams& p);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // "cpu", "cuda" (bf16) or "cuda-fp32" (the fp32 verification mode: f32 activations, weights and

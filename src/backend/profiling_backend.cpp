@@ -137,6 +137,15 @@ void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
       },
       [&] { inner_.fused_linear(p); });
 }
+void ProfilingBackend::mla_rope_store(const MlaRopeStoreParams& p) {
+  timed(
+      [&] {
+        return std::string(fmt::format("mla_rope_store T={} heads {} d {}+{} latent {}",
+                                       p.batch->num_tokens, p.num_heads, p.nope_dim, p.rope_dim,
+                                       p.latent_dim));
+      },
+      [&] { inner_.mla_rope_store(p); });
+}
 void ProfilingBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   timed([&] { return std::string(fmt::format("head_linear [{}]·[{}]", dims(x), dims(w))); },
         [&] { inner_.head_linear(x, w, y); });

@@ -67,6 +67,7 @@ class ProfilingBackend : public Backend {
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
   void fused_linear(const FusedLinearParams& p) override;
+  void mla_rope_store(const MlaRopeStoreParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                  Tensor& topk_weights) override;

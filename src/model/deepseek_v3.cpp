@@ -19,9 +19,13 @@ namespace {
 
 struct MlaLayer {
   Tensor input_norm, post_norm;
-  Tensor q_proj;                   // [Hq·(dn+dr), H] when q_lora_rank == 0
-  Tensor q_a_proj, q_a_norm, q_b;  // [Lq, H], [Lq], [Hq·(dn+dr), Lq]
-  Tensor kv_a_proj;                // [L + dr, H]
+  // The projections of x: q_proj [Hq·(dn+dr), H] (q_lora_rank == 0) or q_a_proj [Lq, H], and
+  // kv_a_proj_with_mqa [L + dr, H]. Normally one weight q_kv_a = [q part ; kv_a] (Q + L + dr
+  // rows; one GEMM whose output columns are [q part | latent | k_pe]); q_in and kv_a_proj apart
+  // instead when concatenating would dequantize an FP8 weight the backend takes (load_layer).
+  Tensor q_kv_a;
+  Tensor q_in, kv_a_proj;
+  Tensor q_a_norm, q_b;            // [Lq], [Hq·(dn+dr), Lq] when q_lora_rank > 0
   Tensor kv_a_norm;                // [L]
   Tensor w_uk_t;                   // [Hq, L, dn]   (transposed k_nope rows of kv_b_proj)
   Tensor w_uv;                     // [Hq, dv, L]   (v rows of kv_b_proj)
@@ -118,14 +122,24 @@ class MlaModel final : public Model {
     L.input_norm = w.load(p + "input_layernorm.weight", {hidden});
     L.post_norm = w.load(p + "post_attention_layernorm.weight", {hidden});
     const std::string a = p + "self_attn.";
+    const std::string q_name = a + (c.q_lora_rank > 0 ? "q_a_proj.weight" : "q_proj.weight");
+    const std::string kv_name = a + "kv_a_proj_with_mqa.weight";
+    const Shape q_shape{q_width(), hidden}, kv_shape{lat + dr, hidden};
+    // Concatenated unless that turns an FP8 weight the backend takes into bf16: DeepSeek-V3 FP8
+    // on CUDA keeps q_a_proj (1536 rows) in FP8 but not kv_a (576 rows, no multiple of 128), so
+    // the pair could not stay FP8 and it keeps two GEMMs instead of doubling q_a_proj's bytes.
+    const bool concat = w.keeps_fp8({q_name, kv_name}, {q_shape, kv_shape}) ||
+                        !(w.keeps_fp8({q_name}, {q_shape}) || w.keeps_fp8({kv_name}, {kv_shape}));
+    if (concat) {
+      L.q_kv_a = w.load_concat_rows({q_name, kv_name}, {q_shape, kv_shape});
+    } else {
+      L.q_in = w.load(q_name, q_shape);
+      L.kv_a_proj = w.load(kv_name, kv_shape);
+    }
     if (c.q_lora_rank > 0) {
-      L.q_a_proj = w.load(a + "q_a_proj.weight", {c.q_lora_rank, hidden});
       L.q_a_norm = w.load(a + "q_a_layernorm.weight", {c.q_lora_rank});
       L.q_b = w.load(a + "q_b_proj.weight", {hq * (dn + dr), c.q_lora_rank});
-    } else {
-      L.q_proj = w.load(a + "q_proj.weight", {hq * (dn + dr), hidden});
     }
-    L.kv_a_proj = w.load(a + "kv_a_proj_with_mqa.weight", {lat + dr, hidden});
     L.kv_a_norm = w.load(a + "kv_a_layernorm.weight", {lat});
     // Split kv_b_proj [Hq·(dn+dv), L] into the absorbed per-head matrices.
     Tensor kv_b = w.load_host_f32(a + "kv_b_proj.weight", {hq * (dn + dv), lat});
@@ -185,51 +199,82 @@ class MlaModel final : public Model {
     return L;
   }
 
+  // Columns of the q projection's output: Hq·(dn+dr) (q_proj) or Lq (q_a_proj).
+  int64_t q_width() const {
+    const ModelConfig& c = config_;
+    return c.q_lora_rank > 0 ? c.q_lora_rank
+                             : c.num_attention_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim);
+  }
+
+  // Decode at batch 1 is launch-bound, so the block is few kernels (docs/cuda_backend.md):
+  //   linear [q | kv_a] -> (q_lora: rms_norm, q_b) -> mla_rope_store -> head_linear W_UK ->
+  //   paged_attention (q = q_lat, q_rope = q_pe) -> head_linear W_UV -> linear o_proj
   void attention(const MlaLayer& L, int32_t layer, const Tensor& h, const PagedBatch& batch,
                  Tensor& pool, const KvLayout& layout, Tensor& out) {
     Backend& be = backend_;
     const ModelConfig& c = config_;
     const DType dt = be.compute_dtype();
     const int64_t t = h.size(0), hq = c.num_attention_heads, dn = c.qk_nope_head_dim,
-                  dr = c.qk_rope_head_dim, dv = c.v_head_dim, lat = c.kv_lora_rank;
-    // q = [q_nope | q_pe] per head.
-    Tensor q = be.empty({t, hq, dn + dr}, dt);
-    if (c.q_lora_rank > 0) {
-      Tensor qa = be.empty({t, c.q_lora_rank}, dt);
-      be.linear(h, L.q_a_proj, nullptr, qa);
-      be.rms_norm(qa, L.q_a_norm, kLoraNormEps, qa);
-      be.linear(qa, L.q_b, nullptr, q);
+                  dr = c.qk_rope_head_dim, dv = c.v_head_dim, lat = c.kv_lora_rank, qw = q_width();
+    // The projections: [q part | latent | k_pe] per token, in one tensor or two.
+    Tensor proj, q_part, kv_a;
+    if (!L.q_kv_a.is_null()) {
+      proj = be.empty({t, qw + lat + dr}, dt);
+      be.linear(h, L.q_kv_a, nullptr, proj);
     } else {
-      be.linear(h, L.q_proj, nullptr, q);
+      q_part = be.empty({t, qw}, dt);
+      be.linear(h, L.q_in, nullptr, q_part);
+      kv_a = be.empty({t, lat + dr}, dt);
+      be.linear(h, L.kv_a_proj, nullptr, kv_a);
     }
-    be.rope(q, static_cast<int32_t>(dn), static_cast<int32_t>(dr), batch.positions, cos_sin_,
-            c.rope_interleave);
-    // The new tokens' cache entries: [normalised latent | roped k_pe].
-    Tensor kv = be.empty({t, lat + dr}, dt);
-    be.linear(h, L.kv_a_proj, nullptr, kv);
-    Tensor latent = be.empty({t, lat}, dt);
-    be.copy_columns(kv, 0, latent);
-    be.rms_norm(latent, L.kv_a_norm, kLoraNormEps, latent);
-    Tensor k_pe = be.empty({t, 1, dr}, dt);
-    be.copy_columns(kv, static_cast<int32_t>(lat), k_pe);
-    be.rope(k_pe, 0, static_cast<int32_t>(dr), batch.positions, cos_sin_, c.rope_interleave);
-    be.store_kv(latent, pool, layout, layer, 0, batch);
-    be.store_kv(k_pe, pool, layout, layer, static_cast<int32_t>(lat), batch);
-    // Absorb W_UK into the query: q_lat[t, h] = W_UK,hᵀ q_nope[t, h].
-    Tensor q_rows = q.reshape({t * hq, dn + dr});
-    Tensor q_nope = be.empty({t * hq, dn}, dt);
-    be.copy_columns(q_rows, 0, q_nope);
+    MlaRopeStoreParams rp;
+    rp.q = proj.is_null() ? &q_part : &proj;
+    rp.q_col = 0;
+    rp.kv_a = proj.is_null() ? &kv_a : &proj;
+    rp.kv_col = static_cast<int32_t>(proj.is_null() ? 0 : qw);
+    Tensor q;  // with q_lora: q_b(rms_norm(q_a)) = [q_nope | q_pe] per head
+    if (c.q_lora_rank > 0) {
+      Tensor qa = q_part;
+      if (qa.is_null() && t == 1) {
+        // One token (batch-1 decode): its q_a columns are contiguous, so a view of them; the norm
+        // below overwrites them in place, the latent and k_pe columns stay as they are.
+        qa = proj.reshape({qw + lat + dr, 1}).slice_rows(0, qw).reshape({1, qw});
+      } else if (qa.is_null()) {
+        // TODO(#6): an rms_norm reading a row stride would read q_a in place here too.
+        qa = be.empty({t, qw}, dt);
+        be.copy_columns(proj, 0, qa);
+      }
+      be.rms_norm(qa, L.q_a_norm, kLoraNormEps, qa);
+      q = be.empty({t, hq * (dn + dr)}, dt);
+      be.linear(qa, L.q_b, nullptr, q);
+      rp.q = &q;
+    }
+    // q_nope, roped q_pe, and the new tokens' cache entries [normalised latent | roped k_pe].
+    Tensor q_nope = be.empty({t, hq, dn}, dt);
+    Tensor q_pe = be.empty({t, hq, dr}, dt);
+    rp.q_nope = &q_nope;
+    rp.q_pe = &q_pe;
+    rp.pool = &pool;
+    rp.layout = layout;
+    rp.layer = layer;
+    rp.num_heads = static_cast<int32_t>(hq);
+    rp.nope_dim = static_cast<int32_t>(dn);
+    rp.rope_dim = static_cast<int32_t>(dr);
+    rp.latent_dim = static_cast<int32_t>(lat);
+    rp.kv_a_norm = &L.kv_a_norm;
+    rp.eps = kLoraNormEps;
+    rp.cos_sin = &cos_sin_;
+    rp.interleaved = c.rope_interleave;
+    rp.batch = &batch;
+    be.mla_rope_store(rp);
+    // Absorb W_UK into the query: q_lat[t, h] = W_UK,hᵀ q_nope[t, h]; attention reads the query
+    // [q_lat | q_pe] from the two tensors.
     Tensor q_lat = be.empty({t, hq, lat}, dt);
-    be.head_linear(q_nope.reshape({t, hq, dn}), L.w_uk_t, q_lat);
-    Tensor q_pe = be.empty({t * hq, dr}, dt);
-    be.copy_columns(q_rows, static_cast<int32_t>(dn), q_pe);
-    Tensor q_full = be.empty({t, hq, lat + dr}, dt);
-    Tensor q_full_rows = q_full.reshape({t * hq, lat + dr});
-    be.write_columns(q_lat.reshape({t * hq, lat}), q_full_rows, 0);
-    be.write_columns(q_pe, q_full_rows, static_cast<int32_t>(lat));
+    be.head_linear(q_nope, L.w_uk_t, q_lat);
     Tensor o_lat = be.empty({t, hq, lat}, dt);
     PagedAttentionParams ap;
-    ap.q = &q_full;
+    ap.q = &q_lat;
+    ap.q_rope = &q_pe;
     ap.out = &o_lat;
     ap.pool = &pool;
     ap.layout = layout;

@@ -701,6 +701,11 @@ MakeModelReport make_model(const MakeModelOptions& options) {
   spec.fp8 = spec.fp8 || options.fp8;
   DI_CHECK(options.vocab_size >= 0, "vocab size {} is negative", options.vocab_size);
   if (options.vocab_size > 0) spec.vocab_size = options.vocab_size;
+  if (options.q_lora_rank >= 0) {
+    DI_CHECK(spec.arch == "deepseek_v2" || spec.arch == "deepseek_v3",
+             "q_lora_rank applies to DeepSeek models, not {}", spec.arch);
+    spec.q_lora_rank = options.q_lora_rank;
+  }
   DI_CHECK(options.max_shard_bytes > 0, "the maximum shard size must be positive");
   DI_CHECK(options.dry_run || !options.out_dir.empty(), "an output directory is required");
 

@@ -127,6 +127,7 @@ struct MakeModelOptions {
   bool dry_run = false;                      // plan and report; write nothing
   bool config_only = false;  // write config.json + generation_config.json, no weights (serve --random-weights)
   int64_t vocab_size = 0;    // > 0: replaces the preset's (to match a tokenizer we have)
+  int64_t q_lora_rank = -1;  // >= 0: replaces a DeepSeek preset's (tests of weight layouts)
   bool progress = true;                      // a progress bar on stderr for writes over 256 MB
 };
 

@@ -97,21 +97,33 @@ Tensor WeightLoader::load_host_f32(const std::string& name, const Shape& shape) 
   return out;
 }
 
-Tensor WeightLoader::try_load_fp8(const std::vector<std::string>& names,
-                                  const std::vector<Shape>& shapes) {
-  constexpr int64_t kBlock = 128;
-  if (names.empty() || names.size() != shapes.size()) return Tensor();
-  if (config_.fp8_block_n != kBlock || config_.fp8_block_k != kBlock) return Tensor();
+namespace {
+constexpr int64_t kFp8Block = 128;
+}  // namespace
+
+bool WeightLoader::keeps_fp8(const std::vector<std::string>& names,
+                             const std::vector<Shape>& shapes) const {
+  if (random_ != nullptr || names.empty() || names.size() != shapes.size()) return false;
+  if (config_.fp8_block_n != kFp8Block || config_.fp8_block_k != kFp8Block) return false;
   const int64_t cols = shapes[0].size() == 2 ? shapes[0][1] : -1;
   int64_t rows = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     const Shape& s = shapes[i];
-    if (s.size() != 2 || s[1] != cols || s[0] % kBlock != 0) return Tensor();
-    if (!ck_.has(names[i]) || !ck_.has(names[i] + "_scale_inv")) return Tensor();
-    if (ck_.entry(names[i]).dtype != DType::kFP8E4M3) return Tensor();
+    if (s.size() != 2 || s[1] != cols || s[0] % kFp8Block != 0) return false;
+    if (!ck_.has(names[i]) || !ck_.has(names[i] + "_scale_inv")) return false;
+    if (ck_.entry(names[i]).dtype != DType::kFP8E4M3) return false;
     rows += s[0];
   }
-  if (cols <= 0 || !backend_.supports_fp8_block_linear(rows, cols)) return Tensor();
+  return cols > 0 && backend_.supports_fp8_block_linear(rows, cols);
+}
+
+Tensor WeightLoader::try_load_fp8(const std::vector<std::string>& names,
+                                  const std::vector<Shape>& shapes) {
+  constexpr int64_t kBlock = kFp8Block;
+  if (!keeps_fp8(names, shapes)) return Tensor();
+  const int64_t cols = shapes[0][1];
+  int64_t rows = 0;
+  for (const Shape& s : shapes) rows += s[0];
   // Scales: the checkpoint's [rows/128, kb] with rows padded to kb4 (tensor.h, block_scales()).
   const int64_t kb = (cols + kBlock - 1) / kBlock, kb4 = fp8_block_scale_cols(cols);
   Tensor q = Tensor::empty({rows, cols}, DType::kFP8E4M3);

@@ -55,6 +55,9 @@ class WeightLoader {
   Tensor load_host_f32(const std::string& name, const Shape& shape);
   // Row-wise concatenation of several [rows_i, cols] tensors into one [Σ rows_i, cols].
   Tensor load_concat_rows(const std::vector<std::string>& names, const std::vector<Shape>& shapes);
+  // Whether load_concat_rows(names, shapes) (load() for one name) keeps the weight in FP8 on
+  // this backend: the conditions at the top of this file. False for random weights.
+  bool keeps_fp8(const std::vector<std::string>& names, const std::vector<Shape>& shapes) const;
   // Stacks per-expert weights: prefix + "{e}." + suffix for e in [0, num_experts).
   ExpertWeights load_experts(const std::string& prefix, int64_t num_experts, int64_t hidden,
                              int64_t inter);

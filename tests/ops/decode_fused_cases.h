@@ -1,6 +1,7 @@
 #pragma once
 // Op cases of the fused decode ops (issue #5), included by test_backend_ops.cpp after its own
 // cases (needs OpCase, PagedSetup). Registered in all_cases() by add_decode_fused_cases().
+#include <algorithm>
 #include <cmath>
 
 namespace di::testing {
@@ -53,11 +54,133 @@ struct TestQkvRopeStore : OpCase {
   }
 };
 
+// Backend::mla_rope_store (fused on CUDA) vs the CPU's composition. Where the inputs live:
+//   kFused:    one [T, hq·(dn+dr) + lat + dr] buffer (the concatenated q_proj | kv_a GEMM)
+//   kSeparate: q [T, hq, dn+dr] and kv_a [T, lat + dr], contiguous (q_b's output, a kv_a GEMM)
+//   kOffsets:  one buffer [T, 3 + lat + dr + hq·(dn+dr) + 1], kv_a at column 3, q after it
+// Batches: T = 1 / 3 / 33 new tokens over block sizes 1 / 16 / 64; T > 1 ends with a padding row
+// (slot -1, a sequence without blocks) that must write no KV. Outputs: q_nope (a copy: exact),
+// q_pe, the new tokens' pool entries, and the rest of the pool (untouched: exact).
+struct TestMlaRopeStore : OpCase {
+  enum class Src { kFused, kSeparate, kOffsets };
+  int32_t block_size, hq, dn, dr, lat, num_new;
+  bool interleaved;
+  Src src;
+  TestMlaRopeStore(int32_t bs, int32_t q, int32_t nope, int32_t rope, int32_t latent, int32_t t,
+                   bool il, Src where)
+      : block_size(bs),
+        hq(q),
+        dn(nope),
+        dr(rope),
+        lat(latent),
+        num_new(t),
+        interleaved(il),
+        src(where) {}
+  std::string name() const override {
+    const char* where = src == Src::kFused      ? "fused"
+                        : src == Src::kSeparate ? "separate"
+                                                : "offsets";
+    return "mla_rope_store_bs" + std::to_string(block_size) + "_hq" + std::to_string(hq) + "_d" +
+           std::to_string(dn) + "+" + std::to_string(dr) + "_lat" + std::to_string(lat) + "_t" +
+           std::to_string(num_new) + (interleaved ? "_interleaved" : "_half") + "_" + where;
+  }
+  std::vector<Output> run(Backend& be) const override {
+    const int32_t entry = lat + dr, layers = 3, max_pos = 300, dqk = dn + dr;
+    using P = std::vector<std::pair<int, int>>;
+    const P seqs = num_new == 1   ? P{{40, 1}}
+                   : num_new == 3 ? P{{40, 1}, {7, 1}}
+                                  : P{{0, 30}, {63, 2}};
+    PagedSetup s(seqs, block_size, layers, entry);
+    if (num_new > 1) {  // a padding row: a graph bucket's unused sequence
+      s.positions.push_back(0);
+      s.slots.push_back(-1);
+      ++s.num_tokens;
+      s.qo.push_back(s.num_tokens);
+      s.kv_ptr.push_back(s.kv_ptr.back());
+      s.last.push_back(0);
+    }
+    DI_CHECK(s.num_tokens == num_new, "mla_rope_store case: {} tokens, want {}", s.num_tokens,
+             num_new);
+    PagedBatch b = s.make(be);
+    const int64_t t = s.num_tokens, qw = int64_t{hq} * dqk;
+    Tensor pool = act(be, host_random({s.layout.num_blocks, layers, block_size, entry}, 41));
+    Tensor norm = act(be, host_random({lat}, 42));
+    Tensor cs_host = Tensor::empty({max_pos, dr}, DType::kF32);
+    for (int32_t p = 0; p < max_pos; ++p)
+      for (int32_t j = 0; j < dr / 2; ++j) {
+        const double a = p * std::pow(10000.0, -2.0 * j / dr);
+        cs_host.f32()[p * dr + j] = static_cast<float>(std::cos(a));
+        cs_host.f32()[p * dr + dr / 2 + j] = static_cast<float>(std::sin(a));
+      }
+    Tensor cos_sin = be.upload(cs_host, DType::kF32);
+    Tensor buf, q, kv;
+    MlaRopeStoreParams p;
+    if (src == Src::kSeparate) {
+      q = act(be, host_random({t, hq, dqk}, 43, 2.0f));
+      kv = act(be, host_random({t, entry}, 44, 2.0f));
+      p.q = &q;
+      p.kv_a = &kv;
+    } else {
+      const int64_t width = src == Src::kFused ? qw + entry : 3 + entry + qw + 1;
+      buf = act(be, host_random({t, width}, 45, 2.0f));
+      p.q = &buf;
+      p.kv_a = &buf;
+      p.q_col = static_cast<int32_t>(src == Src::kFused ? 0 : 3 + entry);
+      p.kv_col = static_cast<int32_t>(src == Src::kFused ? qw : 3);
+    }
+    Tensor q_nope = be.empty({t, hq, dn}, be.compute_dtype());
+    Tensor q_pe = be.empty({t, hq, dr}, be.compute_dtype());
+    p.q_nope = &q_nope;
+    p.q_pe = &q_pe;
+    p.pool = &pool;
+    p.layout = s.layout;
+    p.layer = 1;
+    p.num_heads = hq;
+    p.nope_dim = dn;
+    p.rope_dim = dr;
+    p.latent_dim = lat;
+    p.kv_a_norm = &norm;
+    p.eps = 1e-6f;
+    p.cos_sin = &cos_sin;
+    p.interleaved = interleaved;
+    p.batch = &b;
+    be.mla_rope_store(p);
+    // The new tokens' entries apart from the rest of the pool (which must be untouched).
+    Tensor rest = be.download(pool);
+    int64_t stored = 0;
+    for (int32_t slot : s.slots) stored += slot >= 0;
+    Tensor entries = Tensor::empty({stored, entry}, DType::kF32);
+    int64_t row = 0;
+    for (int32_t slot : s.slots) {
+      if (slot < 0) continue;
+      float* e = rest.f32() + (slot / block_size) * s.layout.block_stride() +
+                 s.layout.layer_offset(1) + int64_t{slot % block_size} * entry;
+      std::copy(e, e + entry, entries.f32() + row++ * entry);
+      std::fill(e, e + entry, 0.0f);
+    }
+    return {out(be, "q_nope", q_nope, Check::kExact), out(be, "q_pe", q_pe, Check::kBf16),
+            Output{"entries", entries, Check::kBf16}, Output{"pool_rest", rest, Check::kExact}};
+  }
+};
+
 void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestQkvRopeStore(16, 32, 8, 128, false));  // Llama-3.1-8B heads
   c.emplace_back(new TestQkvRopeStore(1, 3, 1, 16, true));      // the qwen3 golden
   c.emplace_back(new TestQkvRopeStore(64, 4, 2, 256, true));
   c.emplace_back(new TestQkvRopeStore(16, 5, 1, 64, false));
+  using Src = TestMlaRopeStore::Src;
+  // DeepSeek-V2-Lite's MLA dims (hq 16, 128 + 64, latent 512), interleaved rope as the model.
+  for (int32_t bs : {1, 16, 64})
+    for (int32_t t : {1, 3, 33})
+      c.emplace_back(new TestMlaRopeStore(bs, 16, 128, 64, 512, t, true, Src::kFused));
+  c.emplace_back(new TestMlaRopeStore(16, 16, 128, 64, 512, 33, false, Src::kFused));
+  c.emplace_back(new TestMlaRopeStore(64, 16, 128, 64, 512, 3, true, Src::kSeparate));
+  c.emplace_back(new TestMlaRopeStore(16, 128, 128, 64, 512, 3, true, Src::kSeparate));  // V3 heads
+  // The goldens' dims (3 heads, 16 + 8, latent 32) and odd ones (9 heads: a partial CTA of heads).
+  c.emplace_back(new TestMlaRopeStore(16, 3, 16, 8, 32, 33, true, Src::kFused));
+  c.emplace_back(new TestMlaRopeStore(1, 9, 7, 6, 33, 3, false, Src::kOffsets));
+  c.emplace_back(new TestMlaRopeStore(64, 5, 24, 10, 47, 33, true, Src::kOffsets));
+  c.emplace_back(new TestMlaRopeStore(16, 5, 24, 10, 47, 1, false, Src::kSeparate));
 }
 
 }  // namespace

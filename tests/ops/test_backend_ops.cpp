@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 
+#include "backend/profiling_backend.h"
 #include "op_case.h"
 #include "sampling/sampler.h"
 
@@ -295,12 +296,23 @@ struct TestPagedAttention : OpCase {
   int32_t hq, hkv, dqk, dv, block_size;
   bool mla;
   std::vector<std::pair<int, int>> seqs;  // (cached, new)
-  TestPagedAttention(std::string l, int32_t q, int32_t kv, int32_t dk, int32_t dv_, bool m, int32_t bs,
-                     std::vector<std::pair<int, int>> s)
-      : label(std::move(l)), hq(q), hkv(kv), dqk(dk), dv(dv_), block_size(bs), mla(m), seqs(std::move(s)) {}
+  int32_t rope_split;  // > 0: the query as q [.., dqk - rope_split] + q_rope [.., rope_split]
+  TestPagedAttention(std::string l, int32_t q, int32_t kv, int32_t dk, int32_t dv_, bool m,
+                     int32_t bs, std::vector<std::pair<int, int>> s, int32_t split = 0)
+      : label(std::move(l)),
+        hq(q),
+        hkv(kv),
+        dqk(dk),
+        dv(dv_),
+        block_size(bs),
+        mla(m),
+        seqs(std::move(s)),
+        rope_split(split) {}
   std::string name() const override {
-    return "paged_attention_" + label + "_hq" + std::to_string(hq) + "_hkv" + std::to_string(hkv) + "_d" +
-           std::to_string(dqk) + "x" + std::to_string(dv) + "_bs" + std::to_string(block_size);
+    return "paged_attention_" + label + "_hq" + std::to_string(hq) + "_hkv" + std::to_string(hkv) +
+           "_d" + std::to_string(dqk) + "x" + std::to_string(dv) + "_bs" +
+           std::to_string(block_size) +
+           (rope_split > 0 ? "_qrope" + std::to_string(rope_split) : "");
   }
   std::vector<Output> run(Backend& be) const override {
     const int32_t entry = mla ? dqk : 2 * hkv * dqk;
@@ -308,10 +320,24 @@ struct TestPagedAttention : OpCase {
     PagedSetup s(seqs, block_size, layers, entry);
     PagedBatch b = s.make(be);
     Tensor pool = act(be, host_random({s.layout.num_blocks, layers, block_size, entry}, 31));
-    Tensor q = act(be, host_random({s.num_tokens, hq, dqk}, 32));
+    // The same query values either way (seed 32), split into two tensors when asked.
+    const Tensor q_host = host_random({s.num_tokens, hq, dqk}, 32);
+    const int32_t dq = dqk - rope_split;
+    Tensor q_main = Tensor::empty({s.num_tokens, hq, dq}, DType::kF32);
+    Tensor q_rope_host = Tensor::empty({s.num_tokens, hq, std::max(rope_split, 1)}, DType::kF32);
+    for (int64_t r = 0; r < int64_t{s.num_tokens} * hq; ++r)
+      for (int32_t i = 0; i < dqk; ++i) {
+        if (i < dq)
+          q_main.f32()[r * dq + i] = q_host.f32()[r * dqk + i];
+        else
+          q_rope_host.f32()[r * rope_split + i - dq] = q_host.f32()[r * dqk + i];
+      }
+    Tensor q = act(be, rope_split > 0 ? q_main : q_host);
+    Tensor q_rope = act(be, q_rope_host);
     Tensor o = be.empty({s.num_tokens, hq, dv}, be.compute_dtype());
     PagedAttentionParams p;
     p.q = &q;
+    p.q_rope = rope_split > 0 ? &q_rope : nullptr;
     p.out = &o;
     p.pool = &pool;
     p.layout = s.layout;
@@ -463,6 +489,15 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestPagedAttention("mla_decode_split", 128, 1, 576, 512, true, 64, P{{1500, 1}}));
   add(new TestPagedAttention("mla_prefill", 16, 1, 576, 512, true, 16, P{{0, 40}, {93, 7}}));
   add(new TestPagedAttention("mla_prefill_bs1", 8, 1, 576, 512, true, 1, P{{0, 20}, {5, 3}}));
+  // MLA with the query in two parts (q_lat, q_pe): the decode kernel reads both; prefill, GQA and
+  // the fp32 mode concatenate them first. Same CPU numbers as the cases above.
+  add(new TestPagedAttention("mla_decode", 16, 1, 576, 512, true, 64, P{{96, 1}, {512, 1}, {0, 1}},
+                             64));
+  add(new TestPagedAttention("mla_decode_split", 128, 1, 576, 512, true, 16, P{{1500, 1}, {3, 2}},
+                             64));
+  add(new TestPagedAttention("mla_decode_golden", 3, 1, 40, 32, true, 1, P{{10, 1}, {70, 1}}, 8));
+  add(new TestPagedAttention("mla_prefill", 16, 1, 576, 512, true, 16, P{{0, 40}, {93, 7}}, 64));
+  add(new TestPagedAttention("gqa_decode_bs1", 8, 2, 64, 64, false, 1, P{{96, 1}, {40, 1}}, 16));
   add(new TestHeadLinear(7, 16, 128, 512));
   add(new TestHeadLinear(5, 16, 512, 128));
   add(new TestHeadLinear(1, 128, 128, 512));
@@ -627,6 +662,64 @@ TEST_P(BackendOpsFp32, MatchesCpuTightly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BackendOpsFp32, ::testing::ValuesIn(all_cases()), case_name);
+
+// The CPU side of the MLA prologue and split-query cases runs everywhere (shapes accepted, outputs
+// finite and not all zero), so the table is checked where it is built, without a GPU.
+TEST(BackendOpsTable, MlaCpuReferencesRun) {
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    const std::string n = c->name();
+    if (n.find("mla_rope_store") == std::string::npos && n.find("qrope") == std::string::npos)
+      continue;
+    for (const Output& o : cpu_reference(*c)) {
+      double max_abs = 0.0;
+      for (int64_t i = 0; i < o.value.numel(); ++i) {
+        ASSERT_TRUE(std::isfinite(o.value.f32()[i])) << n << " " << o.name;
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(o.value.f32()[i])));
+      }
+      EXPECT_GT(max_abs, 0.0) << n << " " << o.name;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 21);
+}
+
+// The fused CUDA mla_rope_store against the same backend's composition of its other ops
+// (mla_rope_store_composed): copies and the untouched pool bit-equal, roped / normalised values
+// within one bf16 ulp (the composed rms_norm reduces over another thread count).
+class ComposedMlaBackend final : public ProfilingBackend {
+ public:
+  explicit ComposedMlaBackend(Backend& inner) : ProfilingBackend(inner) {}
+  void mla_rope_store(const MlaRopeStoreParams& p) override { mla_rope_store_composed(*this, p); }
+};
+
+TEST(FusedMlaRopeStore, MatchesComposedOnGpu) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  ComposedMlaBackend composed(*be);
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    if (c->name().find("mla_rope_store") == std::string::npos) continue;
+    const std::vector<Output> fused = c->run(*be), ref = c->run(composed);
+    ASSERT_EQ(fused.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      int64_t bad = 0;
+      for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
+        const float x = ref[i].value.f32()[j], y = fused[i].value.f32()[j];
+        const float tol = ref[i].check == Check::kExact
+                              ? 0.0f
+                              : std::ldexp(std::max(std::fabs(x), std::fabs(y)), -7);
+        bad += !(std::fabs(x - y) <= tol);
+      }
+      std::printf("[op] %-60s %-12s fused_vs_composed_bad=%lld of %lld %s\n", c->name().c_str(),
+                  ref[i].name.c_str(), static_cast<long long>(bad),
+                  static_cast<long long>(ref[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "'";
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 16);
+}
 
 // ---- sampling on the GPU vs the CPU sampler ------------------------------------------------------
 

@@ -3,7 +3,8 @@
 // entry start, dv < dqk, <= 8 new tokens per sequence) to it. Shapes: the real 512 + 64 latent,
 // the goldens' 32 + 8 (deepseek_v2 / v3 fixtures) and 64 + 16 (demo model), and 128 + 32; heads
 // 1 / 3 / 5 / 16 / 20 / 128; contexts 1, 63, 64, 65, 2048; block sizes 1 / 16 / 64; ragged batches
-// with an idle sequence and several new tokens per sequence. Skipped without a GPU.
+// with an idle sequence and several new tokens per sequence; the query whole or split into
+// (q_lat, q_pe) (PagedAttentionParams::q_rope). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,15 +83,27 @@ struct MlaCase {
 // Runs the MLA attention of layer 1 over a random pool (identical on both backends) and returns
 // out [T, heads, latent] on the host. The pool's values are seeded by the sequence lengths'
 // position, so a sequence sees the same cache wherever it sits in the batch.
-Tensor run_mla(Backend& be, const MlaCase& c, uint64_t seed = 31) {
+// split_q: the same query passed as q = its latent part [T, heads, latent] and q_rope = its rope
+// part [T, heads, rope] (PagedAttentionParams::q_rope, as the DeepSeek model does).
+Tensor run_mla(Backend& be, const MlaCase& c, uint64_t seed = 31, bool split_q = false) {
   const int32_t dqk = c.latent + c.rope, entry = dqk;
   MlaBatch s(c.seqs, c.block_size, entry);
   PagedBatch b = s.make(be);
   Tensor pool = act(be, host_random({s.layout.num_blocks, 2, c.block_size, entry}, seed));
-  Tensor q = act(be, host_random({s.num_tokens, c.heads, dqk}, seed + 1));
+  const Tensor q_host = host_random({s.num_tokens, c.heads, dqk}, seed + 1);
+  Tensor q_lat_host = Tensor::empty({s.num_tokens, c.heads, c.latent}, DType::kF32);
+  Tensor q_pe_host = Tensor::empty({s.num_tokens, c.heads, c.rope}, DType::kF32);
+  for (int64_t r = 0; r < int64_t{s.num_tokens} * c.heads; ++r) {
+    const float* row = q_host.f32() + r * dqk;
+    std::copy(row, row + c.latent, q_lat_host.f32() + r * c.latent);
+    std::copy(row + c.latent, row + dqk, q_pe_host.f32() + r * c.rope);
+  }
+  Tensor q = act(be, split_q ? q_lat_host : q_host);
+  Tensor q_pe = act(be, q_pe_host);
   Tensor o = be.empty({s.num_tokens, c.heads, c.latent}, be.compute_dtype());
   PagedAttentionParams p;
   p.q = &q;
+  p.q_rope = split_q ? &q_pe : nullptr;
   p.out = &o;
   p.pool = &pool;
   p.layout = s.layout;
@@ -161,6 +174,23 @@ TEST_P(MlaDecode, MatchesCpu) {
                   << m.max_ref << ") non-finite " << m.mismatches << " of " << m.n;
 }
 
+// The query in two tensors (q_lat, q_pe: what the DeepSeek model passes) gives bit-identical
+// rows to the concatenated query on the GPU (the kernel stages the same values) and on the CPU.
+TEST_P(MlaDecode, SplitQueryEqualsConcatenated) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device";
+  const MlaCase& c = GetParam();
+  const Tensor whole = run_mla(*be, c), split = run_mla(*be, c, 31, true);
+  ASSERT_EQ(whole.numel(), split.numel());
+  int64_t differ = 0;
+  for (int64_t i = 0; i < whole.numel(); ++i) differ += whole.f32()[i] != split.f32()[i];
+  std::printf("[mla] %-44s split_q differing=%lld of %lld %s\n", c.name().c_str(),
+              static_cast<long long>(differ), static_cast<long long>(whole.numel()),
+              differ == 0 ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  EXPECT_EQ(differ, 0) << c.name() << ": q + q_rope differs from the concatenated query";
+}
+
 // The CPU side of every case runs (shapes accepted, finite, not all zero) even without a GPU, so
 // the table itself is checked where it is built.
 TEST(MlaDecodeCases, CpuReferenceRuns) {
@@ -173,6 +203,9 @@ TEST(MlaDecodeCases, CpuReferenceRuns) {
       max_abs = std::max(max_abs, static_cast<double>(std::fabs(ref.f32()[i])));
     }
     EXPECT_GT(max_abs, 0.0) << c.name();
+    const Tensor split = run_mla(*cpu, c, 31, true);
+    for (int64_t i = 0; i < ref.numel(); ++i)
+      ASSERT_EQ(ref.f32()[i], split.f32()[i]) << c.name() << ": split query, element " << i;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -257,6 +258,15 @@ void CpuBackend::paged_attention(const PagedAttentionParams& p) {
   const KvLayout& L = p.layout;
   DI_CHECK(p.num_q_heads % p.num_kv_heads == 0, "attention: {} q heads over {} kv heads",
            p.num_q_heads, p.num_kv_heads);
+  // The query of (t, h) is q's row, then (if given) q_rope's row: dims [0, dq) and [dq, dqk).
+  const int64_t dr = p.q_rope != nullptr ? p.q_rope->size(-1) : 0, dq = p.head_dim_qk - dr;
+  if (p.q_rope != nullptr) check_f32(*p.q_rope, "q_rope");
+  DI_CHECK(
+      dq >= 0 && p.q->numel() == int64_t{b.num_tokens} * p.num_q_heads * dq &&
+          (p.q_rope == nullptr || p.q_rope->numel() == int64_t{b.num_tokens} * p.num_q_heads * dr),
+      "attention: q {} / q_rope {} for {} tokens x {} heads x {}", p.q->describe(),
+      p.q_rope ? p.q_rope->describe() : std::string("none"), b.num_tokens, p.num_q_heads,
+      p.head_dim_qk);
   const int32_t group = p.num_q_heads / p.num_kv_heads;
   const int32_t* qo = b.qo_indptr.data<int32_t>();
   const int32_t* kv_ptr = b.kv_indptr.data<int32_t>();
@@ -288,7 +298,8 @@ void CpuBackend::paged_attention(const PagedAttentionParams& p) {
       const int64_t upto = pos[tok] + 1;  // causal: cache positions [0, pos]
       DI_CHECK(upto <= kv_len, "attention: token at position {} but only {} cached", pos[tok],
                kv_len);
-      const float* q = p.q->f32() + (tok * p.num_q_heads + h) * dqk;
+      const float* q = p.q->f32() + (tok * p.num_q_heads + h) * dq;
+      const float* q_rope = dr > 0 ? p.q_rope->f32() + (tok * p.num_q_heads + h) * dr : nullptr;
       scores.resize(static_cast<size_t>(upto));
       float max_score = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < upto; ++j) {
@@ -297,7 +308,8 @@ void CpuBackend::paged_attention(const PagedAttentionParams& p) {
                              (j % L.block_size) * L.entry_size;
         const float* k = entry + p.k_offset + kvh * p.kv_head_stride;
         float dot = 0.0f;
-        for (int64_t d = 0; d < dqk; ++d) dot += q[d] * k[d];
+        for (int64_t d = 0; d < dq; ++d) dot += q[d] * k[d];
+        for (int64_t d = dq; d < dqk; ++d) dot += q_rope[d - dq] * k[d];
         scores[static_cast<size_t>(j)] = dot * p.scale;
         max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
       }
@@ -526,6 +538,47 @@ void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p) {
   be.rope(k, 0, static_cast<int32_t>(d), p.batch->positions, *p.cos_sin, false);
   be.store_kv(k, *p.pool, p.layout, p.layer, 0, *p.batch);
   be.store_kv(v, *p.pool, p.layout, p.layer, static_cast<int32_t>(hkv * d), *p.batch);
+}
+
+void mla_rope_store_composed(Backend& be, const MlaRopeStoreParams& p) {
+  DI_CHECK(p.q && p.kv_a && p.q_nope && p.q_pe && p.pool && p.kv_a_norm && p.cos_sin && p.batch,
+           "mla_rope_store: missing q/kv_a/q_nope/q_pe/pool/kv_a_norm/cos_sin/batch");
+  const int64_t t = p.batch->num_tokens, hq = p.num_heads, dn = p.nope_dim, dr = p.rope_dim,
+                lat = p.latent_dim, dqk = dn + dr;
+  DI_CHECK(hq > 0 && dn > 0 && dr > 0 && dr % 2 == 0 && lat > 0 &&
+               p.q_nope->numel() == t * hq * dn && p.q_pe->numel() == t * hq * dr &&
+               p.kv_a_norm->numel() == lat && lat + dr <= p.layout.entry_size,
+           "mla_rope_store: {} heads x ({} + {}), latent {}, q_nope {} q_pe {} norm {} entry {}",
+           hq, dn, dr, lat, p.q_nope->describe(), p.q_pe->describe(), p.kv_a_norm->describe(),
+           p.layout.entry_size);
+  if (t == 0) return;
+  const int64_t q_width = p.q->numel() / t, kv_width = p.kv_a->numel() / t;
+  DI_CHECK(
+      q_width * t == p.q->numel() && p.q_col >= 0 && p.q_col + hq * dqk <= q_width &&
+          kv_width * t == p.kv_a->numel() && p.kv_col >= 0 && p.kv_col + lat + dr <= kv_width,
+      "mla_rope_store: q {} (q part at {}, {} wide) / kv_a {} ([latent | k_pe] at {}, {} wide) "
+      "for {} tokens",
+      p.q->describe(), p.q_col, hq * dqk, p.kv_a->describe(), p.kv_col, lat + dr, t);
+  const DType dt = p.q->dtype();
+  const PagedBatch& b = *p.batch;
+  // q: [q_nope | q_pe] per head, rope on the q_pe part, then the two parts apart.
+  Tensor q = be.empty({t, hq, dqk}, dt);
+  be.copy_columns(p.q->reshape({t, q_width}), p.q_col, q);
+  be.rope(q, static_cast<int32_t>(dn), static_cast<int32_t>(dr), b.positions, *p.cos_sin,
+          p.interleaved);
+  const Tensor q_rows = q.reshape({t * hq, dqk});
+  be.copy_columns(q_rows, 0, *p.q_nope);
+  be.copy_columns(q_rows, static_cast<int32_t>(dn), *p.q_pe);
+  // The new tokens' cache entries: [normalised latent | roped k_pe].
+  const Tensor kv = p.kv_a->reshape({t, kv_width});
+  Tensor latent = be.empty({t, lat}, dt);
+  be.copy_columns(kv, p.kv_col, latent);
+  be.rms_norm(latent, *p.kv_a_norm, p.eps, latent);
+  Tensor k_pe = be.empty({t, 1, dr}, dt);
+  be.copy_columns(kv, static_cast<int32_t>(p.kv_col + lat), k_pe);
+  be.rope(k_pe, 0, static_cast<int32_t>(dr), b.positions, *p.cos_sin, p.interleaved);
+  be.store_kv(latent, *p.pool, p.layout, p.layer, 0, b);
+  be.store_kv(k_pe, *p.pool, p.layout, p.layer, static_cast<int32_t>(lat), b);
 }
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

@@ -34,6 +34,7 @@ class CpuBackend final : public Backend {
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override { qkv_rope_store_composed(*this, p); }
   void fused_linear(const FusedLinearParams& p) override { fused_linear_composed(*this, p); }
+  void mla_rope_store(const MlaRopeStoreParams& p) override { mla_rope_store_composed(*this, p); }
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                  Tensor& topk_weights) override;

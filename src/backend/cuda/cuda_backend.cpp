@@ -445,7 +445,12 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
     const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
     return !(env && std::strcmp(env, "0") == 0);
   }();
-  if (!(kMlaKernel && b.num_tokens <= 8 * b.num_seqs &&
+  // A split query (q_rope) is read from its two parts in 16-byte chunks.
+  const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
+  const bool q_parts_ok =
+      p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
+                              reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
+  if (!(kMlaKernel && q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
                              p.layout.entry_size) &&
         reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
@@ -462,6 +467,8 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
   char* base = mptr<char>(ws);
   MlaDecodeParams k{};
   k.q = cptr<bf16_t>(*p.q);
+  k.q_rope = p.q_rope != nullptr ? cptr<bf16_t>(*p.q_rope) : nullptr;
+  k.dq = p.head_dim_qk - dr;
   k.out = mptr<bf16_t>(*p.out);
   k.pool = cptr<bf16_t>(*p.pool);
   k.block_stride = p.layout.block_stride();
@@ -494,6 +501,20 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
   return true;
 }
 
+// Attention with a split query (PagedAttentionParams::q_rope) on a kernel that reads one query
+// tensor: the concatenation [q | q_rope] in a temporary (two column writes), then the usual path.
+void paged_attention_concat_q(CudaBackend& be, const PagedAttentionParams& p) {
+  const int64_t t = p.batch->num_tokens, dq = p.head_dim_qk - p.q_rope->size(-1);
+  Tensor q = be.empty({t, p.num_q_heads, p.head_dim_qk}, p.q->dtype());
+  Tensor rows = q.reshape({t * p.num_q_heads, p.head_dim_qk});
+  be.write_columns(*p.q, rows, 0);
+  be.write_columns(*p.q_rope, rows, static_cast<int32_t>(dq));
+  PagedAttentionParams whole = p;
+  whole.q = &q;
+  whole.q_rope = nullptr;
+  be.paged_attention(whole);
+}
+
 }  // namespace
 
 void CudaBackend::paged_attention(const PagedAttentionParams& p) {
@@ -513,13 +534,24 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
            p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset, p.kv_head_stride,
            p.layout.entry_size);
   const int64_t t = b.num_tokens;
-  DI_CHECK(p.q->numel() == t * p.num_q_heads * p.head_dim_qk &&
+  const int64_t dr = p.q_rope != nullptr ? p.q_rope->size(-1) : 0;  // split query (backend.h)
+  if (p.q_rope != nullptr) {
+    check_dev(*p.q_rope, dt_, "paged_attention", "q_rope");
+    DI_CHECK(dr > 0 && dr < p.head_dim_qk && p.q_rope->numel() == t * p.num_q_heads * dr,
+             "cuda paged_attention: q_rope {} for {} tokens x {} heads (head_dim_qk {})",
+             p.q_rope->describe(), t, p.num_q_heads, p.head_dim_qk);
+  }
+  DI_CHECK(p.q->numel() == t * p.num_q_heads * (p.head_dim_qk - dr) &&
                p.out->numel() == t * p.num_q_heads * p.head_dim_v,
            "cuda paged_attention: q {} / out {} for {} tokens x {} heads x ({}, {})",
-           p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk, p.head_dim_v);
+           p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk - dr, p.head_dim_v);
   if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
   if (!f32_ && run_mla_decode(*this, max_smem_optin_, p, max_kv)) return;  // kernels/mla_decode.cu
+  if (p.q_rope != nullptr) {  // only the MLA decode kernel reads a split query
+    paged_attention_concat_q(*this, p);
+    return;
+  }
   const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads,
                                                   p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
   const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
@@ -655,6 +687,77 @@ void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
   k.f32 = f32_;
   launch_qkv_rope_store(k, stream_);
   CUDA_CHECK_LAUNCH("qkv_rope_store");
+}
+
+void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {
+  DI_CHECK(p.q && p.kv_a && p.q_nope && p.q_pe && p.pool && p.kv_a_norm && p.cos_sin && p.batch,
+           "cuda mla_rope_store: missing q/kv_a/q_nope/q_pe/pool/kv_a_norm/cos_sin/batch");
+  const PagedBatch& b = *p.batch;
+  check_dev(*p.q, dt_, "mla_rope_store", "q");
+  check_dev(*p.kv_a, dt_, "mla_rope_store", "kv_a");
+  check_dev(*p.q_nope, dt_, "mla_rope_store", "q_nope");
+  check_dev(*p.q_pe, dt_, "mla_rope_store", "q_pe");
+  check_dev(*p.pool, dt_, "mla_rope_store", "pool");
+  check_dev(*p.kv_a_norm, dt_, "mla_rope_store", "kv_a_norm");
+  check_dev(b.positions, DType::kI32, "mla_rope_store", "positions");
+  check_dev(b.slot_mapping, DType::kI32, "mla_rope_store", "slot_mapping");
+  check_dev_any(*p.cos_sin, "mla_rope_store", "cos_sin");
+  DI_CHECK(p.cos_sin->dtype() == DType::kF32 || p.cos_sin->dtype() == DType::kBF16,
+           "cuda mla_rope_store: cos_sin must be f32 or bf16, got {}", p.cos_sin->describe());
+  const int64_t t = b.num_tokens, hq = p.num_heads, dn = p.nope_dim, dr = p.rope_dim,
+                lat = p.latent_dim;
+  DI_CHECK(hq > 0 && dn > 0 && dr > 0 && dr % 2 == 0 && lat > 0 &&
+               p.q_nope->numel() == t * hq * dn && p.q_pe->numel() == t * hq * dr &&
+               p.kv_a_norm->numel() == lat,
+           "cuda mla_rope_store: {} heads x ({} + {}), latent {}: q_nope {} q_pe {} kv_a_norm {}",
+           hq, dn, dr, lat, p.q_nope->describe(), p.q_pe->describe(), p.kv_a_norm->describe());
+  DI_CHECK(p.cos_sin->dim() == 2 && p.cos_sin->size(1) == dr,
+           "cuda mla_rope_store: cos_sin {} for rope_dim {}", p.cos_sin->describe(), dr);
+  DI_CHECK(lat + dr <= p.layout.entry_size && p.layer >= 0 && p.layer < p.layout.num_layers &&
+               static_cast<size_t>(p.pool->numel()) >= p.layout.pool_elems(),
+           "cuda mla_rope_store: pool {} / entry {} / layer {} of {} for latent {} + rope {}",
+           p.pool->describe(), p.layout.entry_size, p.layer, p.layout.num_layers, lat, dr);
+  DI_CHECK(b.positions.numel() >= t && b.slot_mapping.numel() >= t,
+           "cuda mla_rope_store: {} positions / {} slots for {} tokens", b.positions.numel(),
+           b.slot_mapping.numel(), t);
+  if (t == 0) return;
+  const int64_t q_ld = p.q->numel() / t, kv_ld = p.kv_a->numel() / t;
+  DI_CHECK(q_ld * t == p.q->numel() && p.q_col >= 0 && p.q_col + hq * (dn + dr) <= q_ld &&
+               kv_ld * t == p.kv_a->numel() && p.kv_col >= 0 && p.kv_col + lat + dr <= kv_ld,
+           "cuda mla_rope_store: q {} (q part at {}, {} wide) / kv_a {} ([latent | k_pe] at {}, "
+           "{} wide) for {} tokens",
+           p.q->describe(), p.q_col, hq * (dn + dr), p.kv_a->describe(), p.kv_col, lat + dr, t);
+  MlaRopeStoreKernelParams k{};
+  k.q = p.q->raw();
+  k.q_ld = q_ld;
+  k.q_col = p.q_col;
+  k.kv_a = p.kv_a->raw();
+  k.kv_ld = kv_ld;
+  k.kv_col = p.kv_col;
+  k.q_nope = p.q_nope->raw();
+  k.q_pe = p.q_pe->raw();
+  k.pool = p.pool->raw();
+  k.kv_a_norm = p.kv_a_norm->raw();
+  k.cos_sin = p.cos_sin->raw();
+  k.cos_sin_f32 = p.cos_sin->dtype() == DType::kF32;
+  k.max_pos = static_cast<int32_t>(p.cos_sin->size(0));
+  k.positions = cptr<int32_t>(b.positions);
+  k.slot_mapping = cptr<int32_t>(b.slot_mapping);
+  k.tokens = t;
+  k.num_heads = p.num_heads;
+  k.nope_dim = p.nope_dim;
+  k.rope_dim = p.rope_dim;
+  k.latent_dim = p.latent_dim;
+  k.eps = p.eps;
+  k.interleaved = p.interleaved;
+  k.block_size = p.layout.block_size;
+  k.entry_size = p.layout.entry_size;
+  k.block_stride = p.layout.block_stride();
+  k.layer_offset = p.layout.layer_offset(p.layer);
+  k.num_blocks = p.layout.num_blocks;
+  k.f32 = f32_;
+  launch_mla_rope_store(k, stream_);
+  CUDA_CHECK_LAUNCH("mla_rope_store");
 }
 
 void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
+  void mla_rope_store(const MlaRopeStoreParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                  Tensor& topk_weights) override;

@@ -136,6 +136,42 @@ TEST_F(Fp8LoaderTest, DequantizesWhenBackendDeclines) {
   EXPECT_EQ(run(*ref_model, *cpu)[0].output, got[0].output);
 }
 
+// The MLA projections are one GEMM ([q_a_proj ; kv_a_proj_with_mqa]) unless that would dequantize
+// an FP8 weight the backend takes (model/deepseek_v3.cpp): here q_a_proj [128, 256] is eligible
+// alone, kv_a [80, 256] is not, so the pair could not stay FP8. The model keeps two GEMMs and
+// q_a_proj in FP8, with the CPU's logits (which concatenate, everything dequantized).
+TEST(Fp8LoaderMla, KeepsQaProjInFp8RatherThanConcatenatingWithKvA) {
+  TempDir dir("v3_small_qa128");
+  model::MakeModelOptions o;
+  o.arch = "deepseek_v3";
+  o.preset = "small";
+  o.out_dir = dir.path();
+  o.seed = 4;
+  o.fp8 = true;
+  o.q_lora_rank = 128;
+  o.progress = false;
+  model::make_model(o);
+  auto cpu = make_cpu_backend();
+  Fp8CpuBackend fp8(true);
+  auto ref_model = load_model(dir.path().string(), *cpu);
+  auto model = load_model(dir.path().string(), fp8);
+  const auto ref = run(*ref_model, *cpu);
+  const auto got = run(*model, fp8);
+  EXPECT_TRUE(fp8.fp8_shapes_seen.contains({128, 256})) << "q_a_proj was not kept in FP8";
+  EXPECT_FALSE(fp8.fp8_shapes_seen.contains({128 + 80, 256}));
+  ASSERT_EQ(ref.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < ref[0].last_prompt_logits.size(); ++i) {
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i])));
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i] -
+                                                                got[0].last_prompt_logits[i])));
+  }
+  EXPECT_GT(max_ref, 0.0);
+  EXPECT_LE(max_diff, 1e-6 * max_ref);
+  EXPECT_EQ(ref[0].output, got[0].output);
+}
+
 TEST(Fp8Tensor, BlockScalesAttachOnlyToFp8Weights) {
   Tensor w = Tensor::zeros({256, 128}, DType::kFP8E4M3);
   EXPECT_EQ(fp8_block_scale_cols(128), 4);

@@ -97,6 +97,46 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ProfilingBackend forwards every op unchanged (same logits as the bare backend, enabled or not)
 // and, enabled, records each op the model calls: the MoE and MLA ops of a DeepSeek-V3 model.
+// The DeepSeek attention reads one token's q_a columns of the fused projection as a view and
+// copies them for more tokens (model/deepseek_v3.cpp): a decode step (1 token) gives the logits
+// of the same token as the last row of a 6-token prefill (up to GEMM summation order).
+TEST(RandomModelMla, DecodeStepEqualsLastRowOfPrefill) {
+  for (const char* arch : {"deepseek_v3", "deepseek_v2"}) {
+    const ModelConfig config = preset_config(arch, "tiny");
+    auto be = make_cpu_backend();
+    RandomWeights r;
+    r.seed = 9;
+    auto m = make_random_model(config, *be, r, {.max_context = 64});
+    const std::vector<float> two = run_two_steps(*m, *be);  // prefill 5, decode [9] at 5
+    const KvLayout layout = m->kv_layout(2, 16);
+    Tensor pool =
+        be->zeros({layout.num_blocks, layout.num_layers, layout.block_size, layout.entry_size},
+                  be->compute_dtype());
+    const std::vector<int32_t> ids{3, 1, 4, 1, 5, 9}, pos{0, 1, 2, 3, 4, 5};
+    PagedBatch b;
+    b.positions = ints(*be, pos);
+    b.slot_mapping = ints(*be, pos);
+    b.qo_indptr = ints(*be, {0, 6});
+    b.kv_indptr = ints(*be, {0, 1});
+    b.kv_indices = ints(*be, {0});
+    b.kv_last_len = ints(*be, {6});
+    b.num_seqs = 1;
+    b.num_tokens = 6;
+    b.max_kv_len = 6;
+    const Tensor whole = be->download(m->forward(ints(*be, ids), b, pool, ints(*be, {5})));
+    const size_t vocab = static_cast<size_t>(whole.numel());
+    ASSERT_EQ(two.size(), 2 * vocab) << arch;
+    double max_ref = 0.0, max_diff = 0.0;
+    for (size_t i = 0; i < vocab; ++i) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(whole.f32()[i])));
+      max_diff =
+          std::max(max_diff, std::fabs(static_cast<double>(whole.f32()[i]) - two[vocab + i]));
+    }
+    EXPECT_GT(max_ref, 0.0) << arch;
+    EXPECT_LE(max_diff, 1e-4 * max_ref) << arch;
+  }
+}
+
 TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
   const ModelConfig config = preset_config("deepseek_v3", "tiny");
   auto be = make_cpu_backend();
@@ -113,15 +153,16 @@ TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
   prof.set_enabled(false);
   const auto stats = prof.stats();
   ASSERT_FALSE(stats.empty());
-  bool saw_route = false, saw_experts = false, saw_attention = false;
+  bool saw_route = false, saw_experts = false, saw_attention = false, saw_mla = false;
   for (const auto& s : stats) {
     EXPECT_GT(s.calls, 0) << s.key;
     EXPECT_GE(s.total_us, 0.0) << s.key;
     saw_route |= s.key.rfind("moe_route", 0) == 0;
     saw_experts |= s.key.rfind("moe_experts", 0) == 0;
     saw_attention |= s.key.rfind("paged_attention", 0) == 0;
+    saw_mla |= s.key.rfind("mla_rope_store", 0) == 0;
   }
-  EXPECT_TRUE(saw_route && saw_experts && saw_attention) << prof.table(50);
+  EXPECT_TRUE(saw_route && saw_experts && saw_attention && saw_mla) << prof.table(50);
   for (size_t i = 1; i < stats.size(); ++i) EXPECT_GE(stats[i - 1].total_us, stats[i].total_us);
   EXPECT_NE(prof.table(5).find("total over"), std::string::npos);
 }

@@ -3,6 +3,9 @@
 // Napkin math, Llama-3.1-8B decode, batch 1: the attention prologue moves 48 head rows x 256 B in
 // and out per layer, nothing; what it costs is launches. Unfused it is 3 copies + 2 ropes + 2 KV
 // stores (+ 2 norms on Qwen3) = 7-9 launches per layer; fused it is one.
+// DeepSeek-V2-Lite decode, batch 1: the MLA prologue moves 16 x 192 q values + 576 kv values
+// (~7.4 KB in bf16) per layer; unfused it was 4 copies + 2 ropes + 1 norm + 2 KV stores + 2
+// write_columns (11 launches); fused it is one (3 CTAs per token: the entry + 2 x 8 q heads).
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/decode_fused.h"
 
@@ -10,6 +13,7 @@ namespace di::cuda {
 namespace {
 
 constexpr int kFusedThreads = 128;
+constexpr int kMlaThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeStoreKernelParams p) {
@@ -83,6 +87,90 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
   }
 }
 
+struct RopeTable {
+  const void* cos_sin;
+  bool f32;
+  int32_t max_pos;
+  bool interleaved;
+};
+
+// Rotates the rope_dim values src[0..) by position pos into dst[0..) (may alias), pairs j =
+// first, first + stride, ...; out-of-table positions copy. Rounds like elementwise.cu's rope.
+template <typename T>
+__device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int32_t pos,
+                                         RopeTable r, int first, int stride) {
+  const int half = rope_dim / 2;
+  const bool rotate = pos >= 0 && pos < r.max_pos;
+  for (int j = first; j < half; j += stride) {
+    const int a = r.interleaved ? 2 * j : j, b = r.interleaved ? 2 * j + 1 : j + half;
+    if (!rotate) {
+      dst[a] = src[a];
+      dst[b] = src[b];
+      continue;
+    }
+    float c, s;
+    if (r.f32) {
+      const float* cs = static_cast<const float*>(r.cos_sin) + int64_t{pos} * rope_dim;
+      c = cs[j];
+      s = cs[half + j];
+    } else {
+      const bf16* cs = static_cast<const bf16*>(r.cos_sin) + int64_t{pos} * rope_dim;
+      c = to_f32(cs[j]);
+      s = to_f32(cs[half + j]);
+    }
+    const float x0 = to_f32(src[a]), x1 = to_f32(src[b]);
+    dst[a] = from_f32<T>(x0 * c - x1 * s);
+    dst[b] = from_f32<T>(x1 * c + x0 * s);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStoreKernelParams p) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  const int32_t pos = p.positions[t];
+  const int dn = p.nope_dim, dr = p.rope_dim, dqk = dn + dr;
+  const RopeTable rt{p.cos_sin, p.cos_sin_f32, p.max_pos, p.interleaved};
+  if (blockIdx.y == 0) {
+    // The cache entry. Every branch depends only on blockIdx: the CTA takes it together.
+    const int32_t slot = p.slot_mapping[t];
+    if (slot < 0) return;
+    const int64_t block = slot / p.block_size, off = slot % p.block_size;
+    if (block >= p.num_blocks) return;
+    const T* src = static_cast<const T*>(p.kv_a) + t * p.kv_ld + p.kv_col;
+    T* dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size;
+    const T* w = static_cast<const T*>(p.kv_a_norm);
+    const int lat = p.latent_dim;
+    // rms_norm_kernel's two passes (the second from L1), its rounding of y.
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < lat; i += kMlaThreads) {
+      const float v = to_f32(src[i]);
+      ss += v * v;
+    }
+    ss = block_sum(ss, scratch);
+    const float inv = rsqrtf(ss / static_cast<float>(lat) + p.eps);
+    for (int i = threadIdx.x; i < lat; i += kMlaThreads)
+      dst[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
+    rope_row(src + lat, dst + lat, dr, pos, rt, static_cast<int>(threadIdx.x), kMlaThreads);
+    return;
+  }
+  // q heads [h0, h1): the nope part copied, the rope part rotated.
+  const int h0 = (static_cast<int>(blockIdx.y) - 1) * kMlaHeadsPerCta;
+  const int nh = min(kMlaHeadsPerCta, p.num_heads - h0);
+  const T* q = static_cast<const T*>(p.q) + t * p.q_ld + p.q_col + int64_t{h0} * dqk;
+  T* q_nope = static_cast<T*>(p.q_nope) + (t * p.num_heads + h0) * dn;
+  T* q_pe = static_cast<T*>(p.q_pe) + (t * p.num_heads + h0) * dr;
+  for (int i = threadIdx.x; i < nh * dn; i += kMlaThreads) {
+    const int h = i / dn, c = i % dn;
+    q_nope[i] = q[h * dqk + c];
+  }
+  const int half = dr / 2;
+  for (int i = threadIdx.x; i < nh * half; i += kMlaThreads) {
+    const int h = i / half;
+    rope_row(q + h * dqk + dn, q_pe + h * dr, dr, pos, rt, i % half, half);  // one pair
+  }
+}
+
 __global__ void moe_combine_f32_out_kernel(MoeCombineF32OutParams p) {
   const int64_t t = blockIdx.x;
   for (int c = threadIdx.x; c < p.hidden; c += blockDim.x) {
@@ -105,6 +193,15 @@ void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t strea
     qkv_rope_store_kernel<float><<<grid, kFusedThreads, 0, stream>>>(p);
   else
     qkv_rope_store_kernel<bf16><<<grid, kFusedThreads, 0, stream>>>(p);
+}
+
+void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(p.tokens), 1u + ceil_div(p.num_heads, kMlaHeadsPerCta));
+  if (p.f32)
+    mla_rope_store_kernel<float><<<grid, kMlaThreads, 0, stream>>>(p);
+  else
+    mla_rope_store_kernel<bf16><<<grid, kMlaThreads, 0, stream>>>(p);
 }
 
 void launch_moe_combine_f32_out(const MoeCombineF32OutParams& p, cudaStream_t stream) {

@@ -42,6 +42,49 @@ struct QkvRopeStoreKernelParams {
 };
 void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t stream);
 
+// The MLA attention prologue in one launch (Backend::mla_rope_store; DeepSeek V2/V3). Per token t,
+// from the q rows (q[t * q_ld + q_col + h * (nope + rope) + i]) and the kv_a rows
+// (kv_a[t * kv_ld + kv_col + i] = [latent | k_pe]), which may be parts of one fused projection:
+//   block y == 0: the pool entry of slot_mapping[t]: [rms_norm(latent) * kv_a_norm | rope(k_pe)]
+//   block y >= 1: q heads [(y - 1) * kMlaHeadsPerCta, + kMlaHeadsPerCta): q_nope[t, h] = the
+//                 nope part, q_pe[t, h] = rope(the rope part)
+// Each step rounds to the element type like the composed ops (rms_norm, rope, store_kv) do. Rope
+// as RopeParams (interleaved pairs (2i, 2i+1) or (i, i + rope/2)); positions outside [0, max_pos)
+// are left unrotated. Slots < 0 or in blocks >= num_blocks write no KV.
+// grid (tokens, 1 + ceil(num_heads / kMlaHeadsPerCta)), 256 threads.
+inline constexpr int kMlaHeadsPerCta = 8;
+struct MlaRopeStoreKernelParams {
+  const void* q;  // q part of row t at q + t * q_ld + q_col
+  int64_t q_ld;   // elements between the rows of q
+  int64_t q_col;
+  const void* kv_a;  // [latent | k_pe] of row t at kv_a + t * kv_ld + kv_col
+  int64_t kv_ld;
+  int64_t kv_col;
+  void* q_nope;           // [tokens, num_heads, nope_dim]
+  void* q_pe;             // [tokens, num_heads, rope_dim]
+  void* pool;             // KvLayout order; entry elements [0, latent + rope) are written
+  const void* kv_a_norm;  // [latent_dim]
+  const void* cos_sin;    // [max_pos, rope_dim]: cos of rope_dim/2 freqs then sin
+  bool cos_sin_f32;
+  int32_t max_pos;
+  const int32_t* positions;     // [tokens]
+  const int32_t* slot_mapping;  // [tokens]
+  int64_t tokens;
+  int32_t num_heads;
+  int32_t nope_dim;
+  int32_t rope_dim;  // even
+  int32_t latent_dim;
+  float eps;
+  bool interleaved;
+  int32_t block_size;
+  int32_t entry_size;
+  int64_t block_stride;
+  int64_t layer_offset;
+  int64_t num_blocks;
+  bool f32;  // element type of q, kv_a, q_nope, q_pe, pool, kv_a_norm
+};
+void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t stream);
+
 // fp32 mode's MoE combine: out[t, :] = sum_j topk_weights[t, j] * y[slot_row[t * top_k + j], :],
 // j ascending, f32 (the bf16 version is launch_moe_combine in moe.h).
 struct MoeCombineF32OutParams {

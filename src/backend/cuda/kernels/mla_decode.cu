@@ -148,12 +148,17 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
     l_s[r] = 0.0f;
     corr_s[r] = 1.0f;
   }
+  // Query dims [0, dq) from q, [dq, dqk) from q_rope (a chunk of 8 never straddles the two).
+  const int dq = p.q_rope != nullptr ? p.dq : dqk;
   for (int idx = tid; idx < kRows * chunks; idx += kThreads) {
     const int r = idx / chunks, c = idx % chunks;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (r < nr && c * 8 < dqk) {
       const int tok = q_begin + (row0 + r) / heads, h = (row0 + r) % heads;
-      v = *reinterpret_cast<const uint4*>(p.q + (int64_t{tok} * heads + h) * dqk + c * 8);
+      const int64_t qrow = int64_t{tok} * heads + h;
+      const bf16* src =
+          c * 8 < dq ? p.q + qrow * dq + c * 8 : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
+      v = *reinterpret_cast<const uint4*>(src);
     }
     *reinterpret_cast<uint4*>(q_s + r * ld + c * 8) = v;
   }

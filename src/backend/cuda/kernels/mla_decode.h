@@ -15,7 +15,8 @@
 //
 // Limits (checked by mla_decode_supported): one kv head, K and V both at entry offset 0,
 // dv < dqk, dqk % 8 == 0 and <= 576, dv % 8 == 0 and <= 512, entry_size % 8 == 0, 16-byte aligned
-// q / pool. dqk is zero-padded to a multiple of 16 in shared memory (e.g. 32 + 8 golden shapes).
+// q (and q_rope) / pool. dqk is zero-padded to a multiple of 16 in shared memory (e.g. 32 + 8
+// golden shapes).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -25,7 +26,11 @@
 namespace di::cuda {
 
 struct MlaDecodeParams {
-  const __nv_bfloat16* q;     // [num_tokens, num_heads, dqk]
+  const __nv_bfloat16* q;  // [num_tokens, num_heads, dq]: the first dq query dims
+  // [num_tokens, num_heads, dqk - dq]: the last query dims (MLA's roped q_pe), or null: q holds
+  // all dqk dims (dq unused). The query of a row is [q row | q_rope row].
+  const __nv_bfloat16* q_rope;
+  int32_t dq;                 // % 8 == 0 when q_rope is set, as is dqk - dq (16-byte chunks)
   __nv_bfloat16* out;         // [num_tokens, num_heads, dv]
   const __nv_bfloat16* pool;  // [num_blocks][num_layers][block_size][entry_size]
   int64_t block_stride;       // elements per pool block (all layers)
