@@ -101,14 +101,33 @@ class MlaModel final : public Model {
     be.embedding(token_ids, ends_.embed, x);
     Tensor h = be.empty({t, hidden}, dt);
     Tensor o = be.empty({t, hidden}, dt);
-    be.rms_norm(x, layers_[0].input_norm, eps, h);
+    // x is the residual stream; the norms, residual adds and silu·mul ride on the neighbouring
+    // linear layers (Backend::fused_linear); h = norm(x) is materialised for MoE blocks.
     for (size_t l = 0; l < layers_.size(); ++l) {
       const MlaLayer& L = layers_[l];
-      attention(L, static_cast<int32_t>(l), h, batch, pool, layout, o);
-      be.add_rms_norm(o, x, L.post_norm, eps, h);
-      L.ffn.forward(be, h, o);
-      const Tensor& next_norm = l + 1 < layers_.size() ? layers_[l + 1].input_norm : ends_.norm;
-      be.add_rms_norm(o, x, next_norm, eps, h);
+      attention(L, static_cast<int32_t>(l), x, eps, h, batch, pool, layout);
+      if (L.ffn.is_moe) {
+        be.rms_norm(x, L.post_norm, eps, h);
+        L.ffn.moe.forward(be, h, o);
+        be.add(x, o, x);
+      } else {
+        const Mlp& mlp = L.ffn.mlp;
+        Tensor gate_up = be.empty({t, 2 * mlp.inter}, dt);
+        FusedLinearParams fg;  // gate_up = norm(x) · Wguᵀ
+        fg.in = FusedLinearParams::In::kRmsNorm;
+        fg.x = &x;
+        fg.norm_w = &L.post_norm;
+        fg.eps = eps;
+        fg.w = &mlp.gate_up;
+        fg.y = &gate_up;
+        be.fused_linear(fg);
+        FusedLinearParams fd;  // x += (silu(gate) · up) · Wdownᵀ
+        fd.in = FusedLinearParams::In::kSiluMul;
+        fd.x = &gate_up;
+        fd.w = &mlp.down;
+        fd.residual = &x;
+        be.fused_linear(fd);
+      }
     }
     return ends_.logits(be, x, logit_rows, eps);
   }
@@ -209,19 +228,29 @@ class MlaModel final : public Model {
   // Decode at batch 1 is launch-bound, so the block is few kernels (docs/cuda_backend.md):
   //   linear [q | kv_a] -> (q_lora: rms_norm, q_b) -> mla_rope_store -> head_linear W_UK ->
   //   paged_attention (q = q_lat, q_rope = q_pe) -> head_linear W_UV -> linear o_proj
-  void attention(const MlaLayer& L, int32_t layer, const Tensor& h, const PagedBatch& batch,
-                 Tensor& pool, const KvLayout& layout, Tensor& out) {
+  // x += o_proj(MLA(norm(x))). h: [T, hidden] scratch for norm(x) when the q and kv_a
+  // projections are two GEMMs (the fused one reads x and normalises on the way).
+  void attention(const MlaLayer& L, int32_t layer, Tensor& x, float eps, Tensor& h,
+                 const PagedBatch& batch, Tensor& pool, const KvLayout& layout) {
     Backend& be = backend_;
     const ModelConfig& c = config_;
     const DType dt = be.compute_dtype();
-    const int64_t t = h.size(0), hq = c.num_attention_heads, dn = c.qk_nope_head_dim,
+    const int64_t t = x.size(0), hq = c.num_attention_heads, dn = c.qk_nope_head_dim,
                   dr = c.qk_rope_head_dim, dv = c.v_head_dim, lat = c.kv_lora_rank, qw = q_width();
     // The projections: [q part | latent | k_pe] per token, in one tensor or two.
     Tensor proj, q_part, kv_a;
     if (!L.q_kv_a.is_null()) {
       proj = be.empty({t, qw + lat + dr}, dt);
-      be.linear(h, L.q_kv_a, nullptr, proj);
+      FusedLinearParams fp;  // proj = norm(x) · [Wq; Wkv_a]ᵀ
+      fp.in = FusedLinearParams::In::kRmsNorm;
+      fp.x = &x;
+      fp.norm_w = &L.input_norm;
+      fp.eps = eps;
+      fp.w = &L.q_kv_a;
+      fp.y = &proj;
+      be.fused_linear(fp);
     } else {
+      be.rms_norm(x, L.input_norm, eps, h);
       q_part = be.empty({t, qw}, dt);
       be.linear(h, L.q_in, nullptr, q_part);
       kv_a = be.empty({t, lat + dr}, dt);
@@ -236,17 +265,22 @@ class MlaModel final : public Model {
     if (c.q_lora_rank > 0) {
       Tensor qa = q_part;
       if (qa.is_null() && t == 1) {
-        // One token (batch-1 decode): its q_a columns are contiguous, so a view of them; the norm
-        // below overwrites them in place, the latent and k_pe columns stay as they are.
+        // One token (batch-1 decode): its q_a columns are contiguous, so a view of them.
         qa = proj.reshape({qw + lat + dr, 1}).slice_rows(0, qw).reshape({1, qw});
       } else if (qa.is_null()) {
         // TODO(#6): an rms_norm reading a row stride would read q_a in place here too.
         qa = be.empty({t, qw}, dt);
         be.copy_columns(proj, 0, qa);
       }
-      be.rms_norm(qa, L.q_a_norm, kLoraNormEps, qa);
       q = be.empty({t, hq * (dn + dr)}, dt);
-      be.linear(qa, L.q_b, nullptr, q);
+      FusedLinearParams fq;  // q = norm(q_a) · W_q_bᵀ
+      fq.in = FusedLinearParams::In::kRmsNorm;
+      fq.x = &qa;
+      fq.norm_w = &L.q_a_norm;
+      fq.eps = kLoraNormEps;
+      fq.w = &L.q_b;
+      fq.y = &q;
+      be.fused_linear(fq);
       rp.q = &q;
     }
     // q_nope, roped q_pe, and the new tokens' cache entries [normalised latent | roped k_pe].
@@ -291,7 +325,12 @@ class MlaModel final : public Model {
     be.paged_attention(ap);
     Tensor o_heads = be.empty({t, hq, dv}, dt);
     be.head_linear(o_lat, L.w_uv, o_heads);
-    be.linear(o_heads.reshape({t, hq * dv}), L.o_proj, nullptr, out);
+    Tensor o_rows = o_heads.reshape({t, hq * dv});
+    FusedLinearParams fo;  // x += o · Woᵀ
+    fo.x = &o_rows;
+    fo.w = &L.o_proj;
+    fo.residual = &x;
+    be.fused_linear(fo);
   }
 
   DecoderEnds ends_;

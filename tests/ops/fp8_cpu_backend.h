@@ -36,6 +36,8 @@ class Fp8CpuBackend final : private OwnedCpuBackend, public ProfilingBackend {
   bool supports_fp8_block_linear(int64_t n, int64_t k) const override {
     return accept_ && n % 128 == 0 && k % 128 == 0;
   }
+  // Composed on this backend, so that FP8 weights reach linear() below.
+  void fused_linear(const FusedLinearParams& p) override { fused_linear_composed(*this, p); }
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override {
     if (w.dtype() != DType::kFP8E4M3) return cpu->linear(x, w, bias, y);
     ++fp8_calls;

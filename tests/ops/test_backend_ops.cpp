@@ -479,6 +479,10 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestPagedAttention("gqa_decode", 32, 8, 128, 128, false, 16, P{{96, 1}, {0, 1}, {299, 1}, {1023, 1}}));
   add(new TestPagedAttention("gqa_decode_split", 32, 8, 128, 128, false, 64, P{{2999, 1}, {600, 1}}));
   add(new TestPagedAttention("gqa_decode_bs1", 8, 2, 64, 64, false, 1, P{{96, 1}, {40, 1}}));
+  // The decode kernel's other instantiations: group 8 (Qwen3-30B-A3B), head dim 256, group 1.
+  add(new TestPagedAttention("gqa_decode_g8", 32, 4, 128, 128, false, 16, P{{511, 1}, {0, 1}, {2047, 1}}));
+  add(new TestPagedAttention("gqa_decode_d256", 8, 4, 256, 256, false, 64, P{{300, 1}, {64, 1}}));
+  add(new TestPagedAttention("mha_decode", 4, 4, 128, 128, false, 16, P{{70, 1}, {5, 1}, {129, 1}}));
   // GQA prefill: ragged, with cached prefixes, an empty sequence (no new tokens), block sizes 1/16/64.
   add(new TestPagedAttention("gqa_prefill", 32, 8, 128, 128, false, 64, P{{0, 97}, {60, 5}, {33, 1}, {20, 0}, {0, 130}}));
   add(new TestPagedAttention("gqa_prefill_bs16", 16, 4, 128, 128, false, 16, P{{0, 97}, {17, 40}}));

@@ -1,6 +1,8 @@
 // Small-M fused linear layers of the decode path; the contract is in gemv.h.
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.h"
@@ -35,13 +37,19 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
 
 __device__ __forceinline__ float round_bf16(float v) { return to_f32(from_f32<bf16>(v)); }
 
+// Two floats to a bf16 pair (round to nearest even, as from_f32<bf16>); a goes to the low half.
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+  const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(b));
+  return lo | (hi << 16);
+}
+
 template <int M, GemvIn IN>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
   extern __shared__ uint4 xs_vec[];  // [M][k / 8] staged activations
-  bf16* xs = reinterpret_cast<bf16*>(xs_vec);
   __shared__ float red[kWarps][M];
   __shared__ float scratch[32];
-  constexpr int U = M <= 2 ? 8 : 4;  // 16-byte loads in flight per lane
+  constexpr int U = M == 1 ? 16 : (M <= 4 ? 8 : 4);  // 16-byte loads in flight per lane
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int k8 = p.k / 8;
   const int rows_per_cta = kWarps / split;
@@ -69,25 +77,52 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
       xs_vec[i] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
     }
   } else if constexpr (IN == GemvIn::kRmsNorm) {
-    const bf16* nw = static_cast<const bf16*>(p.norm_w);
+    // 16-byte loads, unrolled so a thread's loads are in flight together; the second pass reads
+    // the same addresses again (L1 hits).
+    const uint4* nw = static_cast<const uint4*>(p.norm_w);
 #pragma unroll 1
     for (int m = 0; m < M; ++m) {
-      const bf16* xr = x + m * p.ldx;
+      const uint4* xr = reinterpret_cast<const uint4*>(x + m * p.ldx);
       float ss = 0.0f;
-      for (int i = threadIdx.x; i < p.k; i += kThreads) {
-        const float v = to_f32(xr[i]);
-        ss += v * v;
+#pragma unroll 4
+      for (int v = threadIdx.x; v < k8; v += kThreads) {
+        float f[8];
+        unpack8(xr[v], f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
       }
       ss = block_sum(ss, scratch);
       const float inv = rsqrtf(ss / static_cast<float>(p.k) + p.eps);
-      for (int i = threadIdx.x; i < p.k; i += kThreads)
-        xs[m * p.k + i] = from_f32<bf16>(to_f32(xr[i]) * inv * to_f32(nw[i]));
+#pragma unroll 4
+      for (int v = threadIdx.x; v < k8; v += kThreads) {
+        float f[8], g[8];
+        unpack8(xr[v], f);
+        unpack8(nw[v], g);
+        uint4 o;
+        uint32_t* ou = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ou[i] = pack2(f[2 * i] * inv * g[2 * i], f[2 * i + 1] * inv * g[2 * i + 1]);
+        xs_vec[m * k8 + v] = o;
+      }
     }
   } else {
-    for (int i = threadIdx.x; i < M * p.k; i += kThreads) {
-      const int m = i / p.k, c = i % p.k;
-      const float g = to_f32(x[m * p.ldx + c]), u = to_f32(x[m * p.ldx + p.k + c]);
-      xs[i] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) {
+      const uint4* gr = reinterpret_cast<const uint4*>(x + m * p.ldx);
+      const uint4* ur = reinterpret_cast<const uint4*>(x + m * p.ldx + p.k);
+#pragma unroll 4
+      for (int v = threadIdx.x; v < k8; v += kThreads) {
+        float g[8], u[8];
+        unpack8(gr[v], g);
+        unpack8(ur[v], u);
+        uint4 o;
+        uint32_t* ou = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          ou[i] = pack2(g[2 * i] / (1.0f + expf(-g[2 * i])) * u[2 * i],
+                        g[2 * i + 1] / (1.0f + expf(-g[2 * i + 1])) * u[2 * i + 1]);
+        xs_vec[m * k8 + v] = o;
+      }
     }
   }
   __syncthreads();
@@ -180,15 +215,41 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
-  // Split k over warps until there are about two CTAs per SM worth of row groups.
-  const int64_t target = 2 * int64_t{num_sms};
-  int split = 1;
-  while (split < kWarps && (p.n + kWarps / split - 1) / (kWarps / split) < target) split *= 2;
-  const int rows_per_cta = kWarps / split;
   const int64_t smem = gemv_smem_bytes(M, p.k);
-  const int64_t per_sm = std::clamp<int64_t>((kMaxDynSmem) / std::max<int64_t>(smem + 2048, 1), 1, 4);
+  // Resident CTAs per SM for this shared-memory size (registers and smem), cached per size.
+  static std::mutex mu;
+  static std::map<int64_t, int> occ_of_smem;
+  int occ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = occ_of_smem.find(smem);
+    if (it == occ_of_smem.end()) {
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, gemv_kernel<M, IN>, kThreads,
+                                                          static_cast<size_t>(smem));
+      if (err != cudaSuccess) return err;
+      it = occ_of_smem.emplace(smem, std::max(occ, 1)).first;
+    }
+    occ = it->second;
+  }
+  // A persistent grid of every resident CTA; a CTA takes row groups round-robin, so the last
+  // pass is the tail. The split (warps per row, k split between them) is the smallest one whose
+  // groups fill the passes to >= 90%, else the one that fills them best (small n: more splits).
+  const int64_t slots = int64_t{occ} * num_sms;
+  int split = 1;
+  double best = -1.0;
+  for (int s = 1; s <= kWarps; s *= 2) {
+    const int64_t g = (p.n + kWarps / s - 1) / (kWarps / s);
+    const double fill =
+        static_cast<double>(g) / static_cast<double>(((g + slots - 1) / slots) * slots);
+    if (fill > best + 1e-9) {
+      best = fill;
+      split = s;
+    }
+    if (fill >= 0.9) break;
+  }
+  const int rows_per_cta = kWarps / split;
   const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, per_sm * num_sms));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, slots));
   gemv_kernel<M, IN><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(p, split);
   return cudaSuccess;
 }
@@ -210,6 +271,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   if (p.m < 1 || p.m > kGemvMaxRows || p.n < 1 || p.k < 8 || p.k % 8 != 0) return false;
   if (!aligned16(p.x) || !aligned16(p.w) || p.ldx % 8 != 0) return false;
+  if (p.in == GemvIn::kRmsNorm && !aligned16(p.norm_w)) return false;
   if (p.ldx < (p.in == GemvIn::kSiluMul ? 2 * int64_t{p.k} : int64_t{p.k})) return false;
   if (p.y == nullptr && p.residual == nullptr) return false;
   if (p.in == GemvIn::kRmsNorm && p.norm_w == nullptr) return false;
