@@ -21,3 +21,11 @@ if [ -x .gpu_bin/bench_cuda_model ]; then
     grep -E '^\[model\]' "$OUT/gemv_ab_v2lite_r$r.log" >>"$OUT/summary_extra.txt"
   done
 fi
+# The GQA decode attention kernel vs the generic CUDA-core kernel (DEEPINFER_ATTN_DECODE=generic).
+if [ -x .gpu_bin/bench_cuda_model ]; then
+  run_step attn_ab_llama_generic 40 env DEEPINFER_ATTN_DECODE=generic .gpu_bin/bench_cuda_model \
+    --preset llama3-8b --conc 1,8,64 --ctx 512 --reps 10 --tag attn_generic
+  run_step attn_ab_llama_decode 40 .gpu_bin/bench_cuda_model \
+    --preset llama3-8b --conc 1,8,64 --ctx 512 --reps 10 --tag attn_decode
+  grep -hE '^\[model\]' "$OUT/attn_ab_llama_generic.log" "$OUT/attn_ab_llama_decode.log" >>"$OUT/summary_extra.txt"
+fi

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/split_combine.cuh"
 
 namespace di::cuda {
 namespace {
@@ -256,27 +257,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
   }
 }
 
-// One CTA per (token, q head) row: merge the splits in order.
+// Merges the splits of every (token, q head) row (split_combine.cuh).
 template <typename T>
-__global__ void combine_splits_kernel(PagedAttentionKernelParams p) {
-  const int64_t row = blockIdx.x;
-  const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  const int dv = p.head_dim_v;
-  float m = -INFINITY;
-  for (int sp = 0; sp < p.num_splits; ++sp) m = fmaxf(m, p.partial_ml[(sp * rows + row) * 2]);
-  float denom = 0.0f;
-  for (int sp = 0; sp < p.num_splits; ++sp) {
-    const float ms = p.partial_ml[(sp * rows + row) * 2];
-    if (ms != -INFINITY) denom += expf(ms - m) * p.partial_ml[(sp * rows + row) * 2 + 1];
-  }
-  for (int d = threadIdx.x; d < dv; d += blockDim.x) {
-    float o = 0.0f;
-    for (int sp = 0; sp < p.num_splits; ++sp) {
-      const float ms = p.partial_ml[(sp * rows + row) * 2];
-      if (ms != -INFINITY) o += expf(ms - m) * p.partial_o[(sp * rows + row) * dv + d];
-    }
-    out_of<T>(p)[row * dv + d] = from_f32<T>(denom > 0.0f ? o / denom : 0.0f);
-  }
+__global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKernelParams p) {
+  combine_split_row<T>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_q_heads,
+                       p.num_splits, p.head_dim_v, blockIdx.x, out_of<T>(p));
 }
 
 // ---- decode: one CTA per (KV split, kv head, sequence), bf16, GQA (separate K and V) ----------
@@ -519,7 +504,7 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (decode_kernel && launch_gqa_decode(p, stream)) {
     if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
-      combine_splits_kernel<bf16><<<rows, 128, 0, stream>>>(p);
+      combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
     }
     return;
   }
@@ -532,9 +517,9 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (p.num_splits > 1) {
     const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
     if (f32)
-      combine_splits_kernel<float><<<rows, 128, 0, stream>>>(p);
+      combine_splits_kernel<float><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
     else
-      combine_splits_kernel<bf16><<<rows, 128, 0, stream>>>(p);
+      combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
   }
 }
 

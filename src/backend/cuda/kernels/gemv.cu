@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   extern __shared__ uint4 xs_vec[];  // [M][k / 8] staged activations
   __shared__ float red[kWarps][M];
   __shared__ float scratch[32];
-  constexpr int U = M == 1 ? 16 : (M <= 4 ? 8 : 4);  // 16-byte loads in flight per lane
+  // Two register buffers of U 16-byte loads per lane: one is in flight while the other is used.
+  constexpr int U = M <= 2 ? 8 : 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int k8 = p.k / 8;
   const int rows_per_cta = kWarps / split;
@@ -57,18 +58,27 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   const int row_in_cta = warp / split;
   const int vstride = 32 * split;        // vectors between one lane's consecutive loads
   const uint4* wbase = static_cast<const uint4*>(p.w);
-
-  uint4 wv[U];
-  auto load = [&](int64_t r, int base) {
+  // The warp's work as a flat list of items (row group g of this CTA, chunk c of the row), the
+  // same count for every warp of the CTA: rows >= n load nothing but keep the CTA in step.
+  const int chunks = (k8 + U * vstride - 1) / (U * vstride);
+  const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
+  const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
+  const int64_t groups = first_rb < p.n ? (p.n - first_rb + row_step - 1) / row_step : 0;
+  const int64_t items = groups * chunks;
+  auto load = [&](uint4* buf, int64_t item) {
+    const int64_t r = first_rb + (item / chunks) * row_step + row_in_cta;
+    const int base = sub * 32 + static_cast<int>(item % chunks) * U * vstride;
     const uint4* wr = wbase + r * k8;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int v = base + lane + u * vstride;
-      wv[u] = (r < p.n && v < k8) ? ld_stream(wr + v) : make_uint4(0, 0, 0, 0);
+      buf[u] = (r < p.n && v < k8) ? ld_stream(wr + v) : make_uint4(0, 0, 0, 0);
     }
   };
-  const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
-  load(first_rb + row_in_cta, sub * 32);  // in flight while the prologue runs
+  uint4 wa[U], wb[U];
+  // The first two items are in flight while the prologue runs.
+  if (items > 0) load(wa, 0);
+  if (items > 1) load(wb, 1);
 
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
@@ -127,31 +137,30 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   }
   __syncthreads();
 
-  const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
-  for (int64_t rb = first_rb; rb < p.n; rb += row_step) {  // uniform over the CTA
-    const int64_t r = rb + row_in_cta;
-    if (rb != first_rb) load(r, sub * 32);
-    float acc[M];
+  float acc[M];
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-    for (int base = sub * 32; base < k8; base += U * vstride) {
-      if (base != sub * 32) load(r, base);
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  // acc += the item's weights · staged activations; at the row's last chunk: reduce, write.
+  auto consume = [&](const uint4* buf, int64_t item) {
+    const int64_t r = first_rb + (item / chunks) * row_step + row_in_cta;
+    const int c = static_cast<int>(item % chunks);
+    const int base = sub * 32 + c * U * vstride;
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int v = base + lane + u * vstride;
-        if (r < p.n && v < k8) {
-          float wf[8];
-          unpack8(wv[u], wf);
+    for (int u = 0; u < U; ++u) {
+      const int v = base + lane + u * vstride;
+      if (r < p.n && v < k8) {
+        float wf[8];
+        unpack8(buf[u], wf);
 #pragma unroll
-          for (int m = 0; m < M; ++m) {
-            float xf[8];
-            unpack8(xs_vec[m * k8 + v], xf);
+        for (int m = 0; m < M; ++m) {
+          float xf[8];
+          unpack8(xs_vec[m * k8 + v], xf);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
-          }
+          for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
         }
       }
     }
+    if (c != chunks - 1) return;
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
     if (split > 1) {  // split-K inside the CTA: fixed order, deterministic
@@ -163,9 +172,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
       if (sub == 0) {
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          float s = 0.0f;
-          for (int j = 0; j < split; ++j) s += red[warp + j][m];
-          acc[m] = s;
+          float t = 0.0f;
+          for (int j = 0; j < split; ++j) t += red[warp + j][m];
+          acc[m] = t;
         }
       }
       __syncthreads();
@@ -191,6 +200,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
           *res = from_f32<bf16>(to_f32(*res) + v);
         }
       }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  };
+  // Software pipeline over the items: load item i + 2 into the buffer item i has just used.
+  for (int64_t it = 0; it < items; it += 2) {
+    consume(wa, it);
+    if (it + 2 < items) load(wa, it + 2);
+    if (it + 1 < items) {
+      consume(wb, it + 1);
+      if (it + 3 < items) load(wb, it + 3);
     }
   }
 }

@@ -17,6 +17,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/split_combine.cuh"
 #include "backend/cuda/kernels/mla_decode.h"
 
 namespace di::cuda {
@@ -323,26 +324,10 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
   }
 }
 
-// One CTA per (token, head) row: merge the splits in order.
-__global__ void mla_combine_kernel(MlaDecodeParams p) {
-  const int64_t row = blockIdx.x;
-  const int64_t rows = int64_t{p.num_tokens} * p.num_heads;
-  const int dv = p.dv;
-  float m = -INFINITY;
-  for (int sp = 0; sp < p.num_splits; ++sp) m = fmaxf(m, p.partial_ml[(sp * rows + row) * 2]);
-  float denom = 0.0f;
-  for (int sp = 0; sp < p.num_splits; ++sp) {
-    const float ms = p.partial_ml[(sp * rows + row) * 2];
-    if (ms != -INFINITY) denom += expf(ms - m) * p.partial_ml[(sp * rows + row) * 2 + 1];
-  }
-  for (int d = threadIdx.x; d < dv; d += blockDim.x) {
-    float o = 0.0f;
-    for (int sp = 0; sp < p.num_splits; ++sp) {
-      const float ms = p.partial_ml[(sp * rows + row) * 2];
-      if (ms != -INFINITY) o += expf(ms - m) * p.partial_o[(sp * rows + row) * dv + d];
-    }
-    p.out[row * dv + d] = __float2bfloat16_rn(denom > 0.0f ? o / denom : 0.0f);
-  }
+// Merges the splits of every (token, head) row (split_combine.cuh).
+__global__ void __launch_bounds__(128) mla_combine_kernel(MlaDecodeParams p) {
+  combine_split_row<bf16>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_heads,
+                          p.num_splits, p.dv, blockIdx.x, p.out);
 }
 
 template <int kMt, int kNt>
@@ -423,8 +408,9 @@ void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
   else
     launch_mt<1>(p, stream);
   if (p.num_splits > 1)
-    mla_combine_kernel<<<static_cast<unsigned>(int64_t{p.num_tokens} * p.num_heads), 128, 0,
-                         stream>>>(p);
+    mla_combine_kernel<<<dim3(static_cast<unsigned>(int64_t{p.num_tokens} * p.num_heads),
+                             ceil_div(p.dv, 128)),
+                         128, 0, stream>>>(p);
 }
 
 }  // namespace di::cuda
