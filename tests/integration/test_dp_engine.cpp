@@ -336,6 +336,55 @@ TEST(DpEngineGroup, DestructionWithRequestsInFlightAbortsThemWithoutDeadlock) {
   }
 }
 
+TEST(DpEngineGroup, OneRankGroupEqualsOneEngine) {
+  // `serve --dp-size 1`: the group code path (barrier, hook, self exchange) with one rank.
+  auto single = start(config_for("deepseek_v2", 0));
+  auto engine = start(config_for("deepseek_v2", 1));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  ASSERT_TRUE(group->expert_parallel());
+  const Workload w = workload(engine->vocab_size(), 70);
+  Collector ref_col, col;
+  EXPECT_EQ(run(*engine, w, col), run(*single, w, ref_col));
+  EXPECT_EQ(group->rank_stats(0).padding_steps, 0u);  // nobody to pad for
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
+  auto single = start(config_for("qwen3_moe", 0));
+  auto engine = start(config_for("qwen3_moe", 2));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  // Rank 1's expert weights get a bad shape: its moe_experts throws in the middle of the
+  // exchange while rank 0 waits for its rows.
+  std::vector<MoeBlock*> blocks = group->rank(1).model().moe_blocks();
+  const Tensor good = blocks[0]->experts.down;
+  blocks[0]->experts.down =
+      Tensor::zeros({good.size(0), good.size(1) + 1, good.size(2)}, DType::kF32);
+  const int64_t vocab = engine->vocab_size();
+  Collector col;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(engine
+                    ->submit(greedy(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
+                             col.sink(RequestId(i)))
+                    .is_ok());
+  }
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked in the exchange";
+  for (uint64_t i = 1; i <= 4; ++i) {
+    EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kError) << i;
+  }
+  EXPECT_EQ(engine->stats().requests_failed, 4u);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_NO_THROW(engine->check_integrity());
+  // Repaired (between steps: the ranks are idle), the group serves again and equals one engine.
+  blocks[0]->experts.down = good;
+  const Workload w = workload(vocab, 20);
+  Collector ref_col, col2;
+  EXPECT_EQ(run(*engine, w, col2), run(*single, w, ref_col));
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
 TEST(DpEngineGroup, DenseModelRunsIndependentRanks) {
   auto single = start(config_for("qwen3", 0));
   auto engine = start(config_for("qwen3", 2));
