@@ -18,9 +18,10 @@ GroupDecision GroupStepBarrier::arrive(int32_t rank_idx, bool has_work, bool sto
            num_ranks_);
   std::unique_lock lock(mu_);
   if (abandoned_) return GroupDecision{.step = false, .stop = true};
-  if (arrived_ == 0 && num_ranks_ > 1) {
-    // First of the round: the others may be asleep on their inboxes. wake() takes only their
-    // inbox locks, never this one, so calling it here cannot deadlock.
+  if (arrived_ == 0 && num_ranks_ > 1 && !decision_.step) {
+    // First of a round after an idle one: the others may be asleep on their inboxes (after a
+    // step round every rank comes back without waiting). wake() takes only their inbox locks,
+    // never this one, so calling it here cannot deadlock.
     for (int32_t r = 0; r < num_ranks_; ++r) {
       if (r != rank_idx) wake_rank_(r);
     }
