@@ -7,9 +7,9 @@
 //                                       reset() (every rank is here, none inside an exchange)
 //
 // The first arrival of a round that follows an idle round wakes every rank (EngineLoop::wake), so
-// ranks idling on their inboxes come to the barrier: a rank that gets a request starts a round and the others join it
-// with padding steps. Nobody spins: idle ranks sleep on their inbox, arrived ranks on the
-// barrier's condition variable.
+// ranks idling on their inboxes come to the barrier: a rank that gets a request starts a round and
+// the others join it with padding steps. Nobody spins: idle ranks sleep on their inbox, arrived
+// ranks on the barrier's condition variable.
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
