@@ -5,12 +5,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
 #include "cli/command.h"
 #include "cli/eplb_flags.h"
 #include "core/logging.h"
+#include "engine/dp_expert_transport.h"
 #include "server/api_server.h"
 
 namespace di::cli {
@@ -40,7 +42,43 @@ struct ServeOptions {
   int http_threads = 0;
   double shutdown_grace_s = 30;
   EplbOptions eplb;
+  std::string dp_size;  // "" = one engine; N >= 1; "auto" (CUDA: the healthy GPUs)
 };
+
+// --dp-size: "" -> 0 (one engine, no group); "N" -> N ranks; "auto" -> one rank per healthy GPU
+// (CUDA backends only). Fills `devices` for CUDA; returns -1 after printing an error.
+int32_t parse_dp_size(const ServeOptions& o, std::vector<int32_t>* devices) {
+  if (o.dp_size.empty()) return 0;
+  const bool cuda = o.backend != "cpu";
+  if (o.dp_size == "auto") {
+    if (!cuda) {
+      std::fprintf(stderr,
+                   "deepinfer serve: --dp-size auto needs --backend cuda (on the CPU give "
+                   "a number of rank threads)\n");
+      return -1;
+    }
+    std::string report;
+    *devices = probe_healthy_cuda_devices(&report);
+    std::printf("deepinfer serve: --dp-size auto: %s\n", report.c_str());
+    if (devices->empty()) {
+      std::fprintf(stderr, "deepinfer serve: --dp-size auto found no healthy GPU\n");
+      return -1;
+    }
+    std::string used;
+    for (int32_t d : *devices) used += (used.empty() ? "" : ",") + std::to_string(d);
+    std::printf("deepinfer serve: DP group on GPUs %s (%zu ranks)\n", used.c_str(),
+                devices->size());
+    return static_cast<int32_t>(devices->size());
+  }
+  char* end = nullptr;
+  const long n = std::strtol(o.dp_size.c_str(), &end, 10);
+  if (end == o.dp_size.c_str() || *end != '\0' || n < 1 || n > 1024) {
+    std::fprintf(stderr, "deepinfer serve: --dp-size must be a number >= 1 or auto, got '%s'\n",
+                 o.dp_size.c_str());
+    return -1;
+  }
+  return static_cast<int32_t>(n);
+}
 
 // The default model: ./models/..., else next to the build tree (build/bin/deepinfer →
 // ../../models), else in the source tree this binary was built from.
@@ -113,6 +151,8 @@ int run_serve(const ServeOptions& o) {
   ec.decode_graphs = !o.eager;
   ec.random_weights = o.random_weights;
   ec.eplb = o.eplb;
+  ec.dp_size = parse_dp_size(o, &ec.dp_devices);
+  if (ec.dp_size < 0) return 2;
   auto engine = Engine::start(ec);
   if (!engine.is_ok()) {
     std::fprintf(stderr, "deepinfer serve: %s\n", engine.status().to_string().c_str());
@@ -179,7 +219,8 @@ CommandRegistration reg(
       app.add_option("--port", o->port, "Port to listen on (0 = any free port, printed at start)")
           ->capture_default_str();
       app.add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
-      app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache pool size in MiB")
+      app.add_option("--kv-cache-mb", o->kv_cache_mb,
+                     "KV cache pool size in MiB (per rank with --dp-size)")
           ->capture_default_str();
       app.add_option("--block-size", o->block_size, "KV cache block size in tokens")
           ->capture_default_str();
@@ -215,6 +256,18 @@ CommandRegistration reg(
       app.add_option("--shutdown-grace-s", o->shutdown_grace_s,
                      "On SIGINT/SIGTERM, how long in-flight requests may still run")
           ->capture_default_str();
+      app.add_option(
+          "--dp-size", o->dp_size,
+          "DP attention + expert parallelism: N engine ranks in this process (N >= 1), each with "
+          "its own model copy, KV pool, scheduler and prefix cache; requests go to the least "
+          "loaded rank. With a MoE model the routed experts are split over the ranks (rank r "
+          "computes experts [r*ceil(E/N), (r+1)*ceil(E/N))) and every MoE layer exchanges rows "
+          "between them, so the ranks step in lockstep (a rank without work runs a one-token "
+          "padding step); decode CUDA graphs are off. A dense model runs N independent ranks. "
+          "--backend cpu: N threads (shared-memory exchange); --backend cuda: one GPU per rank, "
+          "devices 0..N-1, NCCL exchange; auto = every visible GPU that passes a context "
+          "creation and a 64 MiB allocation (printed). --kv-cache-mb, --max-running and "
+          "--max-batched-tokens apply per rank. Not with --eplb. Omit for one engine");
       add_eplb_flags(app, &o->eplb);
       return [o] { return run_serve(*o); };
     });

@@ -77,6 +77,13 @@ struct EngineConfig {
   // device where the backend can, see Backend::fill_uniform) instead of reading safetensors.
   bool random_weights = false;
   uint64_t random_seed = 1;
+  // DP attention + EP (issue #8, dp_engine_group.h; `serve --dp-size`). 0: one engine
+  // (EngineLoop). N >= 1: a DpEngineGroup of N ranks, each its own backend, model, KV pool
+  // (num_blocks / kv_cache_bytes apply per rank), scheduler and prefix cache; a MoE model runs its
+  // routed experts across the ranks (rank r computes experts [r * ceil(E/N), ...)) in lockstep.
+  int32_t dp_size = 0;
+  // CUDA backends: the device of each rank (default 0 .. dp_size - 1).
+  std::vector<int32_t> dp_devices;
 };
 
 // Counters and gauges for /metrics; a consistent snapshot.
@@ -90,6 +97,16 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t steps = 0;
   uint64_t graph_steps = 0;  // decode steps served by a captured step graph (CUDA graphs)
+  // DP group rank without work while another rank stepped: one padding token through the model
+  // so that its MoE layers still join the expert-parallel exchange.
+  uint64_t padding_steps = 0;
+  int32_t dp_size = 0;  // ranks summed into this snapshot (0: a standalone engine)
+  struct RankLoad {
+    int32_t num_running = 0;
+    int32_t num_waiting = 0;
+    int32_t kv_blocks_used = 0;
+  };
+  std::vector<RankLoad> dp_ranks;  // per rank of a DP group (empty for a standalone engine)
   int32_t num_waiting = 0;
   int32_t num_running = 0;
   int32_t kv_blocks_total = 0;

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/dp_engine_group.h"
 #include "model/config.h"
 #include "model/weight_loader.h"
 #include "sampling/sampler.h"
@@ -46,7 +47,7 @@ uint64_t sample_seed(uint64_t seed, int32_t sample_idx) {
   return z ^ (z >> 31);
 }
 
-Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& config) {
+Result<EngineParts> load_engine_parts(const EngineConfig& config) {
   auto bad = [](std::string message) {
     return Status(StatusCode::kInvalidArgument, std::move(message));
   };
@@ -114,19 +115,33 @@ Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& config) {
                     "{} blocks x {} tokens)]",
                     max_len, model_max, capacity, num_blocks, config.block_size));
   }
+  EngineParts parts;
+  parts.backend = std::move(backend);
+  parts.model = std::move(model);
+  parts.num_blocks = static_cast<int32_t>(num_blocks);
+  parts.max_model_len = static_cast<int32_t>(max_len);
+  return parts;
+}
+
+Result<std::unique_ptr<Engine>> Engine::start(const EngineConfig& config) {
+  if (config.dp_size != 0) return DpEngineGroup::start(config);
+  Result<EngineParts> parts = load_engine_parts(config);
+  if (!parts.is_ok()) return parts.status();
+  EngineParts& p = parts.value();
   try {
-    return std::unique_ptr<Engine>(new EngineLoop(config, std::move(backend), std::move(model),
-                                                  static_cast<int32_t>(num_blocks),
-                                                  static_cast<int32_t>(max_len)));
+    return std::unique_ptr<Engine>(new EngineLoop(config, std::move(p.backend), std::move(p.model),
+                                                  p.num_blocks, p.max_model_len));
   } catch (const std::exception& e) {
     return Status(StatusCode::kInternal, fmt::format("cannot start the engine: {}", e.what()));
   }
 }
 
 EngineLoop::EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> backend,
-                       std::unique_ptr<Model> model, int32_t num_blocks, int32_t max_model_len)
+                       std::unique_ptr<Model> model, int32_t num_blocks, int32_t max_model_len,
+                       EngineLoopHooks hooks)
     : config_(config),
       max_model_len_(max_model_len),
+      hooks_(hooks),
       backend_(std::move(backend)),
       model_(std::move(model)) {
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config_.block_size);
@@ -216,39 +231,81 @@ void EngineLoop::finish(RequestId id) {
   inbox_cv_.notify_one();
 }
 
+void EngineLoop::wake() {
+  {
+    std::lock_guard lock(inbox_mu_);
+    wake_ = true;
+  }
+  inbox_cv_.notify_one();
+}
+
+std::vector<RequestId> EngineLoop::live_request_ids() const {
+  std::lock_guard lock(inbox_mu_);
+  return {live_ids_.begin(), live_ids_.end()};
+}
+
 EngineStats EngineLoop::stats() const {
   std::lock_guard lock(stats_mu_);
   return stats_;
 }
 
 void EngineLoop::run() {
-  bool has_work = false;
+  StepSync* const sync = hooks_.sync;
+  if (hooks_.bind_thread) hooks_.bind_thread(hooks_.rank_idx);
+  // Standalone: requests are in flight. Group rank: the group stepped in the last round, so this
+  // rank comes to the next barrier without waiting for mail.
+  bool busy = false;
   while (true) {
     std::vector<Message> messages;
     bool stopping = false;
     {
       std::unique_lock lock(inbox_mu_);
-      inbox_cv_.wait(lock, [&] { return stop_ || has_work || !inbox_.empty(); });
+      inbox_cv_.wait(lock, [&] { return stop_ || busy || wake_ || !inbox_.empty(); });
+      wake_ = false;
       messages.swap(inbox_);
       stopping = stop_;
     }
     Outbox out;
+    bool has_work = false;
     {
       std::lock_guard state(state_mu_);
       for (Message& m : messages) handle(m, out);
-      if (stopping) {
+      has_work = !stopping && scheduler_->has_unfinished();
+    }
+    // The group's barrier, with no lock held (submitters, stats and check_integrity stay live).
+    GroupDecision group{.step = has_work, .stop = stopping};
+    if (sync != nullptr) group = sync->arrive(hooks_.rank_idx, has_work, stopping);
+    {
+      std::lock_guard state(state_mu_);
+      if (group.stop) {
+        if (!stopping) {
+          // Another rank stops the group: refuse new mail, apply what came since the drain.
+          std::vector<Message> late;
+          {
+            std::lock_guard lock(inbox_mu_);
+            stop_ = true;
+            late.swap(inbox_);
+          }
+          for (Message& m : late) handle(m, out);
+          stopping = true;
+        }
         end_all(EngineFinish::kAbort, "", out);
-      } else if (scheduler_->has_unfinished()) {
+      } else if (group.step) {
         try {
-          run_step(out);
+          if (scheduler_->has_unfinished()) {
+            run_step(out);
+          } else {
+            run_padding_step();
+          }
         } catch (const std::exception& e) {
           // Nothing already sampled is lost: those events are in `out`. Everything in flight
           // fails with the message; the engine keeps serving new requests.
           DI_LOG_ERROR("engine step {} failed: {}", counters_.steps, e.what());
+          if (sync != nullptr) sync->step_failed(hooks_.rank_idx, e.what());
           end_all(EngineFinish::kError, fmt::format("engine step failed: {}", e.what()), out);
         }
       }
-      has_work = scheduler_->has_unfinished();
+      busy = sync != nullptr ? group.step : scheduler_->has_unfinished();
       if (!closed_.empty()) {
         std::lock_guard lock(inbox_mu_);
         for (RequestId id : closed_) {
@@ -460,6 +517,11 @@ void EngineLoop::run_step(Outbox& out) {
       close_sample(r, ev.sample_idx, to_engine_finish(ev.finish_reason));
     }
   }
+}
+
+void EngineLoop::run_padding_step() {
+  runner_->execute_padding();
+  ++counters_.padding_steps;
 }
 
 void EngineLoop::publish_stats() {

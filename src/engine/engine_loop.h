@@ -12,6 +12,7 @@
 // lock held, so a sink may call abort(), finish(), stats() or check_integrity().
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +26,7 @@
 #include "engine/engine.h"
 #include "engine/eplb_runtime.h"
 #include "engine/model_runner.h"
+#include "engine/step_sync.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
@@ -35,11 +37,31 @@ namespace di {
 // seed (so n = 1 and sample 0 of n > 1 draw the same tokens); the others get independent seeds.
 uint64_t sample_seed(uint64_t seed, int32_t sample_idx);
 
+// What Engine::start builds before it starts an engine thread: the backend, the model and the
+// pool size (also one rank of a DpEngineGroup, which calls it once per rank).
+struct EngineParts {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  int32_t num_blocks = 0;
+  int32_t max_model_len = 0;
+};
+// Validates the config, loads the model on a new backend and sizes the KV pool.
+Result<EngineParts> load_engine_parts(const EngineConfig& config);
+
+// Optional: the engine is rank `rank_idx` of a DP group (dp_engine_group.h).
+struct EngineLoopHooks {
+  StepSync* sync = nullptr;  // not owned; null = no barrier, no padding steps
+  int32_t rank_idx = 0;
+  // Runs first on the engine thread (a CUDA rank binds its device: cudaSetDevice is per thread).
+  std::function<void(int32_t rank_idx)> bind_thread;
+};
+
 class EngineLoop final : public Engine {
  public:
   // Takes a loaded model; sizes the pool and starts the engine thread. `num_blocks` > 0.
   EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> backend,
-             std::unique_ptr<Model> model, int32_t num_blocks, int32_t max_model_len);
+             std::unique_ptr<Model> model, int32_t num_blocks, int32_t max_model_len,
+             EngineLoopHooks hooks = {});
   ~EngineLoop() override;
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -54,6 +76,14 @@ class EngineLoop final : public Engine {
 
   EngineStats stats() const override;
   void check_integrity() const override;
+
+  // Group ranks only: wakes the engine thread if it idles on its inbox, so that it comes to the
+  // group's barrier (another rank has work). Safe from any thread.
+  void wake();
+  // Ids accepted and not yet released (the duplicate-id set), for the group's invariants.
+  std::vector<RequestId> live_request_ids() const;
+  Model& model() { return *model_; }
+  Backend& backend() { return *backend_; }
 
  private:
   struct SubmitMsg {
@@ -94,6 +124,8 @@ class EngineLoop final : public Engine {
   void end_request(RequestId id, EngineFinish reason, const std::string& error, Outbox& out);
   void end_all(EngineFinish reason, const std::string& error, Outbox& out);
   void run_step(Outbox& out);
+  // A group rank without work while others step: one padding token through every layer.
+  void run_padding_step();
   // Records a sample's final event; closes the request when it was the last open sample.
   void close_sample(RequestState& r, int32_t sample_idx, EngineFinish reason);
   void publish_stats();
@@ -101,6 +133,7 @@ class EngineLoop final : public Engine {
 
   const EngineConfig config_;
   const int32_t max_model_len_;
+  const EngineLoopHooks hooks_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
 
@@ -120,6 +153,7 @@ class EngineLoop final : public Engine {
   std::vector<Message> inbox_;
   std::unordered_set<RequestId> live_ids_;  // accepted and not yet finished: duplicate check
   bool stop_ = false;
+  bool wake_ = false;  // set by wake(): come to the group barrier once even without mail
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;  // the last published snapshot

@@ -97,6 +97,23 @@ Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit
   return host;
 }
 
+void ModelRunner::execute_padding() {
+  const std::vector<int32_t> zero{0}, pad_slot{-1}, one_seq{0, 1}, no_blocks{0, 0};
+  PagedBatch batch;
+  batch.positions = backend_.upload(host_i32(zero), DType::kI32);
+  batch.slot_mapping = backend_.upload(host_i32(pad_slot), DType::kI32);
+  batch.qo_indptr = backend_.upload(host_i32(one_seq), DType::kI32);
+  batch.kv_indptr = backend_.upload(host_i32(no_blocks), DType::kI32);
+  batch.kv_indices = backend_.upload(host_i32(zero), DType::kI32);  // one unused entry
+  batch.kv_last_len = backend_.upload(host_i32(zero), DType::kI32);
+  batch.num_seqs = 1;
+  batch.num_tokens = 1;
+  batch.max_kv_len = 1;
+  const Tensor ids = backend_.upload(host_i32(zero), DType::kI32);
+  const Tensor rows = backend_.upload(host_i32(zero), DType::kI32);
+  model_.forward(ids, batch, pool_, rows);
+}
+
 void ModelRunner::enable_decode_graphs(int32_t max_batch, int32_t max_model_len) {
   DI_CHECK(max_batch > 0 && max_model_len > 0, "decode graphs for {} sequences of {} tokens",
            max_batch, max_model_len);

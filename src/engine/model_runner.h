@@ -44,6 +44,12 @@ class ModelRunner {
   // plan.input_ids; repeats allowed). Performs plan.block_copies first.
   Tensor execute(const StepPlan& plan, std::span<const int32_t> logit_rows);
 
+  // One padding token through every layer, discarding its logits: a rank of a DP group that has
+  // nothing to run while others step (every MoE layer is a collective, dp_engine_group.h). The
+  // token writes no KV (slot -1) and belongs to a sequence without blocks (zero attention), the
+  // padding rows of backend/decode_step.h; the pool is untouched.
+  void execute_padding();
+
   // Decode-only steps of up to `max_batch` sequences (each within `max_model_len` tokens) replay
   // step graphs where the backend makes them. A backend without graphs, or a capture that fails
   // (logged once), leaves every step eager.

@@ -132,6 +132,24 @@ std::string ServerMetrics::render(const EngineStats& e) const {
         e.kv_blocks_cached);
   gauge("deepinfer_kv_cache_usage_ratio", "Held KV blocks / total blocks.",
         e.kv_blocks_total ? static_cast<double>(e.kv_blocks_used) / e.kv_blocks_total : 0.0);
+  if (e.dp_size > 0) {  // `serve --dp-size` (issue #8): the sums above, and per rank
+    gauge("deepinfer_dp_size", "Engine ranks of the DP attention + EP group.", e.dp_size);
+    counter("deepinfer_engine_padding_steps_total",
+            "One-token forwards of ranks without work while another rank stepped (lockstep).",
+            e.padding_steps);
+    auto per_rank = [&](const char* name, const char* help, auto field) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+      for (size_t r = 0; r < e.dp_ranks.size(); ++r) {
+        out += fmt::format("{}{{rank=\"{}\"}} {}\n", name, r, field(e.dp_ranks[r]));
+      }
+    };
+    per_rank("deepinfer_dp_rank_requests_running", "Running requests on each DP rank.",
+             [](const EngineStats::RankLoad& l) { return l.num_running; });
+    per_rank("deepinfer_dp_rank_requests_waiting", "Queued requests on each DP rank.",
+             [](const EngineStats::RankLoad& l) { return l.num_waiting; });
+    per_rank("deepinfer_dp_rank_kv_blocks_used", "KV blocks held on each DP rank.",
+             [](const EngineStats::RankLoad& l) { return l.kv_blocks_used; });
+  }
   if (e.eplb_enabled) {  // EPLB (issue #8), only when `serve --eplb` runs a MoE model
     counter("deepinfer_eplb_rebalances_total", "Expert placements applied by EPLB.",
             e.eplb_rebalances);

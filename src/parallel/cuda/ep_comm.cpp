@@ -100,6 +100,35 @@ EpComm::EpComm(const EpCommConfig& config)
   init_path_ = "ncclCommInitRank";
 }
 
+std::vector<EpComm> EpComm::init_all(std::span<const int32_t> devices) {
+  const auto n = static_cast<int32_t>(devices.size());
+  DI_CHECK(n >= 1, "EpComm::init_all: no devices");
+  int num_devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&num_devices));
+  for (int32_t d : devices) {
+    DI_CHECK(d >= 0 && d < num_devices, "EpComm::init_all: CUDA device {}, this process sees {}", d,
+             num_devices);
+  }
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n), nullptr);
+  std::vector<int> devs(devices.begin(), devices.end());
+  NCCL_CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
+  std::vector<EpComm> out;
+  for (int32_t r = 0; r < n; ++r) {
+    EpComm c;
+    c.comm_ = comms[static_cast<size_t>(r)];
+    c.rank_idx_ = r;
+    c.num_ranks_ = n;
+    c.device_idx_ = devs[static_cast<size_t>(r)];
+    c.init_path_ = "ncclCommInitAll";
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void EpComm::abort() {
+  if (comm_ != nullptr) ncclCommAbort(std::exchange(comm_, nullptr));
+}
+
 EpComm::~EpComm() {
   // Destroy, not abort: every rank reaches here after its last collective completed.
   if (comm_ != nullptr) ncclCommDestroy(comm_);

@@ -14,7 +14,9 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace di::parallel::cuda {
 
@@ -35,6 +37,9 @@ EpCommConfig ep_comm_config_from_env();
 class EpComm {
  public:
   explicit EpComm(const EpCommConfig& config);
+  // One process driving every rank (the serving engine's DP group, one thread per rank):
+  // ncclCommInitAll over `devices`, communicator r on devices[r].
+  static std::vector<EpComm> init_all(std::span<const int32_t> devices);
   ~EpComm();
   EpComm(EpComm&& other) noexcept;
   EpComm& operator=(EpComm&& other) noexcept;
@@ -42,6 +47,9 @@ class EpComm {
   EpComm& operator=(const EpComm&) = delete;
 
   ncclComm_t get() const { return comm_; }
+  // ncclCommAbort: releases a rank blocked in a collective whose peer will never come (a failed
+  // step). The communicator is unusable afterwards (get() returns null).
+  void abort();
   int32_t rank_idx() const { return rank_idx_; }
   int32_t num_ranks() const { return num_ranks_; }
   int32_t device_idx() const { return device_idx_; }
@@ -49,6 +57,7 @@ class EpComm {
   const char* init_path() const { return init_path_; }
 
  private:
+  EpComm() = default;
   ncclComm_t comm_ = nullptr;
   int32_t rank_idx_ = 0;
   int32_t num_ranks_ = 0;

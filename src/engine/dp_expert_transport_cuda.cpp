@@ -1,0 +1,140 @@
+// The CUDA side of dp_expert_transport.h (CUDA builds with NCCL only): one NCCL communicator per
+// DP rank, all created by this process (ncclCommInitAll), NcclTransport + EpMoeHook per rank
+// (parallel/cuda/ep_moe_hook.h, the path bench_cuda_ep verified on 2 H200s).
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "engine/dp_expert_transport.h"
+#include "model/layers.h"
+#include "parallel/cuda/cuda_check.h"
+#include "parallel/cuda/ep_comm.h"
+#include "parallel/cuda/ep_moe_hook.h"
+
+namespace di {
+namespace {
+
+using parallel::cuda::EpComm;
+using parallel::cuda::EpMoeHook;
+using parallel::cuda::NcclTransport;
+
+// EpMoeHook that refuses to run once the group's communicators were aborted (a rank failed in
+// the middle of a step: the ranks no longer agree on which collective comes next).
+class GuardedHook final : public MoeExpertHook {
+ public:
+  GuardedHook(std::unique_ptr<EpMoeHook> hook, const std::atomic<bool>& broken)
+      : hook_(std::move(hook)), broken_(broken) {}
+  void run(Backend& be, const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+           const ExpertWeights& experts, Tensor& out) override {
+    DI_CHECK(!broken_.load(),
+             "the EP group's NCCL communicators were aborted after a failed step; restart the "
+             "server");
+    hook_->run(be, x, topk_ids, topk_weights, experts, out);
+  }
+
+ private:
+  std::unique_ptr<EpMoeHook> hook_;
+  const std::atomic<bool>& broken_;
+};
+
+class NcclExpertTransport final : public DpExpertTransport {
+ public:
+  explicit NcclExpertTransport(std::span<const int32_t> devices)
+      : devices_(devices.begin(), devices.end()), comms_(EpComm::init_all(devices)) {
+    for (const EpComm& c : comms_) transports_.push_back(std::make_unique<NcclTransport>(c));
+    hooks_.resize(comms_.size());
+    DI_LOG_INFO("DP group: NCCL {} communicators over CUDA devices {} ({})",
+                parallel::cuda::nccl_runtime_version(), fmt::join(devices_, ","),
+                comms_.front().init_path());
+  }
+  ~NcclExpertTransport() override {
+    // Communicators go after the hooks that use them (member order) and after every rank thread
+    // stopped (the group destroys its ranks first).
+    hooks_.clear();
+  }
+
+  int32_t num_ranks() const override { return static_cast<int32_t>(devices_.size()); }
+  void bind_thread(int32_t rank_idx) override {
+    CUDA_CHECK(cudaSetDevice(devices_.at(static_cast<size_t>(rank_idx))));
+  }
+
+  void attach(int32_t rank_idx, Backend& backend, Model& model) override {
+    auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
+    DI_CHECK(cuda != nullptr, "the NCCL EP transport needs the CUDA backend, got '{}'",
+             backend.name());
+    const std::vector<MoeBlock*> blocks = model.moe_blocks();
+    DI_CHECK(!blocks.empty(), "EP needs a MoE model");
+    const MoeBlock& b = *blocks.front();
+    auto hook =
+        std::make_unique<EpMoeHook>(*transports_.at(static_cast<size_t>(rank_idx)),
+                                    static_cast<int32_t>(b.experts.gate_up.size(0)),
+                                    static_cast<int32_t>(b.experts.gate_up.size(2)),
+                                    b.routing.top_k, backend.compute_dtype(), cuda->stream());
+    auto& slot = hooks_.at(static_cast<size_t>(rank_idx));
+    slot = std::make_unique<GuardedHook>(std::move(hook), broken_);
+    parallel::cuda::attach_expert_hook(blocks, slot.get());
+  }
+
+  void abort(const std::string& reason) override {
+    if (broken_.exchange(true)) return;
+    DI_LOG_ERROR("DP group: aborting the NCCL communicators ({}); every later step fails", reason);
+    for (EpComm& c : comms_) c.abort();
+  }
+  void reset() override {}  // an aborted communicator cannot be revived: GuardedHook refuses
+
+ private:
+  std::vector<int32_t> devices_;
+  std::vector<EpComm> comms_;
+  std::vector<std::unique_ptr<NcclTransport>> transports_;
+  std::vector<std::unique_ptr<GuardedHook>> hooks_;
+  std::atomic<bool> broken_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<DpExpertTransport> make_nccl_expert_transport(std::span<const int32_t> devices) {
+  return std::make_unique<NcclExpertTransport>(devices);
+}
+
+void bind_rank_device(const std::string& backend, int32_t device_idx) {
+  if (backend == "cpu") return;
+  CUDA_CHECK(cudaSetDevice(device_idx));
+}
+
+std::vector<int32_t> probe_healthy_cuda_devices(std::string* report) {
+  std::vector<int32_t> healthy;
+  std::string text;
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (report != nullptr) *report = fmt::format("no CUDA devices ({})", cudaGetErrorString(e));
+    return healthy;
+  }
+  constexpr size_t kProbeBytes = size_t{64} << 20;
+  for (int d = 0; d < count; ++d) {
+    void* p = nullptr;
+    cudaError_t e = cudaSetDevice(d);
+    if (e == cudaSuccess) e = cudaFree(nullptr);  // creates the context
+    if (e == cudaSuccess) e = cudaMalloc(&p, kProbeBytes);
+    if (e == cudaSuccess) e = cudaMemset(p, 0, kProbeBytes);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (p != nullptr) (void)cudaFree(p);
+    if (e == cudaSuccess) {
+      healthy.push_back(d);
+      text += fmt::format("GPU {}: ok; ", d);
+    } else {
+      (void)cudaGetLastError();
+      text += fmt::format("GPU {}: skipped ({}); ", d, cudaGetErrorString(e));
+    }
+  }
+  if (count > 0) (void)cudaSetDevice(healthy.empty() ? 0 : healthy.front());
+  if (report != nullptr) *report = text;
+  return healthy;
+}
+
+}  // namespace di

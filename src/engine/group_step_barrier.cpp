@@ -1,0 +1,86 @@
+#include "engine/group_step_barrier.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace di {
+
+GroupStepBarrier::GroupStepBarrier(int32_t num_ranks, std::function<void(int32_t)> wake_rank,
+                                   DpExpertTransport* transport)
+    : num_ranks_(num_ranks), wake_rank_(std::move(wake_rank)), transport_(transport) {
+  DI_CHECK(num_ranks >= 1, "GroupStepBarrier: {} ranks", num_ranks);
+}
+
+GroupDecision GroupStepBarrier::arrive(int32_t rank_idx, bool has_work, bool stopping) {
+  DI_CHECK(rank_idx >= 0 && rank_idx < num_ranks_, "GroupStepBarrier: rank {} of {}", rank_idx,
+           num_ranks_);
+  std::unique_lock lock(mu_);
+  if (abandoned_) return GroupDecision{.step = false, .stop = true};
+  if (arrived_ == 0 && num_ranks_ > 1 && !decision_.step) {
+    // First of a round after an idle one: the others may be asleep on their inboxes (after a
+    // step round every rank comes back without waiting). wake() takes only their inbox locks,
+    // never this one, so calling it here cannot deadlock.
+    for (int32_t r = 0; r < num_ranks_; ++r) {
+      if (r != rank_idx) wake_rank_(r);
+    }
+  }
+  any_work_ = any_work_ || has_work;
+  any_stop_ = any_stop_ || stopping;
+  const uint64_t gen = generation_;
+  if (++arrived_ < num_ranks_) {
+    cv_.wait(lock, [&] { return generation_ != gen || abandoned_; });
+    if (generation_ == gen) return GroupDecision{.step = false, .stop = true};
+    return decision_;  // not overwritten before this rank arrives at the next round
+  }
+  decision_.stop = any_stop_ || stop_requested_;
+  decision_.step = any_work_ && !decision_.stop;
+  if (failed_ && transport_ != nullptr) transport_->reset();
+  failed_ = false;
+  arrived_ = 0;
+  any_work_ = any_stop_ = false;
+  if (decision_.step) ++step_rounds_;
+  ++generation_;
+  cv_.notify_all();
+  return decision_;
+}
+
+void GroupStepBarrier::step_failed(int32_t rank_idx, const std::string& what) {
+  {
+    std::lock_guard lock(mu_);
+    failed_ = true;
+  }
+  if (transport_ != nullptr) {
+    transport_->abort(fmt::format("rank {} failed its step: {}", rank_idx, what));
+  }
+}
+
+void GroupStepBarrier::request_stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_requested_ = true;
+  }
+  for (int32_t r = 0; r < num_ranks_; ++r) wake_rank_(r);
+}
+
+void GroupStepBarrier::abandon() {
+  {
+    std::lock_guard lock(mu_);
+    abandoned_ = true;
+    stop_requested_ = true;
+  }
+  cv_.notify_all();
+}
+
+uint64_t GroupStepBarrier::rounds() const {
+  std::lock_guard lock(mu_);
+  return generation_;
+}
+
+uint64_t GroupStepBarrier::step_rounds() const {
+  std::lock_guard lock(mu_);
+  return step_rounds_;
+}
+
+}  // namespace di

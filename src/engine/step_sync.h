@@ -1,0 +1,33 @@
+#pragma once
+// StepSync: what an EngineLoop that is one rank of a DP group (dp_engine_group.h) asks the group
+// once per loop iteration. Every MoE layer of an expert-parallel model is a collective, so the
+// ranks must run their forwards in lockstep: one group step = one forward on every rank.
+//
+//   rank thread:  drain inbox ─► apply messages ─► arrive(has_work, stopping) ─► decision
+//                                                   (blocks until every rank arrived)
+//     decision.stop  ─► end every open request (kAbort) and exit the thread
+//     decision.step  ─► a real step if this rank has work, else a padding step (one token, no KV)
+//     neither        ─► idle: wait on the inbox until mail, stop, or wake() from the group
+//
+// The decision is the same for every rank of a round. A standalone engine has no StepSync.
+#include <cstdint>
+#include <string>
+
+namespace di {
+
+struct GroupDecision {
+  bool step = false;  // some rank has work: every rank runs a forward this iteration
+  bool stop = false;  // some rank is stopping: every rank ends its requests and exits
+};
+
+class StepSync {
+ public:
+  virtual ~StepSync() = default;
+  // Called with no engine lock held. Blocks until every rank of the group arrived.
+  virtual GroupDecision arrive(int32_t rank_idx, bool has_work, bool stopping) = 0;
+  // This rank's step threw (a bug, not bad input): ranks waiting for it inside a collective of
+  // the same step must be released (their step fails too).
+  virtual void step_failed(int32_t rank_idx, const std::string& what) = 0;
+};
+
+}  // namespace di

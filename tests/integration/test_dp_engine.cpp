@@ -1,0 +1,423 @@
+// DpEngineGroup (engine/dp_engine_group.h): DP attention + expert parallelism in the serving
+// engine, on the CPU backend with the shared-memory EP exchange. Real golden MoE models
+// (deepseek_v2, deepseek_v3, qwen3_moe); the oracle is one EngineLoop on the same requests.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "engine/dp_engine_group.h"
+#include "engine/engine.h"
+#include "golden_util.h"
+#include "model/layers.h"
+
+namespace di {
+namespace {
+
+using testing::source_dir;
+
+std::string fixture(const std::string& name) {
+  return source_dir() + "/tests/fixtures/golden/" + name;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = dist(rng);
+  return p;
+}
+
+// Every event by request; waits for final events.
+class Collector {
+ public:
+  TokenSink sink(RequestId id) {
+    {
+      std::lock_guard lock(mu_);
+      open_[id] += 1;
+    }
+    return [this](const TokenEvent& e) {
+      std::lock_guard lock(mu_);
+      events_[e.id].push_back(e);
+      if (e.finish != EngineFinish::kNone) --open_[e.id];
+      cv_.notify_all();  // wait_tokens waits for any event
+    };
+  }
+  bool wait_all(std::chrono::seconds timeout = std::chrono::seconds(120)) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] {
+      for (const auto& [id, n] : open_)
+        if (n != 0) return false;
+      return true;
+    });
+  }
+  bool wait_tokens(RequestId id, size_t n,
+                   std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return events_[id].size() >= n; });
+  }
+  std::vector<int32_t> tokens(RequestId id) {
+    std::lock_guard lock(mu_);
+    std::vector<int32_t> out;
+    for (const TokenEvent& e : events_[id])
+      if (e.token >= 0) out.push_back(e.token);
+    return out;
+  }
+  EngineFinish finish(RequestId id) {
+    std::lock_guard lock(mu_);
+    for (const TokenEvent& e : events_[id])
+      if (e.finish != EngineFinish::kNone) return e.finish;
+    return EngineFinish::kNone;
+  }
+  int num_finals(RequestId id) {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (const TokenEvent& e : events_[id]) n += e.finish != EngineFinish::kNone ? 1 : 0;
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<RequestId, int32_t> open_;
+  std::map<RequestId, std::vector<TokenEvent>> events_;
+};
+
+EngineConfig config_for(const std::string& model, int32_t dp_size) {
+  EngineConfig c;
+  c.model_dir = fixture(model);
+  c.block_size = 16;
+  c.num_blocks = 96;          // per rank
+  c.max_batched_tokens = 24;  // long prompts are chunked over several steps
+  c.dp_size = dp_size;
+  return c;
+}
+
+std::unique_ptr<Engine> start(const EngineConfig& c) {
+  auto r = Engine::start(c);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r.is_ok() ? std::move(r).value() : nullptr;
+}
+
+EngineRequest greedy(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  EngineRequest r;
+  r.id = RequestId(id);
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+struct Workload {
+  std::vector<EngineRequest> first;  // submitted together
+  std::vector<EngineRequest> late;   // submitted once the first ones are decoding
+};
+
+// 8 concurrent requests, alternately placed on ranks 0 and 1 by the least-loaded rule: rank 0
+// gets long prompts and long outputs, rank 1 short ones, so rank 1 runs out of work and pads
+// while rank 0 decodes; 2 late requests prefill (chunked) while the others decode.
+Workload workload(int64_t vocab, uint64_t id_base) {
+  Workload w;
+  const int32_t prompt_len[] = {70, 3, 41, 9, 33, 1, 57, 12};
+  const int32_t max_tokens[] = {14, 2, 11, 1, 12, 3, 9, 2};
+  for (int i = 0; i < 8; ++i) {
+    w.first.push_back(greedy(id_base + static_cast<uint64_t>(i),
+                             random_tokens(prompt_len[i], vocab, 100 + static_cast<uint32_t>(i)),
+                             max_tokens[i]));
+  }
+  w.late.push_back(greedy(id_base + 8, random_tokens(50, vocab, 200), 6));
+  w.late.push_back(greedy(id_base + 9, random_tokens(29, vocab, 201), 5));
+  return w;
+}
+
+std::map<RequestId, std::vector<int32_t>> run(Engine& engine, const Workload& w, Collector& col) {
+  for (const EngineRequest& r : w.first) {
+    EXPECT_TRUE(engine.submit(r, col.sink(r.id)).is_ok());
+  }
+  // Late requests once the first long one has produced a few tokens.
+  EXPECT_TRUE(col.wait_tokens(w.first.front().id, 3));
+  EXPECT_NO_THROW(engine.check_integrity());
+  for (const EngineRequest& r : w.late) {
+    EXPECT_TRUE(engine.submit(r, col.sink(r.id)).is_ok());
+  }
+  EXPECT_TRUE(col.wait_all());
+  std::map<RequestId, std::vector<int32_t>> out;
+  for (const auto* list : {&w.first, &w.late})
+    for (const EngineRequest& r : *list) out[r.id] = col.tokens(r.id);
+  return out;
+}
+
+class DpEngineGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
+  auto single = start(config_for(GetParam(), 0));
+  auto group_engine = start(config_for(GetParam(), 2));
+  ASSERT_TRUE(single && group_engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(group_engine.get());
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->expert_parallel());
+  ASSERT_EQ(group->num_ranks(), 2);
+  const Workload w = workload(single->vocab_size(), 1);
+
+  Collector ref_col, col;
+  const auto expected = run(*single, w, ref_col);
+  // check_integrity racing with the group's steps.
+  std::atomic<bool> done{false};
+  std::thread checker([&] {
+    while (!done.load()) {
+      EXPECT_NO_THROW(group->check_integrity());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  const auto got = run(*group, w, col);
+  done = true;
+  checker.join();
+
+  for (const auto& [id, tokens] : expected) {
+    EXPECT_EQ(got.at(id), tokens) << GetParam() << " request " << id.value();
+    EXPECT_FALSE(tokens.empty());
+    EXPECT_EQ(col.num_finals(id), 1);
+    EXPECT_EQ(col.finish(id), EngineFinish::kLength);
+  }
+  // Both ranks served requests; the one with the short ones padded while the other decoded.
+  const EngineStats r0 = group->rank_stats(0), r1 = group->rank_stats(1);
+  EXPECT_GT(r0.requests_finished, 0u);
+  EXPECT_GT(r1.requests_finished, 0u);
+  EXPECT_GT(r1.padding_steps, 0u) << "rank 1 never padded";
+  // Lockstep: every group step is one forward on every rank (the rank that padded in the last
+  // round may publish its stats just after the other rank's final event).
+  const auto forwards = [&](int32_t r) {
+    const EngineStats st = group->rank_stats(r);
+    return st.steps + st.padding_steps;
+  };
+  for (int i = 0;
+       i < 100 && (forwards(0) != group->group_steps() || forwards(1) != group->group_steps());
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(forwards(0), group->group_steps());
+  EXPECT_EQ(forwards(1), group->group_steps());
+
+  const EngineStats s = group->stats();
+  EXPECT_EQ(s.dp_size, 2);
+  EXPECT_EQ(s.requests_finished, 10u);
+  EXPECT_EQ(s.generated_tokens, single->stats().generated_tokens);
+  EXPECT_EQ(s.prompt_tokens, single->stats().prompt_tokens);
+  EXPECT_EQ(s.kv_blocks_total, 2 * 96);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.num_running + s.num_waiting, 0);
+  EXPECT_NO_THROW(group->check_integrity());
+
+  // Idle: no rounds while nobody has work (the ranks sleep on their inboxes).
+  const uint64_t steps = group->group_steps();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(group->group_steps(), steps);
+}
+
+// Each rank's copy of the experts it does not own is zeroed (an expert with zero weights outputs
+// zero): the group must still give the single engine's tokens, so every routed row really goes to
+// its owner rank and nobody computes another rank's experts.
+TEST_P(DpEngineGolden, EachRankComputesOnlyItsOwnExperts) {
+  auto single = start(config_for(GetParam(), 0));
+  auto engine = start(config_for(GetParam(), 2));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  for (int32_t r = 0; r < 2; ++r) {
+    for (MoeBlock* b : group->rank(r).model().moe_blocks()) {
+      const int64_t e = b->experts.gate_up.size(0), spr = (e + 1) / 2;
+      const int64_t per_expert = b->experts.gate_up.numel() / e;
+      for (int64_t x = 0; x < e; ++x) {
+        if (x / spr == r) continue;
+        std::fill_n(b->experts.gate_up.f32() + x * per_expert, per_expert, 0.0f);
+      }
+    }
+  }
+  const Workload w = workload(single->vocab_size(), 300);
+  Collector ref_col, col;
+  EXPECT_EQ(run(*engine, w, col), run(*single, w, ref_col)) << GetParam();
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DpEngineGolden,
+                         ::testing::Values("deepseek_v2", "deepseek_v3", "qwen3_moe"));
+
+TEST(DpEngineGroup, PlacesOnTheLeastLoadedRankAndAbortsOnTheHoldingRank) {
+  auto single = start(config_for("qwen3_moe", 0));
+  auto engine = start(config_for("qwen3_moe", 2));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  const int64_t vocab = engine->vocab_size();
+  Collector col, ref_col;
+  // Open samples decide: 1 -> rank 0 (0 vs 0, no KV used yet: lowest rank); 2 (n = 3) -> rank 1
+  // (1 vs 0); 3 -> rank 0 (1 vs 3); 4 -> rank 0 (2 vs 3).
+  EngineRequest a = greedy(1, random_tokens(20, vocab, 1), 120);
+  EngineRequest b = greedy(2, random_tokens(11, vocab, 2), 120);
+  b.n = 3;
+  b.sampling.temperature = 1.0f;
+  b.sampling.seed = 5;
+  EngineRequest c = greedy(3, random_tokens(5, vocab, 3), 40);
+  EngineRequest d = greedy(4, random_tokens(7, vocab, 4), 40);
+  // Request 2's sink: a duplicate submit of its id at its first event (refused although rank 0
+  // does not hold it), an abort from inside the sink at its 4th event (rank 1).
+  std::atomic<int> b_events{0};
+  std::atomic<int> duplicate_code{-1};
+  TokenSink b_sink = col.sink(b.id);
+  col.sink(b.id);
+  col.sink(b.id);  // n = 3: three final events
+  auto b_wrapped = [&, b_sink](const TokenEvent& e) {
+    b_sink(e);
+    const int k = ++b_events;
+    if (k == 1) {
+      duplicate_code =
+          static_cast<int>(engine->submit(greedy(2, {1, 2}, 2), [](const TokenEvent&) {}).code());
+    }
+    if (k == 4) engine->abort(RequestId(2));
+  };
+  ASSERT_TRUE(engine->submit(a, col.sink(a.id)).is_ok());
+  ASSERT_TRUE(engine->submit(b, b_wrapped).is_ok());
+  ASSERT_TRUE(engine->submit(c, col.sink(c.id)).is_ok());
+  ASSERT_TRUE(engine->submit(d, col.sink(d.id)).is_ok());
+  EXPECT_EQ(group->rank_of(a.id), 0);
+  EXPECT_EQ(group->rank_of(b.id), 1);
+  EXPECT_EQ(group->rank_of(c.id), 0);
+  EXPECT_EQ(group->rank_of(d.id), 0);
+  engine->abort(RequestId(999));  // unknown: no-op
+  ASSERT_TRUE(col.wait_all());
+  EXPECT_EQ(duplicate_code.load(), static_cast<int>(StatusCode::kAlreadyExists));
+  EXPECT_EQ(col.finish(b.id), EngineFinish::kAbort);
+  EXPECT_EQ(col.num_finals(b.id), 3);
+  EXPECT_LT(col.tokens(b.id).size(), 3u * 120u);
+  EXPECT_EQ(col.finish(a.id), EngineFinish::kLength);
+  EXPECT_EQ(col.tokens(a.id).size(), 120u);
+  EXPECT_EQ(group->rank_of(b.id), -1);
+  // Request 1 equals the single engine's output: its rank ran alongside the other's steps.
+  ASSERT_TRUE(single->submit(a, ref_col.sink(a.id)).is_ok());
+  ASSERT_TRUE(ref_col.wait_all());
+  EXPECT_EQ(col.tokens(a.id), ref_col.tokens(a.id));
+
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.requests_aborted, 1u);
+  EXPECT_EQ(s.requests_finished, 3u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_NO_THROW(engine->check_integrity());
+  // The id is free again once its final events were delivered.
+  ASSERT_TRUE(engine->submit(greedy(2, {1, 2, 3}, 2), col.sink(RequestId(2))).is_ok());
+  ASSERT_TRUE(col.wait_all());
+}
+
+TEST(DpEngineGroup, DestructionWithRequestsInFlightAbortsThemWithoutDeadlock) {
+  Collector col;
+  {
+    auto engine = start(config_for("deepseek_v3", 3));
+    ASSERT_TRUE(engine);
+    const int64_t vocab = engine->vocab_size();
+    for (uint64_t i = 1; i <= 4; ++i) {
+      TokenSink inner = col.sink(RequestId(i));
+      // A slow sink (test only) keeps the requests in flight: ~2 ms per token.
+      TokenSink slow = [inner](const TokenEvent& e) {
+        inner(e);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      };
+      ASSERT_TRUE(
+          engine->submit(greedy(i, random_tokens(9, vocab, static_cast<uint32_t>(i)), 200), slow)
+              .is_ok());
+    }
+    ASSERT_TRUE(col.wait_tokens(RequestId(1), 2));
+  }  // ~DpEngineGroup while 3 ranks step in lockstep
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(5)));
+  for (uint64_t i = 1; i <= 4; ++i) {
+    EXPECT_EQ(col.num_finals(RequestId(i)), 1);
+    EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kAbort);
+  }
+}
+
+TEST(DpEngineGroup, OneRankGroupEqualsOneEngine) {
+  // `serve --dp-size 1`: the group code path (barrier, hook, self exchange) with one rank.
+  auto single = start(config_for("deepseek_v2", 0));
+  auto engine = start(config_for("deepseek_v2", 1));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  ASSERT_TRUE(group->expert_parallel());
+  const Workload w = workload(engine->vocab_size(), 70);
+  Collector ref_col, col;
+  EXPECT_EQ(run(*engine, w, col), run(*single, w, ref_col));
+  EXPECT_EQ(group->rank_stats(0).padding_steps, 0u);  // nobody to pad for
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
+  auto single = start(config_for("qwen3_moe", 0));
+  auto engine = start(config_for("qwen3_moe", 2));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  // Rank 1's expert weights get a bad shape: its moe_experts throws in the middle of the
+  // exchange while rank 0 waits for its rows.
+  std::vector<MoeBlock*> blocks = group->rank(1).model().moe_blocks();
+  const Tensor good = blocks[0]->experts.down;
+  blocks[0]->experts.down =
+      Tensor::zeros({good.size(0), good.size(1) + 1, good.size(2)}, DType::kF32);
+  const int64_t vocab = engine->vocab_size();
+  Collector col;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(engine
+                    ->submit(greedy(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
+                             col.sink(RequestId(i)))
+                    .is_ok());
+  }
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked in the exchange";
+  for (uint64_t i = 1; i <= 4; ++i) {
+    EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kError) << i;
+  }
+  EXPECT_EQ(engine->stats().requests_failed, 4u);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_NO_THROW(engine->check_integrity());
+  // Repaired (between steps: the ranks are idle), the group serves again and equals one engine.
+  blocks[0]->experts.down = good;
+  const Workload w = workload(vocab, 20);
+  Collector ref_col, col2;
+  EXPECT_EQ(run(*engine, w, col2), run(*single, w, ref_col));
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+TEST(DpEngineGroup, DenseModelRunsIndependentRanks) {
+  auto single = start(config_for("qwen3", 0));
+  auto engine = start(config_for("qwen3", 2));
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  EXPECT_FALSE(group->expert_parallel());
+  const Workload w = workload(engine->vocab_size(), 50);
+  Collector ref_col, col;
+  EXPECT_EQ(run(*engine, w, col), run(*single, w, ref_col));
+  EXPECT_EQ(group->rank_stats(0).padding_steps + group->rank_stats(1).padding_steps, 0u);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+TEST(DpEngineGroup, RejectsBadConfigs) {
+  EngineConfig c = config_for("qwen3_moe", 2);
+  c.eplb.enabled = true;
+  auto r = Engine::start(c);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("--eplb"), std::string::npos) << r.status().to_string();
+  c = config_for("qwen3_moe", 9);  // 8 routed experts
+  r = Engine::start(c);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("routed experts"), std::string::npos);
+  c = config_for("qwen3_moe", -1);
+  EXPECT_FALSE(Engine::start(c).is_ok());
+  c = config_for("qwen3_moe", 2);
+  c.num_blocks = 0;
+  c.kv_cache_bytes = 0;  // rank 0 fails to size its pool: nothing hangs
+  r = Engine::start(c);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("DP rank 0"), std::string::npos) << r.status().to_string();
+}
+
+}  // namespace
+}  // namespace di
