@@ -19,6 +19,9 @@ if [ -x .gpu_bin/bench_cuda_model ]; then
     run_step "gemv_ab_v2lite_r$r" 40 env DEEPINFER_GEMV_MAX_ROWS=$r .gpu_bin/bench_cuda_model \
       --preset deepseek-v2-lite --conc 1 --ctx 2048 --reps 10 --tag gemv_rows$r
     grep -E '^\[model\]' "$OUT/gemv_ab_v2lite_r$r.log" >>"$OUT/summary_extra.txt"
+    run_step "gemv_ab_qwen3moe_r$r" 40 env DEEPINFER_GEMV_MAX_ROWS=$r .gpu_bin/bench_cuda_model \
+      --preset qwen3-30b-a3b --conc 1 --ctx 2048 --reps 10 --tag gemv_rows$r
+    grep -E '^\[model\]' "$OUT/gemv_ab_qwen3moe_r$r.log" >>"$OUT/summary_extra.txt"
   done
 fi
 # The GQA decode attention kernel vs the generic CUDA-core kernel (DEEPINFER_ATTN_DECODE=generic).
