@@ -10,12 +10,15 @@ run_step ops_gemv8 60 env DEEPINFER_GEMV_MAX_ROWS=8 .gpu_bin/test_backend_ops --
   grep -E 'FAIL$' "$OUT/ops_gemv8.log" | head -10
 } >>"$OUT/summary_extra.txt"
 if [ -x .gpu_bin/bench_cuda_model ]; then
-  for r in 0 4 8; do
+  for r in 0 1 4 8; do
     run_step "gemv_ab_llama_r$r" 40 env DEEPINFER_GEMV_MAX_ROWS=$r .gpu_bin/bench_cuda_model \
       --preset llama3-8b --conc 1,2,4,8 --ctx 512 --reps 10 --tag gemv_rows$r
     grep -E '^\[model\]' "$OUT/gemv_ab_llama_r$r.log" >>"$OUT/summary_extra.txt"
   done
-  for r in 0 4; do
+  run_step gemv_ab_llama_r1_nopdl 40 env DEEPINFER_GEMV_MAX_ROWS=1 DEEPINFER_PDL=0 \
+    .gpu_bin/bench_cuda_model --preset llama3-8b --conc 1 --ctx 512 --reps 10 --tag gemv_rows1_nopdl
+  grep -E '^\[model\]' "$OUT/gemv_ab_llama_r1_nopdl.log" >>"$OUT/summary_extra.txt"
+  for r in 0 1; do
     run_step "gemv_ab_v2lite_r$r" 40 env DEEPINFER_GEMV_MAX_ROWS=$r .gpu_bin/bench_cuda_model \
       --preset deepseek-v2-lite --conc 1 --ctx 2048 --reps 10 --tag gemv_rows$r
     grep -E '^\[model\]' "$OUT/gemv_ab_v2lite_r$r.log" >>"$OUT/summary_extra.txt"

@@ -25,9 +25,10 @@ namespace {
 using bf16_t = __nv_bfloat16;
 
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
-// Rows up to which linear / fused_linear take the small-M GEMV kernel (kernels/gemv.h).
-// TODO(#5): tuned from the H200 A/B (bench_cuda_model with DEEPINFER_GEMV_MAX_ROWS=0..8).
-constexpr int32_t kDefaultGemvMaxRows = 4;
+// Rows up to which linear / fused_linear take the small-M GEMV kernel (kernels/gemv.h): one.
+// H200 A/B (docs/performance.md, 2026-11-29 evening): at 2-4 rows cuBLAS + separate elementwise
+// kernels win (Llama-3.1-8B batch 2 / 4: 384 / 757 tok/s vs 346 / 464 with the GEMV).
+constexpr int32_t kDefaultGemvMaxRows = 1;
 
 void check_dev(const Tensor& t, DType dtype, const char* op, const char* what) {
   DI_CHECK(t.device() == Device::kCUDA && t.dtype() == dtype,

@@ -24,8 +24,12 @@ void CudaGraph::capture(CudaBackend& be, const std::function<void()>& enqueue) {
   } catch (...) {
     private_blocks_ = be.allocator().end_private();
     cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(be.stream(), &g);
+    cudaStreamEndCapture(be.stream(), &g);  // returns "invalidated" after a failed capture
     if (g) cudaGraphDestroy(g);
+    // Clear the runtime's last error, or the caller's next launch check would report this
+    // capture's failure (seen on the H200: the fp32 mode's MoE path synchronizes, the capture
+    // fails, the engine falls back to eager and its first launch failed "capture invalidated").
+    (void)cudaGetLastError();
     throw;
   }
   private_blocks_ = be.allocator().end_private();

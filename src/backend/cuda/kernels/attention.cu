@@ -298,6 +298,7 @@ __device__ __forceinline__ void load_bf16_e(const bf16* src, float* f) {
 
 template <int E, int G>
 __global__ void __launch_bounds__(kDecodeWarps * 32) gqa_decode_kernel(PagedAttentionKernelParams p) {
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   constexpr int D = 32 * E;
   constexpr int kChunk = E <= 4 ? 8 : 4;
   __shared__ float acc_s[kDecodeWarps][G][D];

@@ -39,6 +39,12 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// Programmatic dependent launch (Hopper): a kernel that calls pdl_trigger() lets the next kernel
+// of the stream, when that one is launched with the PDL attribute (the decode GEMV, gemv.cu),
+// start before this one ends; that kernel waits for this one's writes with griddepcontrol.wait.
+// A no-op when the next kernel is launched plainly.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace di::cuda

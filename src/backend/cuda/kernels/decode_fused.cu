@@ -17,6 +17,7 @@ constexpr int kMlaThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeStoreKernelParams p) {
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   __shared__ float row_s[kMaxFusedHeadDim];
   __shared__ float scratch[32];
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
@@ -126,6 +127,7 @@ __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int
 
 template <typename T>
 __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStoreKernelParams p) {
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int32_t pos = p.positions[t];

@@ -1,6 +1,7 @@
 // Small-M fused linear layers of the decode path; the contract is in gemv.h.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -79,6 +80,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // The first two items are in flight while the prologue runs.
   if (items > 0) load(wa, 0);
   if (items > 1) load(wb, 1);
+  // Programmatic dependent launch (launched with the PDL attribute): everything above reads
+  // only the weights, so it may overlap the previous kernel's tail. Wait for that kernel's
+  // writes (x, the residual) before the prologue reads them, and let the next PDL kernel start
+  // its own weight loads early. Both are no-ops for a plain launch.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
 
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
@@ -270,8 +277,21 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   const int rows_per_cta = kWarps / split;
   const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, slots));
-  gemv_kernel<M, IN><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(p, split);
-  return cudaSuccess;
+  static const bool pdl = [] {  // DEEPINFER_PDL=0: plain launches (the A/B switch)
+    const char* env = std::getenv("DEEPINFER_PDL");
+    return env == nullptr || std::atoi(env) != 0;
+  }();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, gemv_kernel<M, IN>, p, split);
 }
 
 template <int M>

@@ -104,6 +104,7 @@ __global__ void mla_tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seq
 // owns output tiles w, w + 8, ..., i.e. dv <= 64 kNt).
 template <int kMt, int kNt>
 __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams p) {
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   constexpr int kRows = 16 * kMt;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tile = blockIdx.x, split = blockIdx.y;

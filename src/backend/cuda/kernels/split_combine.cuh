@@ -31,6 +31,7 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
   constexpr int kChunk = 256;
   __shared__ float w_s[kChunk];
   __shared__ float scratch[32];
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   const int d = blockIdx.y * blockDim.x + threadIdx.x;
   float m = -INFINITY;
   for (int sp = threadIdx.x; sp < num_splits; sp += blockDim.x)
