@@ -100,34 +100,13 @@ class MlaModel final : public Model {
     Tensor x = be.empty({t, hidden}, dt);
     be.embedding(token_ids, ends_.embed, x);
     Tensor h = be.empty({t, hidden}, dt);
-    Tensor o = be.empty({t, hidden}, dt);
     // x is the residual stream; the norms, residual adds and silu·mul ride on the neighbouring
-    // linear layers (Backend::fused_linear); h = norm(x) is materialised for MoE blocks.
+    // linear layers (Backend::fused_linear, FeedForward::forward_residual); h: scratch for norm(x)
+    // when the q and kv_a projections are two GEMMs.
     for (size_t l = 0; l < layers_.size(); ++l) {
       const MlaLayer& L = layers_[l];
       attention(L, static_cast<int32_t>(l), x, eps, h, batch, pool, layout);
-      if (L.ffn.is_moe) {
-        be.rms_norm(x, L.post_norm, eps, h);
-        L.ffn.moe.forward(be, h, o);
-        be.add(x, o, x);
-      } else {
-        const Mlp& mlp = L.ffn.mlp;
-        Tensor gate_up = be.empty({t, 2 * mlp.inter}, dt);
-        FusedLinearParams fg;  // gate_up = norm(x) · Wguᵀ
-        fg.in = FusedLinearParams::In::kRmsNorm;
-        fg.x = &x;
-        fg.norm_w = &L.post_norm;
-        fg.eps = eps;
-        fg.w = &mlp.gate_up;
-        fg.y = &gate_up;
-        be.fused_linear(fg);
-        FusedLinearParams fd;  // x += (silu(gate) · up) · Wdownᵀ
-        fd.in = FusedLinearParams::In::kSiluMul;
-        fd.x = &gate_up;
-        fd.w = &mlp.down;
-        fd.residual = &x;
-        be.fused_linear(fd);
-      }
+      L.ffn.forward_residual(be, x, L.post_norm, eps);
     }
     return ends_.logits(be, x, logit_rows, eps);
   }

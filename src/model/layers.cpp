@@ -23,6 +23,34 @@ void Mlp::forward(Backend& be, const Tensor& x, Tensor& out) const {
   be.fused_linear(fd);
 }
 
+void FeedForward::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const {
+  const int64_t t = x.size(0), hidden = x.size(1);
+  const DType dt = be.compute_dtype();
+  if (is_moe) {
+    Tensor h = be.empty({t, hidden}, dt);
+    Tensor o = be.empty({t, hidden}, dt);
+    be.rms_norm(x, norm_w, eps, h);
+    moe.forward(be, h, o);
+    be.add(x, o, x);
+    return;
+  }
+  Tensor gate_up = be.empty({t, 2 * mlp.inter}, dt);
+  FusedLinearParams fg;  // gate_up = norm(x) · Wguᵀ
+  fg.in = FusedLinearParams::In::kRmsNorm;
+  fg.x = &x;
+  fg.norm_w = &norm_w;
+  fg.eps = eps;
+  fg.w = &mlp.gate_up;
+  fg.y = &gate_up;
+  be.fused_linear(fg);
+  FusedLinearParams fd;  // x += (silu(gate) · up) · Wdownᵀ
+  fd.in = FusedLinearParams::In::kSiluMul;
+  fd.x = &gate_up;
+  fd.w = &mlp.down;
+  fd.residual = &x;
+  be.fused_linear(fd);
+}
+
 void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
   const int64_t t = x.size(0), e = gate.size(0), k = routing.top_k;
   Tensor logits = be.empty({t, e}, DType::kF32);

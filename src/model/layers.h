@@ -71,6 +71,10 @@ struct FeedForward {
       mlp.forward(be, x, out);
     }
   }
+  // x += ffn(rms_norm(x) · norm_w), x the residual stream [T, H]. A dense MLP is two
+  // Backend::fused_linear calls (norm prologue; silu·mul prologue with the residual add); a MoE
+  // block reads a materialised h = norm(x) (router, experts and shared experts all read it).
+  void forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const;
 };
 
 // Embedding, final norm and output head, shared by every architecture.

@@ -100,7 +100,6 @@ class GqaModel final : public Model {
     Tensor qkv = be.empty({t, (hq + 2 * hkv) * d}, dt);
     Tensor q = be.empty({t, hq, d}, dt);
     Tensor attn = be.empty({t, hq, d}, dt);
-    Tensor h, o, gate_up;  // MoE input / output, dense MLP intermediate: made when first needed
     for (size_t l = 0; l < layers_.size(); ++l) {
       const GqaLayer& L = layers_[l];
       FusedLinearParams fq;  // qkv = norm(x) · Wqkvᵀ (+ bias)
@@ -150,33 +149,7 @@ class GqaModel final : public Model {
       fo.bias = L.o_bias.is_null() ? nullptr : &L.o_bias;
       fo.residual = &x;
       be.fused_linear(fo);
-      if (L.ffn.is_moe) {
-        if (h.is_null()) {
-          h = be.empty({t, hidden}, dt);
-          o = be.empty({t, hidden}, dt);
-        }
-        be.rms_norm(x, L.post_norm, eps, h);
-        L.ffn.moe.forward(be, h, o);
-        be.add(x, o, x);
-      } else {
-        const Mlp& mlp = L.ffn.mlp;
-        if (gate_up.is_null() || gate_up.size(1) != 2 * mlp.inter)
-          gate_up = be.empty({t, 2 * mlp.inter}, dt);
-        FusedLinearParams fg;  // gate_up = norm(x) · Wguᵀ
-        fg.in = FusedLinearParams::In::kRmsNorm;
-        fg.x = &x;
-        fg.norm_w = &L.post_norm;
-        fg.eps = eps;
-        fg.w = &mlp.gate_up;
-        fg.y = &gate_up;
-        be.fused_linear(fg);
-        FusedLinearParams fd;  // x += (silu(gate) · up) · Wdownᵀ
-        fd.in = FusedLinearParams::In::kSiluMul;
-        fd.x = &gate_up;
-        fd.w = &mlp.down;
-        fd.residual = &x;
-        be.fused_linear(fd);
-      }
+      L.ffn.forward_residual(be, x, L.post_norm, eps);
     }
     return ends_.logits(be, x, logit_rows, eps);
   }
