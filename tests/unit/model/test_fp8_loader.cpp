@@ -168,7 +168,10 @@ TEST(Fp8LoaderMla, KeepsQaProjInFp8RatherThanConcatenatingWithKvA) {
                                                                 got[0].last_prompt_logits[i])));
   }
   EXPECT_GT(max_ref, 0.0);
-  EXPECT_LE(max_diff, 1e-6 * max_ref);
+  // Two fp32 paths with different summation orders (one concatenated projection through the
+  // CPU backend's GEMM, OpenBLAS in CI, vs two projections, one through the test backend's
+  // dequantized GEMM): 4.5e-6 relative seen with OpenBLAS; a wrong weight is off by >> 1e-3.
+  EXPECT_LE(max_diff, 2e-5 * max_ref);
   EXPECT_EQ(ref[0].output, got[0].output);
 }
 
