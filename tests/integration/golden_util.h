@@ -2,7 +2,9 @@
 // Helpers for the golden-model tests: locate fixtures and compare logits.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,20 @@ namespace di::testing {
 inline std::string source_dir() {
   const char* s = std::getenv("DI_SOURCE_DIR");
   return s ? s : ".";
+}
+
+// The golden fixture directory tests/fixtures/golden/<name>.
+inline std::string fixture(const std::string& name) {
+  return source_dir() + "/tests/fixtures/golden/" + name;
+}
+
+// n token ids uniform in [0, vocab) from a fixed seed (prompts for the engine tests).
+inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = dist(rng);
+  return p;
 }
 
 // Every directory under tests/fixtures/golden holding a golden.json.

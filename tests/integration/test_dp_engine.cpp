@@ -20,18 +20,8 @@ namespace di {
 namespace {
 
 using testing::source_dir;
-
-std::string fixture(const std::string& name) {
-  return source_dir() + "/tests/fixtures/golden/" + name;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& t : p) t = dist(rng);
-  return p;
-}
+using testing::fixture;
+using testing::random_tokens;
 
 // Every event by request; waits for final events.
 class Collector {
