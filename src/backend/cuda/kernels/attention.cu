@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKerne
 constexpr int kDecodeWarps = 4;
 
 template <int E>
-__device__ __forceinline__ void load_bf16_e(const bf16* src, float* f) {
+__device__ __forceinline__ void load_bf16_e(const bf16* src, float (&f)[E]) {
   if constexpr (E == 2) {
     const uint32_t u = *reinterpret_cast<const uint32_t*>(src);
     f[0] = __uint_as_float(u << 16);
@@ -286,13 +286,7 @@ __device__ __forceinline__ void load_bf16_e(const bf16* src, float* f) {
     f[2] = __uint_as_float(u.y << 16);
     f[3] = __uint_as_float(u.y & 0xffff0000u);
   } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(src);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
+    unpack8(*reinterpret_cast<const uint4*>(src), f);
   }
 }
 

@@ -21,25 +21,6 @@ constexpr int kMaxDynSmem = 220 * 1024;
 template <int M>
 constexpr int kLoadsPerLane = M <= 2 ? 8 : 4;
 
-// Weights are read exactly once: stream them past L1.
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// Eight bf16 (one 16-byte vector) to floats; element 0 is the low half of .x.
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(u[i] << 16);
-    f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-  }
-}
-
 __device__ __forceinline__ float round_bf16(float v) { return to_f32(from_f32<bf16>(v)); }
 
 // Two floats to a bf16 pair (round to nearest even, as from_f32<bf16>); a goes to the low half.
@@ -88,8 +69,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // only the weights, so it may overlap the previous kernel's tail. Wait for that kernel's
   // writes (x, the residual) before the prologue reads them, and let the next PDL kernel start
   // its own weight loads early. Both are no-ops for a plain launch.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" :::);
+  pdl_wait();
+  pdl_trigger();
 
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
@@ -319,10 +300,9 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   if (p.m < 1 || p.m > kGemvMaxRows || p.n < 1 || p.k < 8 || p.k % 8 != 0) return false;
   if (!aligned16(p.x) || !aligned16(p.w) || p.ldx % 8 != 0) return false;
-  if (p.in == GemvIn::kRmsNorm && !aligned16(p.norm_w)) return false;
+  if (p.in == GemvIn::kRmsNorm && (p.norm_w == nullptr || !aligned16(p.norm_w))) return false;
   if (p.ldx < (p.in == GemvIn::kSiluMul ? 2 * int64_t{p.k} : int64_t{p.k})) return false;
   if (p.y == nullptr && p.residual == nullptr) return false;
-  if (p.in == GemvIn::kRmsNorm && p.norm_w == nullptr) return false;
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
 }
 

@@ -13,16 +13,6 @@ namespace {
 constexpr int kDecodeThreads = 256;  // 8 warps, one weight row (pair) each
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 
-// 8 bf16 packed in a uint4 -> 8 f32 (exact: bf16 is the top half of an f32).
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
 __device__ __forceinline__ float dot8(const float (&a)[8], const float (&b)[8], float acc) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc = fmaf(a[i], b[i], acc);
@@ -135,14 +125,6 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_down_kernel(MoeDecodeParam
 // up rows) and issues the 16-byte loads of U chunk-iterations of all its rows before any FMA
 // (R * U, resp. 2 * R * U, loads in flight per lane), streamed past L1 (no allocate) so the x /
 // act rows stay cached; each x / act load is reused for R rows.
-
-__device__ __forceinline__ uint4 ld_stream(const uint4* ptr) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
 
 template <int MT, int R, int U>
 __global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_v2_kernel(MoeDecodeParams p) {

@@ -13,16 +13,6 @@
 
 namespace di::cuda {
 
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? scratch[lane] : -INFINITY;
-  return warp_max(v);
-}
-
 template <typename T>
 __device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
                                                   const float* __restrict__ partial_ml,
