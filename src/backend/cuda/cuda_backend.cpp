@@ -224,18 +224,18 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   DI_CHECK(x.size(-1) == k, "cuda linear: x {} does not match weight {}", x.describe(), w.describe());
   DI_CHECK(y.numel() == m * n, "cuda linear: y {} is not [{}, {}]", y.describe(), m, n);
   const bool y_f32 = y.dtype() == DType::kF32;
-  if (m <= gemv_max_rows_ && !f32_) {
-    FusedLinearParams fp;
-    fp.x = &x;
-    fp.w = &w;
-    fp.bias = bias;
-    fp.y = &y;
-    if (try_gemv(fp)) return;
-  }
-  gemm_bf16(x.raw(), k, w.raw(), k, y.raw(), n, y_f32, m, n, k);
-  if (bias != nullptr) {
+  if (bias != nullptr) {  // checked before either path reads it
     check_dev(*bias, dt_, "linear", "bias");
     DI_CHECK(bias->numel() == n, "cuda linear: bias {} for {} outputs", bias->describe(), n);
+  }
+  FusedLinearParams fp;
+  fp.x = &x;
+  fp.w = &w;
+  fp.bias = bias;
+  fp.y = &y;
+  if (try_gemv(fp)) return;  // a few bf16 rows (gemv_max_rows_); false otherwise
+  gemm_bf16(x.raw(), k, w.raw(), k, y.raw(), n, y_f32, m, n, k);
+  if (bias != nullptr) {
     launch_bias_add(BiasAddParams{y.raw(), y_f32, bias->raw(), m, n, f32_}, stream_);
     CUDA_CHECK_LAUNCH("bias_add");
   }
@@ -284,8 +284,8 @@ void CudaBackend::fused_linear(const FusedLinearParams& p) {
   if (p.w->dtype() != DType::kFP8E4M3) check_dev(*p.w, dt_, "fused_linear", "w");
   if (p.norm_w) check_dev(*p.norm_w, dt_, "fused_linear", "norm_w");
   if (p.bias) check_dev(*p.bias, dt_, "fused_linear", "bias");
-  if (p.residual) check_dev(*p.residual, dt_, "fused_linear", "residual");
   if (p.residual) {
+    check_dev(*p.residual, dt_, "fused_linear", "residual");
     DI_CHECK(p.residual->raw() != p.x->raw(), "cuda fused_linear: residual must not alias x");
   }
   if (try_gemv(p)) return;
