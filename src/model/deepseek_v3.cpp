@@ -220,14 +220,7 @@ class MlaModel final : public Model {
     Tensor proj, q_part, kv_a;
     if (!L.q_kv_a.is_null()) {
       proj = be.empty({t, qw + lat + dr}, dt);
-      FusedLinearParams fp;  // proj = norm(x) · [Wq; Wkv_a]ᵀ
-      fp.in = FusedLinearParams::In::kRmsNorm;
-      fp.x = &x;
-      fp.norm_w = &L.input_norm;
-      fp.eps = eps;
-      fp.w = &L.q_kv_a;
-      fp.y = &proj;
-      be.fused_linear(fp);
+      norm_linear(be, x, L.input_norm, eps, L.q_kv_a, nullptr, proj);
     } else {
       be.rms_norm(x, L.input_norm, eps, h);
       q_part = be.empty({t, qw}, dt);
@@ -252,14 +245,7 @@ class MlaModel final : public Model {
         be.copy_columns(proj, 0, qa);
       }
       q = be.empty({t, hq * (dn + dr)}, dt);
-      FusedLinearParams fq;  // q = norm(q_a) · W_q_bᵀ
-      fq.in = FusedLinearParams::In::kRmsNorm;
-      fq.x = &qa;
-      fq.norm_w = &L.q_a_norm;
-      fq.eps = kLoraNormEps;
-      fq.w = &L.q_b;
-      fq.y = &q;
-      be.fused_linear(fq);
+      norm_linear(be, qa, L.q_a_norm, kLoraNormEps, L.q_b, nullptr, q);
       rp.q = &q;
     }
     // q_nope, roped q_pe, and the new tokens' cache entries [normalised latent | roped k_pe].
@@ -304,12 +290,7 @@ class MlaModel final : public Model {
     be.paged_attention(ap);
     Tensor o_heads = be.empty({t, hq, dv}, dt);
     be.head_linear(o_lat, L.w_uv, o_heads);
-    Tensor o_rows = o_heads.reshape({t, hq * dv});
-    FusedLinearParams fo;  // x += o · Woᵀ
-    fo.x = &o_rows;
-    fo.w = &L.o_proj;
-    fo.residual = &x;
-    be.fused_linear(fo);
+    linear_add(be, o_heads.reshape({t, hq * dv}), L.o_proj, nullptr, x);
   }
 
   DecoderEnds ends_;

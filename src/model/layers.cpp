@@ -2,6 +2,39 @@
 
 namespace di {
 
+void norm_linear(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                 const Tensor* bias, Tensor& y) {
+  FusedLinearParams p;
+  p.in = FusedLinearParams::In::kRmsNorm;
+  p.x = &x;
+  p.norm_w = &norm_w;
+  p.eps = eps;
+  p.w = &w;
+  p.bias = bias;
+  p.y = &y;
+  be.fused_linear(p);
+}
+
+void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bias,
+                Tensor& residual) {
+  FusedLinearParams p;
+  p.x = &x;
+  p.w = &w;
+  p.bias = bias;
+  p.residual = &residual;
+  be.fused_linear(p);
+}
+
+void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual) {
+  FusedLinearParams p;
+  p.in = FusedLinearParams::In::kSiluMul;
+  p.x = &gate_up;
+  p.w = &w;
+  p.y = y;
+  p.residual = residual;
+  be.fused_linear(p);
+}
+
 Mlp Mlp::load(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t inter) {
   Mlp m;
   m.inter = inter;
@@ -15,12 +48,7 @@ void Mlp::forward(Backend& be, const Tensor& x, Tensor& out) const {
   const int64_t t = x.size(0);
   Tensor gu = be.empty({t, 2 * inter}, be.compute_dtype());
   be.linear(x, gate_up, nullptr, gu);
-  FusedLinearParams fd;  // out = (silu(gate) · up) · Wdownᵀ
-  fd.in = FusedLinearParams::In::kSiluMul;
-  fd.x = &gu;
-  fd.w = &down;
-  fd.y = &out;
-  be.fused_linear(fd);
+  silu_linear(be, gu, down, &out, nullptr);
 }
 
 void FeedForward::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const {
@@ -35,20 +63,8 @@ void FeedForward::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w,
     return;
   }
   Tensor gate_up = be.empty({t, 2 * mlp.inter}, dt);
-  FusedLinearParams fg;  // gate_up = norm(x) · Wguᵀ
-  fg.in = FusedLinearParams::In::kRmsNorm;
-  fg.x = &x;
-  fg.norm_w = &norm_w;
-  fg.eps = eps;
-  fg.w = &mlp.gate_up;
-  fg.y = &gate_up;
-  be.fused_linear(fg);
-  FusedLinearParams fd;  // x += (silu(gate) · up) · Wdownᵀ
-  fd.in = FusedLinearParams::In::kSiluMul;
-  fd.x = &gate_up;
-  fd.w = &mlp.down;
-  fd.residual = &x;
-  be.fused_linear(fd);
+  norm_linear(be, x, norm_w, eps, mlp.gate_up, nullptr, gate_up);
+  silu_linear(be, gate_up, mlp.down, nullptr, &x);
 }
 
 void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
@@ -97,14 +113,7 @@ Tensor DecoderEnds::logits(Backend& be, const Tensor& x, const Tensor& rows, flo
   Tensor picked = be.empty({r, h}, be.compute_dtype());
   be.embedding(rows, x, picked);  // a row gather
   Tensor out = be.empty({r, lm_head.size(0)}, DType::kF32);
-  FusedLinearParams fl;  // out = norm(picked) · lm_headᵀ
-  fl.in = FusedLinearParams::In::kRmsNorm;
-  fl.x = &picked;
-  fl.norm_w = &norm;
-  fl.eps = eps;
-  fl.w = &lm_head;
-  fl.y = &out;
-  be.fused_linear(fl);
+  norm_linear(be, picked, norm, eps, lm_head, nullptr, out);
   return out;
 }
 

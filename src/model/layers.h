@@ -10,6 +10,16 @@
 
 namespace di {
 
+// The three shapes of Backend::fused_linear the models use (one kernel each at decode on CUDA):
+//   y = rms_norm(x) · norm_w · wᵀ (+ bias)
+void norm_linear(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                 const Tensor* bias, Tensor& y);
+//   residual += x · wᵀ (+ bias)
+void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bias,
+                Tensor& residual);
+//   out = (silu(gate) · up) · wᵀ with gate_up = [gate | up]; into `y`, or added to `residual`
+void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual);
+
 // SwiGLU MLP: down(silu(gate(x)) * up(x)), gate and up fused into one [2I, H] weight.
 struct Mlp {
   Tensor gate_up;  // [2I, H]

@@ -102,15 +102,8 @@ class GqaModel final : public Model {
     Tensor attn = be.empty({t, hq, d}, dt);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const GqaLayer& L = layers_[l];
-      FusedLinearParams fq;  // qkv = norm(x) · Wqkvᵀ (+ bias)
-      fq.in = FusedLinearParams::In::kRmsNorm;
-      fq.x = &x;
-      fq.norm_w = &L.input_norm;
-      fq.eps = eps;
-      fq.w = &L.qkv;
-      fq.bias = L.qkv_bias.is_null() ? nullptr : &L.qkv_bias;
-      fq.y = &qkv;
-      be.fused_linear(fq);
+      norm_linear(be, x, L.input_norm, eps, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias,
+                  qkv);
       // split qkv, [q/k norm], rope, q -> q, k/v -> pool: one op (one kernel on CUDA).
       QkvRopeStoreParams qp;
       qp.qkv = &qkv;
@@ -142,13 +135,8 @@ class GqaModel final : public Model {
       ap.scale = static_cast<float>(c.attention_scale());
       ap.batch = &batch;
       be.paged_attention(ap);
-      Tensor attn_rows = attn.reshape({t, hq * d});
-      FusedLinearParams fo;  // x += attn · Woᵀ (+ bias)
-      fo.x = &attn_rows;
-      fo.w = &L.o_proj;
-      fo.bias = L.o_bias.is_null() ? nullptr : &L.o_bias;
-      fo.residual = &x;
-      be.fused_linear(fo);
+      linear_add(be, attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias,
+                 x);
       L.ffn.forward_residual(be, x, L.post_norm, eps);
     }
     return ends_.logits(be, x, logit_rows, eps);
