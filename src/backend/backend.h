@@ -263,6 +263,8 @@ class Backend {
   virtual void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                          Tensor& topk_weights) = 0;
   // out[t] = Σ_j topk_weights[t, j] · expert_{topk_ids[t, j]}(x[t])      x, out [T, H]
+  // Entries with a negative id are skipped (padding, or an expert another EP rank computes:
+  // parallel/cuda/ep_moe_latency.h); a token with none gets out[t] = 0. Ids >= E are errors.
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const ExpertWeights& w, Tensor& out) = 0;
 

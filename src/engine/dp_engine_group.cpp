@@ -1,6 +1,7 @@
 #include "engine/dp_engine_group.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <set>
 #include <utility>
@@ -81,8 +82,13 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   EngineConfig rank_config = config;
   rank_config.dp_size = 0;
   rank_config.dp_devices.clear();
-  // The EP hooks synchronise with the host inside every MoE layer: not capturable.
-  if (moe) rank_config.decode_graphs = false;
+  // Decode steps on every rank take the latency exchange (no host sync, so the step graphs stay
+  // on); DEEPINFER_EP_LATENCY=0 keeps the throughput exchange (host syncs) everywhere, and with
+  // it no graphs. The fp32 verification mode's MoE synchronizes with the host, so its capture
+  // would fail after NCCL calls were captured: no graphs there either.
+  const char* latency_env = std::getenv("DEEPINFER_EP_LATENCY");
+  const bool latency = moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
+  if (moe && (!latency || config.backend == "cuda-fp32")) rank_config.decode_graphs = false;
   DpExpertTransport* transport = g.transport_.get();
   const std::string backend = config.backend;
   auto bind = [transport, backend, devices](int32_t r) {
@@ -102,10 +108,17 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
         failed = parts.status();
       } else {
         EngineParts& p = parts.value();
-        if (transport != nullptr) transport->attach(r, *p.backend, *p.model);
+        if (transport != nullptr) {
+          transport->attach(r, *p.backend, *p.model, latency ? rank_config.max_running : 0);
+        }
         EngineLoopHooks hooks;
         hooks.sync = g.barrier_.get();
         hooks.rank_idx = r;
+        if (latency) {
+          hooks.set_exchange_rows = [transport](int32_t rank_idx, int32_t rows) {
+            transport->set_latency_rows(rank_idx, rows);
+          };
+        }
         if (!on_cpu) hooks.bind_thread = bind;
         g.ranks_.push_back(std::make_unique<EngineLoop>(rank_config, std::move(p.backend),
                                                         std::move(p.model), p.num_blocks,
@@ -129,10 +142,13 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
     const int64_t spr = (mc.value().num_experts + n - 1) / n;
     DI_LOG_INFO(
         "DP group: {} ranks ({}), DP attention + EP over {}: {} routed experts, {} per rank; "
-        "KV pool of {} blocks per rank",
+        "KV pool of {} blocks per rank; decode steps: {}",
         n, on_cpu ? "CPU threads" : fmt::format("CUDA devices {}", fmt::join(devices, ",")),
         on_cpu ? "shared memory" : "NCCL", mc.value().num_experts, spr,
-        g.ranks_.front()->stats().kv_blocks_total);
+        g.ranks_.front()->stats().kv_blocks_total,
+        latency ? (rank_config.decode_graphs ? "latency exchange + CUDA graphs"
+                                             : "latency exchange, eager")
+                : "throughput exchange, eager");
   } else {
     DI_LOG_INFO("DP group: {} independent ranks (dense model: no expert exchange)", n);
   }

@@ -15,7 +15,7 @@ class ShmExpertTransport final : public DpExpertTransport {
   int32_t num_ranks() const override { return num_ranks_; }
   void bind_thread(int32_t /*rank_idx*/) override {}
 
-  void attach(int32_t rank_idx, Backend& backend, Model& model) override {
+  void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t /*max_decode_rows*/) override {
     DI_CHECK(backend.device() == Device::kCPU,
              "the shared-memory EP transport runs on the CPU backend, not '{}'", backend.name());
     const std::vector<MoeBlock*> blocks = model.moe_blocks();

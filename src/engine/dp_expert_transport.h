@@ -29,7 +29,13 @@ class DpExpertTransport {
   virtual void bind_thread(int32_t rank_idx) = 0;
   // Creates rank r's expert hook for its backend and model and attaches it to every MoE block.
   // Called once per rank, in rank order, on a thread bound to the rank's device.
-  virtual void attach(int32_t rank_idx, Backend& backend, Model& model) = 0;
+  // max_decode_rows > 0: the hook also gets the decode (latency) exchange for up to that many
+  // tokens per rank (CUDA; the shared-memory exchange has one path for every step).
+  virtual void attach(int32_t rank_idx, Backend& backend, Model& model,
+                      int32_t max_decode_rows) = 0;
+  // The exchange of rank r's next forwards: rows > 0 the latency exchange with that many rows
+  // per rank (same on every rank), 0 the throughput exchange. On the engine thread of rank r.
+  virtual void set_latency_rows(int32_t /*rank_idx*/, int32_t /*rows*/) {}
   // A rank's step failed mid-way: release ranks blocked in the exchange (their step fails too).
   virtual void abort(const std::string& reason) = 0;
   // Every rank is between steps (at the group barrier): make the exchange usable after abort(),

@@ -36,6 +36,7 @@ class GuardedHook final : public MoeExpertHook {
              "server");
     hook_->run(be, x, topk_ids, topk_weights, experts, out);
   }
+  EpMoeHook& inner() { return *hook_; }
 
  private:
   std::unique_ptr<EpMoeHook> hook_;
@@ -63,7 +64,8 @@ class NcclExpertTransport final : public DpExpertTransport {
     CUDA_CHECK(cudaSetDevice(devices_.at(static_cast<size_t>(rank_idx))));
   }
 
-  void attach(int32_t rank_idx, Backend& backend, Model& model) override {
+  void attach(int32_t rank_idx, Backend& backend, Model& model,
+              int32_t max_decode_rows) override {
     auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
     DI_CHECK(cuda != nullptr, "the NCCL EP transport needs the CUDA backend, got '{}'",
              backend.name());
@@ -74,10 +76,15 @@ class NcclExpertTransport final : public DpExpertTransport {
         std::make_unique<EpMoeHook>(*transports_.at(static_cast<size_t>(rank_idx)),
                                     static_cast<int32_t>(b.experts.gate_up.size(0)),
                                     static_cast<int32_t>(b.experts.gate_up.size(2)),
-                                    b.routing.top_k, backend.compute_dtype(), cuda->stream());
+                                    b.routing.top_k, backend.compute_dtype(), cuda->stream(),
+                                    max_decode_rows);
     auto& slot = hooks_.at(static_cast<size_t>(rank_idx));
     slot = std::make_unique<GuardedHook>(std::move(hook), broken_);
     parallel::cuda::attach_expert_hook(blocks, slot.get());
+  }
+
+  void set_latency_rows(int32_t rank_idx, int32_t rows) override {
+    hooks_.at(static_cast<size_t>(rank_idx))->inner().set_latency_rows(rows);
   }
 
   void abort(const std::string& reason) override {

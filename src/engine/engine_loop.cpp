@@ -470,7 +470,8 @@ void EngineLoop::run_step(Outbox& out) {
   if (eplb_) {
     eplb_->begin_step(sched.prefills.empty() ? EplbPhase::kDecode : EplbPhase::kPrefill);
   }
-  Tensor logits = runner_->execute(plan, logit_rows);
+  const GroupDecode group = agree_decode(runner_->decode_shape(plan, logit_rows));
+  Tensor logits = runner_->execute(plan, logit_rows, group);
   if (eplb_) eplb_->end_step();  // may re-place experts: between steps, on this thread
   const int64_t vocab = runner_->vocab_size();
   std::vector<sampling::SampleResult> results = sampling::sample_batch(
@@ -519,8 +520,20 @@ void EngineLoop::run_step(Outbox& out) {
   }
 }
 
+GroupDecode EngineLoop::agree_decode(DecodeShape mine) {
+  if (hooks_.sync == nullptr) return {};
+  const DecodeShape shape = hooks_.sync->agree_decode(hooks_.rank_idx, mine);
+  GroupDecode group;
+  if (shape.rows >= 0) {
+    group.bucket = ModelRunner::decode_bucket(shape.rows, config_.max_running);
+    group.max_blocks = shape.max_blocks;
+  }
+  if (hooks_.set_exchange_rows) hooks_.set_exchange_rows(hooks_.rank_idx, group.bucket);
+  return group;
+}
+
 void EngineLoop::run_padding_step() {
-  runner_->execute_padding();
+  runner_->execute_padding(agree_decode(DecodeShape{.rows = 0, .max_blocks = 0}));
   ++counters_.padding_steps;
 }
 

@@ -54,6 +54,9 @@ struct EngineLoopHooks {
   int32_t rank_idx = 0;
   // Runs first on the engine thread (a CUDA rank binds its device: cudaSetDevice is per thread).
   std::function<void(int32_t rank_idx)> bind_thread;
+  // Group ranks: called before every forward with the rows per rank of the step's expert
+  // exchange (> 0: the latency exchange at that decode bucket; 0: the throughput exchange).
+  std::function<void(int32_t rank_idx, int32_t rows_per_rank)> set_exchange_rows;
 };
 
 class EngineLoop final : public Engine {
@@ -126,6 +129,9 @@ class EngineLoop final : public Engine {
   void run_step(Outbox& out);
   // A group rank without work while others step: one padding token through every layer.
   void run_padding_step();
+  // Group ranks: the group's decode shape for this step (StepSync::agree_decode), the exchange
+  // set on this rank's expert hook accordingly; {} for a standalone engine.
+  GroupDecode agree_decode(DecodeShape mine);
   // Records a sample's final event; closes the request when it was the last open sample.
   void close_sample(RequestState& r, int32_t sample_idx, EngineFinish reason);
   void publish_stats();

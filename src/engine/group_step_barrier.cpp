@@ -1,5 +1,6 @@
 #include "engine/group_step_barrier.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -38,6 +39,7 @@ GroupDecision GroupStepBarrier::arrive(int32_t rank_idx, bool has_work, bool sto
   decision_.step = any_work_ && !decision_.stop;
   if (failed_ && transport_ != nullptr) transport_->reset();
   failed_ = false;
+  agree_failed_ = false;  // every rank is here: none is inside agree_decode
   arrived_ = 0;
   any_work_ = any_stop_ = false;
   if (decision_.step) ++step_rounds_;
@@ -46,11 +48,42 @@ GroupDecision GroupStepBarrier::arrive(int32_t rank_idx, bool has_work, bool sto
   return decision_;
 }
 
+DecodeShape GroupStepBarrier::agree_decode(int32_t rank_idx, DecodeShape mine) {
+  DI_CHECK(rank_idx >= 0 && rank_idx < num_ranks_, "GroupStepBarrier: rank {} of {}", rank_idx,
+           num_ranks_);
+  std::unique_lock lock(mu_);
+  if (abandoned_ || agree_failed_) return DecodeShape{};
+  if (agree_arrived_ == 0) {
+    agree_acc_ = mine;
+  } else {
+    agree_acc_.rows =
+        agree_acc_.rows < 0 || mine.rows < 0 ? -1 : std::max(agree_acc_.rows, mine.rows);
+    agree_acc_.max_blocks = std::max(agree_acc_.max_blocks, mine.max_blocks);
+  }
+  const uint64_t gen = agree_generation_;
+  if (++agree_arrived_ < num_ranks_) {
+    cv_.wait(lock, [&] { return agree_generation_ != gen || abandoned_ || agree_failed_; });
+    if (agree_generation_ == gen) return DecodeShape{};
+    return agreed_;  // not overwritten before this rank arrives at the next agreement
+  }
+  agreed_ = agree_acc_;
+  if (agreed_.rows < 0) agreed_ = DecodeShape{};
+  agree_arrived_ = 0;
+  ++agree_generation_;
+  cv_.notify_all();
+  return agreed_;
+}
+
 void GroupStepBarrier::step_failed(int32_t rank_idx, const std::string& what) {
   {
     std::lock_guard lock(mu_);
     failed_ = true;
+    // Ranks waiting in agree_decode for this one are released with rows -1 (their step then
+    // fails in the aborted exchange); later arrivals of this round get -1 at once.
+    agree_failed_ = true;
+    agree_arrived_ = 0;
   }
+  cv_.notify_all();
   if (transport_ != nullptr) {
     transport_->abort(fmt::format("rank {} failed its step: {}", rank_idx, what));
   }

@@ -5,6 +5,9 @@
 //   rank 1 ──arrive(work?, stop?)──┼─► last arrival decides for all: step = any work, stop = any
 //   rank N-1 ─arrive(...)──────────┘   stop or request_stop(); after a failed step, transport
 //                                       reset() (every rank is here, none inside an exchange)
+//   then, inside the step, agree_decode(rows, blocks): a second round that gives every rank the
+//   same decode shape (max rows, max blocks; rows -1 unless every rank runs a plain decode or
+//   padding step), so all ranks pick the same exchange and the same step-graph key
 //
 // The first arrival of a round that follows an idle round wakes every rank (EngineLoop::wake), so
 // ranks idling on their inboxes come to the barrier: a rank that gets a request starts a round and
@@ -28,6 +31,7 @@ class GroupStepBarrier final : public StepSync {
                    DpExpertTransport* transport);
 
   GroupDecision arrive(int32_t rank_idx, bool has_work, bool stopping) override;
+  DecodeShape agree_decode(int32_t rank_idx, DecodeShape mine) override;
   void step_failed(int32_t rank_idx, const std::string& what) override;
 
   // The next round decides stop; wakes every rank so that the round happens.
@@ -54,6 +58,12 @@ class GroupStepBarrier final : public StepSync {
   uint64_t generation_ = 0;
   uint64_t step_rounds_ = 0;
   GroupDecision decision_;
+  // agree_decode: its own round inside a step round.
+  int32_t agree_arrived_ = 0;
+  uint64_t agree_generation_ = 0;
+  DecodeShape agree_acc_;
+  DecodeShape agreed_;
+  bool agree_failed_ = false;  // a step failed: agree_decode answers rows -1 until the next round
 };
 
 }  // namespace di

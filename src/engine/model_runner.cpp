@@ -40,7 +40,8 @@ void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
   backend_.copy_blocks(pool_, layout_, src_dst);
 }
 
-Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit_rows) {
+Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit_rows,
+                            const GroupDecode& group) {
   const ScheduleResult& s = plan.schedule;
   const auto num_tokens = static_cast<int32_t>(plan.input_ids.size());
   DI_CHECK(num_tokens > 0 && plan.positions.size() == plan.input_ids.size(),
@@ -73,7 +74,7 @@ Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit
   }
 
   if (graphs_on_) {
-    if (Tensor out = execute_graph(plan, slots, logit_rows); !out.is_null()) return out;
+    if (Tensor out = execute_graph(plan, slots, logit_rows, group); !out.is_null()) return out;
   }
 
   PagedBatch batch;
@@ -97,7 +98,43 @@ Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit
   return host;
 }
 
-void ModelRunner::execute_padding() {
+DecodeShape ModelRunner::decode_shape(const StepPlan& plan,
+                                      std::span<const int32_t> logit_rows) const {
+  const ScheduleResult& s = plan.schedule;
+  const PagedBatchView& v = plan.paged;
+  const auto n = static_cast<int32_t>(plan.input_ids.size());
+  DecodeShape shape;
+  for (size_t i = 0; i + 1 < v.indptr.size(); ++i) {
+    shape.max_blocks = std::max(shape.max_blocks, v.indptr[i + 1] - v.indptr[i]);
+  }
+  if (!s.prefills.empty() || static_cast<int32_t>(s.decodes.size()) != n || n == 0 ||
+      static_cast<int32_t>(logit_rows.size()) != n) {
+    return shape;  // rows -1
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    if (logit_rows[static_cast<size_t>(i)] != i) return shape;
+  }
+  shape.rows = n;
+  return shape;
+}
+
+int32_t ModelRunner::decode_bucket(int32_t rows, int32_t max_batch) {
+  int32_t bucket = 1;
+  while (bucket < rows) bucket *= 2;
+  return std::max(1, std::min(bucket, max_batch));
+}
+
+void ModelRunner::execute_padding(const GroupDecode& group) {
+  if (group.bucket > 0 && graphs_on_ && group.bucket <= graph_max_batch_ &&
+      group.max_blocks <= graph_max_blocks_) {
+    if (DecodeStepGraph* graph = graph_for(group.bucket, group.max_blocks)) {
+      DecodeStepInputs in;  // no sequences: every row of the bucket is padding
+      in.block_size = layout_.block_size;
+      graph->run(in);
+      ++graph_steps_;
+      return;
+    }
+  }
   const std::vector<int32_t> zero{0}, pad_slot{-1}, one_seq{0, 1}, no_blocks{0, 0};
   PagedBatch batch;
   batch.positions = backend_.upload(host_i32(zero), DType::kI32);
@@ -124,26 +161,40 @@ void ModelRunner::enable_decode_graphs(int32_t max_batch, int32_t max_model_len)
 }
 
 Tensor ModelRunner::execute_graph(const StepPlan& plan, const std::vector<int32_t>& slots,
-                                  std::span<const int32_t> logit_rows) {
-  const ScheduleResult& s = plan.schedule;
+                                  std::span<const int32_t> logit_rows, const GroupDecode& group) {
   const PagedBatchView& v = plan.paged;
   const auto n = static_cast<int32_t>(plan.input_ids.size());
   // Decode only (one token per sequence), every row's logits once in order, within the sizes
   // the graphs were made for.
-  if (!s.prefills.empty() || static_cast<int32_t>(s.decodes.size()) != n ||
-      n > graph_max_batch_ || static_cast<int32_t>(logit_rows.size()) != n) {
-    return Tensor();
+  const DecodeShape shape = decode_shape(plan, logit_rows);
+  if (shape.rows < 0 || n > graph_max_batch_) return Tensor();
+  int32_t bucket = decode_bucket(n, graph_max_batch_);
+  int32_t max_blocks = shape.max_blocks;
+  if (group.bucket > 0) {  // a DP group: every rank replays the same key
+    if (group.bucket < n) return Tensor();
+    bucket = group.bucket;
+    max_blocks = std::max(max_blocks, group.max_blocks);
   }
-  int32_t max_blocks = 0;
+  if (bucket > graph_max_batch_ || max_blocks > graph_max_blocks_) return Tensor();
+  DecodeStepGraph* graph = graph_for(bucket, max_blocks);
+  if (graph == nullptr) return Tensor();
+  DecodeStepInputs in;
+  in.block_size = layout_.block_size;
+  in.token_ids.assign(plan.input_ids.begin(), plan.input_ids.end());
+  in.positions = plan.positions;
+  in.slots = slots;
+  in.block_tables.reserve(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
-    if (logit_rows[static_cast<size_t>(i)] != i) return Tensor();
-    max_blocks = std::max(max_blocks, v.indptr[static_cast<size_t>(i) + 1] -
-                                          v.indptr[static_cast<size_t>(i)]);
+    in.block_tables.emplace_back(v.indices.begin() + v.indptr[static_cast<size_t>(i)],
+                                 v.indices.begin() + v.indptr[static_cast<size_t>(i) + 1]);
   }
-  if (max_blocks > graph_max_blocks_) return Tensor();
-  int32_t bucket = 1;
-  while (bucket < n) bucket *= 2;
-  bucket = std::min(bucket, graph_max_batch_);
+  const Tensor& logits = graph->run(in);
+  ++graph_steps_;
+  return backend_.download(logits.slice_rows(0, n));
+}
+
+DecodeStepGraph* ModelRunner::graph_for(int32_t bucket, int32_t max_blocks) {
+  if (!graphs_on_) return nullptr;
   // Context bucket: attention is captured for a maximum context, and its split-KV grid and
   // combine cover that whole length on every replay, so one graph sized for max_model_len
   // (128K tokens) would make every short-context step pay for 128K. Powers of two of at least
@@ -168,22 +219,10 @@ Tensor ModelRunner::execute_graph(const StepPlan& plan, const std::vector<int32_
     if (!graph) {  // no graphs on this backend, or the capture failed: eager from now on
       graphs_on_ = false;
       graphs_.clear();
-      return Tensor();
+      return nullptr;
     }
   }
-  DecodeStepInputs in;
-  in.block_size = layout_.block_size;
-  in.token_ids.assign(plan.input_ids.begin(), plan.input_ids.end());
-  in.positions = plan.positions;
-  in.slots = slots;
-  in.block_tables.reserve(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) {
-    in.block_tables.emplace_back(v.indices.begin() + v.indptr[static_cast<size_t>(i)],
-                                 v.indices.begin() + v.indptr[static_cast<size_t>(i) + 1]);
-  }
-  const Tensor& logits = graph->run(in);
-  ++graph_steps_;
-  return backend_.download(logits.slice_rows(0, n));
+  return graph.get();
 }
 
 }  // namespace di

@@ -21,10 +21,20 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/step_sync.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 
 namespace di {
+
+// The decode shape a DP group agreed on for this step (step_sync.h), as the runner uses it:
+// every rank pads its decode step to `bucket` sequences and looks its step graph up by the
+// group's longest context, so all ranks replay graphs of one key. bucket 0: no agreement (a
+// standalone engine, or a step that is not a plain decode on every rank).
+struct GroupDecode {
+  int32_t bucket = 0;
+  int32_t max_blocks = 0;
+};
 
 class ModelRunner {
  public:
@@ -42,13 +52,23 @@ class ModelRunner {
   // Runs the forward over every scheduled token of `plan` (decodes, then prefill chunks) and
   // returns the f32 host logits [logit_rows.size(), vocab] of the given batch rows (indices into
   // plan.input_ids; repeats allowed). Performs plan.block_copies first.
-  Tensor execute(const StepPlan& plan, std::span<const int32_t> logit_rows);
+  // In a DP group (group.bucket > 0, every rank the same) a decode step runs as that bucket.
+  Tensor execute(const StepPlan& plan, std::span<const int32_t> logit_rows,
+                 const GroupDecode& group = {});
+
+  // This rank's side of the group's agreement: rows = sequences when the step is a plain decode
+  // step (one token per sequence, every row's logits in order), else -1; its longest context.
+  DecodeShape decode_shape(const StepPlan& plan, std::span<const int32_t> logit_rows) const;
+  // The power-of-two bucket of `rows` sequences (>= 1), at most max_batch.
+  static int32_t decode_bucket(int32_t rows, int32_t max_batch);
 
   // One padding token through every layer, discarding its logits: a rank of a DP group that has
   // nothing to run while others step (every MoE layer is a collective, dp_engine_group.h). The
   // token writes no KV (slot -1) and belongs to a sequence without blocks (zero attention), the
   // padding rows of backend/decode_step.h; the pool is untouched.
-  void execute_padding();
+  // With group.bucket > 0 it replays the group's step graph with no sequences (every row
+  // padding) where graphs are on, so a padding rank costs what a decode rank costs.
+  void execute_padding(const GroupDecode& group = {});
 
   // Decode-only steps of up to `max_batch` sequences (each within `max_model_len` tokens) replay
   // step graphs where the backend makes them. A backend without graphs, or a capture that fails
@@ -60,7 +80,10 @@ class ModelRunner {
  private:
   // The graph path of execute(); a null Tensor when the step does not qualify or graphs are off.
   Tensor execute_graph(const StepPlan& plan, const std::vector<int32_t>& slots,
-                       std::span<const int32_t> logit_rows);
+                       std::span<const int32_t> logit_rows, const GroupDecode& group);
+  // The step graph of (bucket sequences, max_blocks context), captured on first use; null when
+  // graphs are off or the capture failed (then graphs stay off).
+  DecodeStepGraph* graph_for(int32_t bucket, int32_t max_blocks);
 
   Model& model_;
   Backend& backend_;

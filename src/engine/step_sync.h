@@ -15,6 +15,16 @@
 
 namespace di {
 
+// What a rank brings to the group's per-step agreement on the decode exchange (after it
+// scheduled its step): every rank of a step must run the same collectives with the same sizes,
+// so a plain decode step on every rank runs the latency exchange with one agreed row count (and,
+// on CUDA, replays step graphs of one agreed (bucket, context) key); anything else runs the
+// throughput exchange.
+struct DecodeShape {
+  int32_t rows = -1;       // sequences of a plain decode step; 0 for a padding step; -1 otherwise
+  int32_t max_blocks = 0;  // KV blocks of this rank's longest sequence in the step
+};
+
 struct GroupDecision {
   bool step = false;  // some rank has work: every rank runs a forward this iteration
   bool stop = false;  // some rank is stopping: every rank ends its requests and exits
@@ -25,6 +35,10 @@ class StepSync {
   virtual ~StepSync() = default;
   // Called with no engine lock held. Blocks until every rank of the group arrived.
   virtual GroupDecision arrive(int32_t rank_idx, bool has_work, bool stopping) = 0;
+  // Called once per step by every rank, between arrive() and its forward. Returns rows = the max
+  // over ranks and max_blocks = the max over ranks when every rank brought rows >= 0, else
+  // rows = -1. Blocks until every rank arrived (or a rank's step failed: then rows = -1).
+  virtual DecodeShape agree_decode(int32_t rank_idx, DecodeShape mine) = 0;
   // This rank's step threw (a bug, not bad input): ranks waiting for it inside a collective of
   // the same step must be released (their step fails too).
   virtual void step_failed(int32_t rank_idx, const std::string& what) = 0;

@@ -392,10 +392,14 @@ struct TestMoeRoute : OpCase {
 
 struct TestMoeExperts : OpCase {
   int64_t tokens, hidden, inter, experts, top_k;
-  TestMoeExperts(int64_t t, int64_t h, int64_t i, int64_t e, int64_t k) : tokens(t), hidden(h), inter(i), experts(e), top_k(k) {}
+  // skip > 0: that fraction of the entries gets id -1 (skipped: padding, or another EP rank's
+  // expert in the latency exchange), and the last token has every entry skipped (output 0).
+  double skip;
+  TestMoeExperts(int64_t t, int64_t h, int64_t i, int64_t e, int64_t k, double s = 0.0)
+      : tokens(t), hidden(h), inter(i), experts(e), top_k(k), skip(s) {}
   std::string name() const override {
     return "moe_experts_t" + std::to_string(tokens) + "_h" + std::to_string(hidden) + "_i" + std::to_string(inter) +
-           "_e" + std::to_string(experts) + "_k" + std::to_string(top_k);
+           "_e" + std::to_string(experts) + "_k" + std::to_string(top_k) + (skip > 0 ? "_skip" : "");
   }
   std::vector<Output> run(Backend& be) const override {
     Tensor x = act(be, host_random({tokens, hidden}, 61));
@@ -408,6 +412,13 @@ struct TestMoeExperts : OpCase {
       std::iota(e.begin(), e.end(), 0);
       std::shuffle(e.begin(), e.end(), rng);
       ids.insert(ids.end(), e.begin(), e.begin() + top_k);
+    }
+    if (skip > 0) {
+      std::uniform_real_distribution<double> coin(0.0, 1.0);
+      for (int32_t& id : ids) {
+        if (coin(rng) < skip) id = -1;
+      }
+      for (int64_t j = 0; j < top_k; ++j) ids[static_cast<size_t>((tokens - 1) * top_k + j)] = -1;
     }
     Tensor idt = ints(be, ids).reshape({tokens, top_k});
     Tensor wt = be.upload(host_random({tokens, top_k}, 65), DType::kF32);
@@ -528,6 +539,12 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestMoeExperts(19, 256, 128, 8, 2));
   add(new TestMoeExperts(3, 1024, 512, 16, 6));
   add(new TestMoeExperts(64, 512, 256, 16, 4));
+  // Skipped (-1) entries: batch-1 kernels, decode kernels, and a size past the decode range.
+  add(new TestMoeExperts(1, 1024, 512, 16, 6, 0.4));
+  add(new TestMoeExperts(2, 1024, 512, 16, 6, 0.4));
+  add(new TestMoeExperts(19, 256, 128, 8, 2, 0.5));
+  add(new TestMoeExperts(64, 512, 256, 16, 4, 0.3));
+  add(new TestMoeExperts(700, 256, 128, 64, 8, 0.6));
   add_decode_fused_cases(c);
   return c;
 }

@@ -424,7 +424,8 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(num_experts));
   for (int64_t i = 0; i < t * k; ++i) {
     int32_t e = topk_ids.data<int32_t>()[i];
-    DI_CHECK(e >= 0 && e < num_experts, "moe_experts: expert id {} of {}", e, num_experts);
+    DI_CHECK(e < num_experts, "moe_experts: expert id {} of {}", e, num_experts);
+    if (e < 0) continue;  // skipped entry
     rows[static_cast<size_t>(e)].push_back(i);
   }
   std::vector<float> xin, gu, act, y;

@@ -928,10 +928,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
     // Prefill: one read-back of the E + 1 offsets (a host sync), then cuBLAS per touched expert.
     Tensor off_host = download(offsets);
     const int32_t* off = off_host.data<int32_t>();
-    DI_CHECK(off[num_experts] == slots, "cuda moe_experts: {} of {} expert ids outside [0, {})",
-             slots - off[num_experts], slots, num_experts);
+    if (off[num_experts] != slots) {  // skipped (negative) entries, or ids out of range
+      Tensor ids_host = download(topk_ids);
+      for (int64_t i = 0; i < slots; ++i) {
+        const int32_t e = ids_host.data<int32_t>()[i];
+        DI_CHECK(e < num_experts, "cuda moe_experts: expert id {} of {}", e, num_experts);
+      }
+    }
     Tensor xin = empty({slots, h}, DType::kBF16);
-    embedding(row_token, x, xin);
+    if (off[num_experts] > 0) {  // the rows of skipped entries stay unused
+      Tensor xin_used = xin.slice_rows(0, off[num_experts]);
+      embedding(row_token.slice_rows(0, off[num_experts]), x, xin_used);
+    }
     Tensor gu = empty({slots, two_i}, DType::kBF16);
     const size_t esz = 2;
     for (int64_t e = 0; e < num_experts; ++e) {
@@ -1034,17 +1042,22 @@ void CudaBackend::moe_experts_f32(const Tensor& x, const Tensor& topk_ids,
   std::vector<int64_t> count(static_cast<size_t>(num_experts), 0);
   for (int64_t i = 0; i < slots; ++i) {
     const int32_t e = ids_host.data<int32_t>()[i];
-    DI_CHECK(e >= 0 && e < num_experts, "cuda moe_experts: expert id {} of {}", e, num_experts);
-    ++count[static_cast<size_t>(e)];
+    DI_CHECK(e < num_experts, "cuda moe_experts: expert id {} of {}", e, num_experts);
+    if (e >= 0) ++count[static_cast<size_t>(e)];  // negative: a skipped entry
   }
   std::vector<int64_t> offset(static_cast<size_t>(num_experts) + 1, 0);
   for (int64_t e = 0; e < num_experts; ++e)
     offset[static_cast<size_t>(e) + 1] = offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
-  Tensor gather_tok = Tensor::empty({slots}, DType::kI32);
+  Tensor gather_tok = Tensor::zeros({slots}, DType::kI32);  // rows past the used ones: token 0
   Tensor slot_row = Tensor::empty({slots}, DType::kI32);
   std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
   for (int64_t i = 0; i < slots; ++i) {
-    const auto e = static_cast<size_t>(ids_host.data<int32_t>()[i]);
+    const int32_t id = ids_host.data<int32_t>()[i];
+    if (id < 0) {
+      slot_row.data<int32_t>()[i] = -1;  // the combine skips it
+      continue;
+    }
+    const auto e = static_cast<size_t>(id);
     const int64_t row = fill[e]++;
     gather_tok.data<int32_t>()[row] = static_cast<int32_t>(i / k);
     slot_row.data<int32_t>()[i] = static_cast<int32_t>(row);

@@ -69,6 +69,57 @@ __global__ void affine_expert_kernel(AffineExpertParams p) {
   }
 }
 
+// One block per packed row; the x part is copied as raw bytes (dtype-agnostic), 2 bytes at a
+// time (hidden x 2 or 4 bytes is always even).
+__global__ void latency_pack_kernel(LatencyPackParams p) {
+  const int64_t x_bytes = int64_t{p.hidden} * (p.dtype == RowDtype::kFloat32 ? 4 : 2);
+  for (int64_t r = blockIdx.x; r < p.rows_per_rank; r += gridDim.x) {
+    char* row = static_cast<char*>(p.rows) + r * p.row_bytes;
+    const bool real = r < p.num_tokens;
+    auto* dst = reinterpret_cast<uint16_t*>(row);
+    const auto* src = reinterpret_cast<const uint16_t*>(static_cast<const char*>(p.x) + r * x_bytes);
+    for (int64_t i = threadIdx.x; i < x_bytes / 2; i += blockDim.x) dst[i] = real ? src[i] : 0;
+    auto* ids = reinterpret_cast<int32_t*>(row + x_bytes);
+    auto* wts = reinterpret_cast<float*>(row + x_bytes + int64_t{p.top_k} * 4);
+    for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
+      ids[j] = real ? p.topk_ids[r * p.top_k + j] : -1;
+      wts[j] = real ? p.topk_weights[r * p.top_k + j] : 0.0f;
+    }
+  }
+}
+
+__global__ void latency_unpack_kernel(LatencyUnpackParams p) {
+  const int64_t x_bytes = int64_t{p.hidden} * (p.dtype == RowDtype::kFloat32 ? 4 : 2);
+  for (int64_t r = blockIdx.x; r < p.num_rows; r += gridDim.x) {
+    const char* row = static_cast<const char*>(p.rows) + r * p.row_bytes;
+    const auto* src = reinterpret_cast<const uint16_t*>(row);
+    auto* dst = reinterpret_cast<uint16_t*>(static_cast<char*>(p.x_all) + r * x_bytes);
+    for (int64_t i = threadIdx.x; i < x_bytes / 2; i += blockDim.x) dst[i] = src[i];
+    const auto* ids = reinterpret_cast<const int32_t*>(row + x_bytes);
+    const auto* wts = reinterpret_cast<const float*>(row + x_bytes + int64_t{p.top_k} * 4);
+    for (int j = threadIdx.x; j < p.top_k; j += blockDim.x) {
+      const int32_t e = ids[j];
+      p.owned_ids[r * p.top_k + j] = e >= p.expert_begin && e < p.expert_end ? e : -1;
+      p.weights_all[r * p.top_k + j] = wts[j];
+    }
+  }
+}
+
+template <typename T>
+__global__ void rank_sum_kernel(RankSumParams p) {
+  const T* in = static_cast<const T*>(p.partials);
+  T* out = static_cast<T*>(p.out);
+  for (int64_t t = blockIdx.x; t < p.num_tokens; t += gridDim.x) {
+    for (int64_t h = threadIdx.x; h < p.hidden; h += blockDim.x) {
+      float acc = load_as_float(in, t * p.hidden + h);  // rank 0: one rank is an exact copy
+      for (int32_t r = 1; r < p.num_ranks; ++r) {
+        acc = __fadd_rn(acc, load_as_float(in, (int64_t{r} * p.rows_per_rank + t) * p.hidden + h));
+      }
+      store_from_float(out, t * p.hidden + h, acc);
+    }
+  }
+}
+
 int blocks_for(int64_t work_items) {
   return static_cast<int>(std::min<int64_t>(std::max<int64_t>(work_items, 1), kMaxBlocks));
 }
@@ -116,6 +167,29 @@ cudaError_t launch_affine_expert(const AffineExpertParams& params, cudaStream_t 
     affine_expert_kernel<float><<<blocks, kThreads, 0, stream>>>(params);
   } else {
     affine_expert_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(params);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_latency_pack(const LatencyPackParams& params, cudaStream_t stream) {
+  if (params.rows_per_rank == 0) return cudaSuccess;
+  latency_pack_kernel<<<blocks_for(params.rows_per_rank), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_latency_unpack(const LatencyUnpackParams& params, cudaStream_t stream) {
+  if (params.num_rows == 0) return cudaSuccess;
+  latency_unpack_kernel<<<blocks_for(params.num_rows), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rank_sum(const RankSumParams& params, cudaStream_t stream) {
+  if (params.num_tokens == 0) return cudaSuccess;
+  const int blocks = blocks_for(params.num_tokens);
+  if (params.dtype == RowDtype::kFloat32) {
+    rank_sum_kernel<float><<<blocks, kThreads, 0, stream>>>(params);
+  } else {
+    rank_sum_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(params);
   }
   return cudaGetLastError();
 }

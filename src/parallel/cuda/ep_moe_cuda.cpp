@@ -87,6 +87,14 @@ void NcclTransport::all_to_all(std::span<const AllToAllRows> ops, cudaStream_t s
   NCCL_CHECK(ncclGroupEnd());
 }
 
+void NcclTransport::all_gather(const void* send, void* recv, int64_t bytes_per_rank,
+                               cudaStream_t stream) {
+  DI_CHECK(bytes_per_rank >= 0, "all_gather: {} bytes", bytes_per_rank);
+  if (bytes_per_rank == 0) return;
+  NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(bytes_per_rank), ncclUint8, comm_.get(),
+                           stream));
+}
+
 EpMoeCuda::EpMoeCuda(EpTransport& transport, int32_t hidden, int32_t top_k, RowDtype dtype,
                      cudaStream_t stream)
     : transport_(transport), hidden_(hidden), top_k_(top_k), dtype_(dtype), stream_(stream) {

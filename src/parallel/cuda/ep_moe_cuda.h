@@ -89,6 +89,10 @@ class EpTransport {
   // Runs the exchanges as one group, enqueued on `stream` (every rank calls it with the same
   // number of ops, in the same order).
   virtual void all_to_all(std::span<const AllToAllRows> ops, cudaStream_t stream) = 0;
+  // recv[r * bytes_per_rank ..] = rank r's send, for every rank r (send is bytes_per_rank bytes,
+  // the same size on every rank), enqueued on `stream` (the decode exchange, ep_moe_latency.h).
+  virtual void all_gather(const void* send, void* recv, int64_t bytes_per_rank,
+                          cudaStream_t stream) = 0;
 };
 
 // Grouped per-peer ncclSend/ncclRecv; empty pairs are skipped on both sides (both know the
@@ -102,6 +106,8 @@ class NcclTransport final : public EpTransport {
   int32_t rank_idx() const override { return comm_.rank_idx(); }
   int32_t num_ranks() const override { return comm_.num_ranks(); }
   void all_to_all(std::span<const AllToAllRows> ops, cudaStream_t stream) override;
+  void all_gather(const void* send, void* recv, int64_t bytes_per_rank,
+                  cudaStream_t stream) override;
 
  private:
   const EpComm& comm_;

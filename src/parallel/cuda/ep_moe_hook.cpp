@@ -17,14 +17,32 @@ RowDtype row_dtype(DType dtype) {
 }  // namespace
 
 EpMoeHook::EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden, int32_t top_k,
-                     DType dtype, cudaStream_t stream)
+                     DType dtype, cudaStream_t stream, int32_t max_latency_rows)
     : placement_(contiguous_placement(num_experts, transport.num_ranks())),
       num_experts_(num_experts),
       hidden_(hidden),
       top_k_(top_k),
       dtype_(dtype),
       stream_(stream),
-      moe_(transport, hidden, top_k, row_dtype(dtype), stream) {}
+      moe_(transport, hidden, top_k, row_dtype(dtype), stream) {
+  if (max_latency_rows > 0) {
+    // contiguous_placement: rank r owns [r * spr, min(E, (r + 1) * spr)).
+    const int32_t n = transport.num_ranks(), r = transport.rank_idx();
+    const int32_t spr = (num_experts + n - 1) / n;
+    latency_ = std::make_unique<EpMoeLatency>(transport, hidden, top_k, row_dtype(dtype),
+                                              std::min(num_experts, r * spr),
+                                              std::min(num_experts, (r + 1) * spr),
+                                              max_latency_rows, stream);
+  }
+}
+
+void EpMoeHook::set_latency_rows(int32_t rows_per_rank) {
+  DI_CHECK(rows_per_rank >= 0, "EpMoeHook: {} latency rows", rows_per_rank);
+  DI_CHECK(rows_per_rank == 0 || (latency_ && rows_per_rank <= latency_->max_rows_per_rank()),
+           "EpMoeHook: {} latency rows per rank, the exchange was sized for {}", rows_per_rank,
+           latency_ ? latency_->max_rows_per_rank() : 0);
+  latency_rows_ = rows_per_rank;
+}
 
 void EpMoeHook::run(Backend& be, const Tensor& x, const Tensor& topk_ids,
                     const Tensor& topk_weights, const ExpertWeights& experts, Tensor& out) {
@@ -42,6 +60,33 @@ void EpMoeHook::run(Backend& be, const Tensor& x, const Tensor& topk_ids,
   DI_CHECK(experts.gate_up.size(0) == num_experts_,
            "EpMoeHook: the layer has {} experts, the placement {}", experts.gate_up.size(0),
            num_experts_);
+
+  if (latency_rows_ > 0) {
+    DI_CHECK(t <= latency_rows_, "EpMoeHook: {} tokens in a latency step of {} rows per rank", t,
+             latency_rows_);
+    // Decode: fixed sizes on the device only (graph-capturable); this rank's experts over every
+    // rank's rows, then the partial sums go back to their tokens' ranks.
+    latency_->dispatch(x.raw(), topk_ids.data<const int32_t>(),
+                       topk_weights.data<const float>(), static_cast<int32_t>(t), latency_rows_);
+    const int64_t m = latency_->num_rows();
+    const Tensor x_all =
+        Tensor::view_of(latency_->x_all(), {m, hidden_}, dtype_, nullptr, Device::kCUDA);
+    const Tensor ids_all =
+        Tensor::view_of(latency_->owned_ids(), {m, top_k_}, DType::kI32, nullptr, Device::kCUDA);
+    const Tensor w_all =
+        Tensor::view_of(latency_->weights_all(), {m, top_k_}, DType::kF32, nullptr, Device::kCUDA);
+    Tensor partial =
+        Tensor::view_of(latency_->partial(), {m, hidden_}, dtype_, nullptr, Device::kCUDA);
+    be.moe_experts(x_all, ids_all, w_all, experts, partial);
+    latency_->combine(out.raw(), static_cast<int32_t>(t));
+    ++totals_.calls;
+    ++totals_.latency_calls;
+    totals_.tokens += t;
+    totals_.rows_sent += latency_rows_;
+    totals_.dispatch_bytes += latency_->dispatch_bytes();
+    totals_.combine_bytes += latency_->combine_bytes();
+    return;
+  }
 
   // The dispatch plan is built on the host: bring this rank's routing back (sync).
   ids_host_.assign(static_cast<size_t>(t * top_k_), 0);

@@ -9,18 +9,27 @@
 //     all rows it received (top-1, weight 1, the row's expert) -> combine back in j order.
 //
 // Every rank keeps the full ExpertWeights loaded but only ever computes its own experts. Shared
-// experts stay local (MoeBlock adds them after the hook). Eager only: two host syncs per layer
-// in EpMoeCuda plus one here (the ids), so the step cannot be captured in a CUDA graph.
+// experts stay local (MoeBlock adds them after the hook).
+//
+// Two exchanges:
+//   throughput (default; prefill and mixed steps): the above, two host syncs per layer in
+//     EpMoeCuda plus one here (the ids), exact per-entry returns; eager only.
+//   latency (set_latency_rows(B) > 0; decode steps of a DP group): EpMoeLatency
+//     (ep_moe_latency.h): fixed B rows per rank, all-gather + moe_experts on this rank's
+//     experts + fixed all-to-all + rank sum; no host sync, so the step can be a CUDA graph.
+//     Every rank must use the same B in the same step (the group agrees on it per step).
 // Lockstep: every rank must call every MoE layer the same number of times per step; a rank
 // without tokens calls it with 0 rows. One hook serves every MoE layer of a model (the layers
 // share E, H and top_k); calls are sequential on the backend's stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/layers.h"
 #include "parallel/cuda/ep_moe_cuda.h"
+#include "parallel/cuda/ep_moe_latency.h"
 #include "parallel/ep_moe_plan.h"
 
 namespace di::parallel::cuda {
@@ -33,6 +42,7 @@ struct EpHookTotals {
   int64_t rows_computed = 0;   // expert rows this rank computed for the whole group
   int64_t dispatch_bytes = 0;
   int64_t combine_bytes = 0;
+  int64_t latency_calls = 0;   // calls that took the latency exchange
 };
 
 class EpMoeHook final : public MoeExpertHook {
@@ -40,8 +50,14 @@ class EpMoeHook final : public MoeExpertHook {
   // `transport` must outlive the hook; `stream` must be the backend's stream
   // (cuda::CudaBackend::stream()) so that the exchange is ordered with the model's kernels.
   // dtype: the backend's compute dtype (bf16, or f32 in the verification mode).
+  // max_latency_rows > 0 allocates the latency exchange for up to that many tokens per rank.
   EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden, int32_t top_k,
-            DType dtype, cudaStream_t stream);
+            DType dtype, cudaStream_t stream, int32_t max_latency_rows = 0);
+
+  // B > 0: the following calls take the latency exchange with B rows per rank (each call's
+  // tokens <= B); 0: the throughput exchange. Same B on every rank for the same step.
+  void set_latency_rows(int32_t rows_per_rank);
+  int32_t latency_rows() const { return latency_rows_; }
 
   void run(Backend& be, const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
            const ExpertWeights& experts, Tensor& out) override;
@@ -58,6 +74,8 @@ class EpMoeHook final : public MoeExpertHook {
   DType dtype_;
   cudaStream_t stream_;
   EpMoeCuda moe_;
+  std::unique_ptr<EpMoeLatency> latency_;  // null without max_latency_rows
+  int32_t latency_rows_ = 0;
   std::vector<int32_t> ids_host_;
   EpHookTotals totals_;
 };

@@ -21,7 +21,7 @@ class CountingTransport final : public DpExpertTransport {
  public:
   int32_t num_ranks() const override { return 3; }
   void bind_thread(int32_t) override {}
-  void attach(int32_t, Backend&, Model&) override {}
+  void attach(int32_t, Backend&, Model&, int32_t) override {}
   void abort(const std::string&) override { ++aborts; }
   void reset() override { ++resets; }
   std::atomic<int> aborts{0}, resets{0};
@@ -120,6 +120,62 @@ TEST(GroupStepBarrier, FailedStepAbortsTheTransportAndResetsItAtTheNextRound) {
   EXPECT_EQ(t.resets.load(), 1);
   round(b, {false, false, false}, {false, false, false});
   EXPECT_EQ(t.resets.load(), 1);
+}
+
+
+// Runs one agree_decode round on n threads; returns each rank's answer.
+std::vector<DecodeShape> agree(GroupStepBarrier& b, const std::vector<DecodeShape>& mine) {
+  std::vector<DecodeShape> out(mine.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < mine.size(); ++r) {
+    threads.emplace_back([&, r] { out[r] = b.agree_decode(static_cast<int32_t>(r), mine[r]); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(GroupStepBarrier, AgreeDecodeGivesEveryRankTheGroupShape) {
+  GroupStepBarrier b(3, [](int32_t) {}, nullptr);
+  // Plain decode steps of 3 and 5 sequences and a padding step: max rows, max blocks.
+  for (const DecodeShape& d : agree(b, {{3, 7}, {5, 2}, {0, 0}})) {
+    EXPECT_EQ(d.rows, 5);
+    EXPECT_EQ(d.max_blocks, 7);
+  }
+  // One rank prefills: nobody takes the decode exchange.
+  for (const DecodeShape& d : agree(b, {{3, 7}, {-1, 40}, {0, 0}})) {
+    EXPECT_EQ(d.rows, -1);
+    EXPECT_EQ(d.max_blocks, 0);
+  }
+  // Every rank padding (rows 0) is still a decode-shaped step; rounds repeat cleanly.
+  for (int i = 0; i < 20; ++i) {
+    for (const DecodeShape& d : agree(b, {{0, 0}, {0, 0}, {i, i}})) {
+      EXPECT_EQ(d.rows, i);
+      EXPECT_EQ(d.max_blocks, i);
+    }
+  }
+}
+
+TEST(GroupStepBarrier, AgreeDecodeIsReleasedByAFailedStep) {
+  CountingTransport transport;
+  GroupStepBarrier b(3, [](int32_t) {}, &transport);
+  round(b, {true, true, true}, {false, false, false});
+  // Ranks 0 and 1 wait in agree_decode; rank 2 fails its step before reaching it.
+  std::vector<DecodeShape> out(2);
+  std::thread t0([&] { out[0] = b.agree_decode(0, {1, 1}); });
+  std::thread t1([&] { out[1] = b.agree_decode(1, {2, 1}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  b.step_failed(2, "boom");
+  t0.join();
+  t1.join();
+  EXPECT_EQ(out[0].rows, -1);
+  EXPECT_EQ(out[1].rows, -1);
+  EXPECT_EQ(transport.aborts.load(), 1);
+  // A late arrival of the failed round is not blocked either.
+  EXPECT_EQ(b.agree_decode(2, {1, 1}).rows, -1);
+  // The next round resets the transport, and agreement works again.
+  round(b, {true, false, false}, {false, false, false});
+  EXPECT_EQ(transport.resets.load(), 1);
+  for (const DecodeShape& d : agree(b, {{1, 3}, {0, 0}, {0, 0}})) EXPECT_EQ(d.rows, 1);
 }
 
 }  // namespace

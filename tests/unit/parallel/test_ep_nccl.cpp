@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "parallel/cuda/cuda_check.h"
 #include "parallel/cuda/ep_comm.h"
 #include "parallel/cuda/ep_moe_cuda.h"
+#include "parallel/cuda/ep_moe_latency.h"
 #include "parallel/ep_exchange_ref.h"
 
 namespace di::parallel::cuda {
@@ -433,6 +435,7 @@ class LoopbackHub {
   }
   int32_t num_ranks() const { return num_ranks_; }
   std::vector<std::span<const AllToAllRows>>& posted() { return posted_; }
+  std::vector<const void*>& gather_src() { return gather_src_; }
 
  private:
   int32_t num_ranks_;
@@ -442,6 +445,7 @@ class LoopbackHub {
   int64_t generation_ = 0;
   bool failed_ = false;
   std::vector<std::span<const AllToAllRows>> posted_;  // [num_ranks] this round's ops
+  std::vector<const void*> gather_src_ = std::vector<const void*>(num_ranks_);  // all_gather
 };
 
 class LoopbackTransport final : public EpTransport {
@@ -475,6 +479,20 @@ class LoopbackTransport final : public EpTransport {
     }
     CUDA_CHECK(cudaStreamSynchronize(stream));
     hub_.arrive_and_wait();  // nobody reuses a send buffer before every rank has copied it
+  }
+
+  void all_gather(const void* send, void* recv, int64_t bytes_per_rank,
+                  cudaStream_t stream) override {
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // our send buffer is ready
+    hub_.gather_src()[rank_idx_] = send;
+    hub_.arrive_and_wait();
+    for (int32_t r = 0; r < num_ranks(); ++r) {
+      CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + r * bytes_per_rank,
+                                 hub_.gather_src()[r], static_cast<size_t>(bytes_per_rank),
+                                 cudaMemcpyDeviceToDevice, stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    hub_.arrive_and_wait();
   }
 
  private:
@@ -587,6 +605,221 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
       }
     }
   }
+}
+
+// ---- the decode (latency) exchange: EpMoeLatency (ep_moe_latency.h) ---------------------------
+//
+// The test plays the experts: after dispatch it reads the gathered rows back, computes every
+// row's partial sum over the entries this rank owns (affine experts, fp32, j order) on the host
+// and uploads it; combine then returns the partials and sums them per token in rank order.
+
+struct LatencyResult {
+  std::vector<float> x_all;         // [N * B, hidden]
+  std::vector<int32_t> owned_ids;   // [N * B, top_k]
+  std::vector<float> weights_all;   // [N * B, top_k]
+  std::vector<float> partial;       // [N * B, hidden], what the "experts" returned
+  std::vector<float> out;           // [T, hidden]
+};
+
+// Σ over the owned entries of row i (skipping -1) of w · affine_e(x), fp32, j ascending.
+std::vector<float> host_partials(const std::vector<float>& x_all, const std::vector<int32_t>& ids,
+                                 const std::vector<float>& w, int32_t rows, int32_t top_k,
+                                 int32_t hidden) {
+  std::vector<float> p(static_cast<size_t>(rows) * hidden, 0.0f);
+  for (int32_t i = 0; i < rows; ++i) {
+    for (int32_t j = 0; j < top_k; ++j) {
+      const int32_t e = ids[static_cast<size_t>(i) * top_k + j];
+      if (e < 0) continue;
+      const float wt = w[static_cast<size_t>(i) * top_k + j];
+      for (int32_t h = 0; h < hidden; ++h) {
+        const size_t k = static_cast<size_t>(i) * hidden + h;
+        const float y = x_all[k] * expert_scale(e) + expert_shift(e);
+        p[k] = p[k] + wt * y;
+      }
+    }
+  }
+  return p;
+}
+
+LatencyResult run_latency(EpMoeLatency& lat, cudaStream_t stream, const RankBatch& batch,
+                          int32_t rows_per_rank, int32_t num_ranks, int32_t top_k,
+                          int32_t hidden) {
+  const int32_t t = static_cast<int32_t>(batch.topk_ids.size()) / top_k;
+  DeviceBuffer x, ids, w, out;
+  x.reserve(std::max<size_t>(batch.x.size() * 4, 4));
+  ids.reserve(std::max<size_t>(batch.topk_ids.size() * 4, 4));
+  w.reserve(std::max<size_t>(batch.topk_weights.size() * 4, 4));
+  out.reserve(std::max<size_t>(batch.x.size() * 4, 4));
+  if (t > 0) {
+    CUDA_CHECK(cudaMemcpy(x.data(), batch.x.data(), batch.x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(ids.data(), batch.topk_ids.data(), batch.topk_ids.size() * 4,
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(w.data(), batch.topk_weights.data(), batch.topk_weights.size() * 4,
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(out.data(), 0x7F, batch.x.size() * 4));  // poison
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), t, rows_per_rank);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const size_t m = static_cast<size_t>(num_ranks) * rows_per_rank;
+  EXPECT_EQ(lat.num_rows(), static_cast<int32_t>(m));
+  LatencyResult r;
+  r.x_all.resize(m * hidden);
+  r.owned_ids.resize(m * top_k);
+  r.weights_all.resize(m * top_k);
+  CUDA_CHECK(cudaMemcpy(r.x_all.data(), lat.x_all(), r.x_all.size() * 4, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(r.owned_ids.data(), lat.owned_ids(), r.owned_ids.size() * 4,
+                        cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(r.weights_all.data(), lat.weights_all(), r.weights_all.size() * 4,
+                        cudaMemcpyDeviceToHost));
+  r.partial = host_partials(r.x_all, r.owned_ids, r.weights_all, static_cast<int32_t>(m), top_k,
+                            hidden);
+  CUDA_CHECK(cudaMemcpy(lat.partial(), r.partial.data(), r.partial.size() * 4,
+                        cudaMemcpyHostToDevice));
+  lat.combine(out.data(), t);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  r.out.resize(batch.x.size());
+  if (t > 0) {
+    CUDA_CHECK(cudaMemcpy(r.out.data(), out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost));
+  }
+  return r;
+}
+
+TEST_F(EpLoopbackTest, LatencyExchangeMatchesHostModel) {
+  std::mt19937 rng(404);
+  struct LatCase {
+    int32_t num_ranks, num_experts, top_k, hidden, rows_per_rank;
+  };
+  const LatCase cases[] = {
+      {1, 8, 2, 64, 4}, {2, 16, 4, 130, 8}, {3, 7, 3, 33, 5}, {4, 64, 6, 256, 16}, {2, 2, 1, 8, 1},
+  };
+  for (const LatCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.num_ranks << " ranks, " << c.num_experts
+                                      << " experts, top_k " << c.top_k << ", hidden " << c.hidden
+                                      << ", " << c.rows_per_rank << " rows per rank");
+    const int32_t spr = (c.num_experts + c.num_ranks - 1) / c.num_ranks;
+    std::vector<RankBatch> batches;
+    for (int32_t r = 0; r < c.num_ranks; ++r) {
+      // Rank 1 has no tokens (a padding rank); rank 0 fills its rows; some entries dropped.
+      const int32_t num_tokens =
+          r == 1 ? 0 : (r == 0 ? c.rows_per_rank : 1 + r % c.rows_per_rank);
+      batches.push_back(random_batch(num_tokens, std::min(c.top_k, c.num_experts), c.num_experts,
+                                     c.hidden, rng, 0.1, 0.0));
+    }
+    LoopbackHub hub(c.num_ranks);
+    std::vector<LatencyResult> got(c.num_ranks);
+    std::vector<std::string> errors(c.num_ranks);
+    std::vector<std::thread> threads;
+    for (int32_t r = 0; r < c.num_ranks; ++r) {
+      threads.emplace_back([&, r] {
+        cudaStream_t stream = nullptr;
+        try {
+          CUDA_CHECK(cudaStreamCreate(&stream));
+          LoopbackTransport transport(hub, r);
+          EpMoeLatency lat(transport, c.hidden, c.top_k, RowDtype::kFloat32,
+                           std::min(c.num_experts, r * spr),
+                           std::min(c.num_experts, (r + 1) * spr), c.rows_per_rank, stream);
+          got[r] = run_latency(lat, stream, batches[r], c.rows_per_rank, c.num_ranks, c.top_k,
+                               c.hidden);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          hub.fail();
+        }
+        if (stream != nullptr) cudaStreamDestroy(stream);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int32_t q = 0; q < c.num_ranks; ++q) {
+      SCOPED_TRACE(::testing::Message() << "rank " << q);
+      ASSERT_TRUE(errors[q].empty()) << errors[q];
+      const LatencyResult& g = got[q];
+      // Gathered rows: rank r's tokens at [r * B, r * B + T_r), then padding (x 0, ids -1, w 0);
+      // only the experts of rank q kept.
+      for (int32_t r = 0; r < c.num_ranks; ++r) {
+        const RankBatch& b = batches[r];
+        const int32_t tr = static_cast<int32_t>(b.topk_ids.size()) / c.top_k;
+        for (int32_t i = 0; i < c.rows_per_rank; ++i) {
+          const size_t row = static_cast<size_t>(r) * c.rows_per_rank + i;
+          for (int32_t h = 0; h < c.hidden; ++h) {
+            const float want = i < tr ? b.x[static_cast<size_t>(i) * c.hidden + h] : 0.0f;
+            ASSERT_EQ(g.x_all[row * c.hidden + h], want) << "row " << row << " col " << h;
+          }
+          for (int32_t j = 0; j < c.top_k; ++j) {
+            const size_t k = static_cast<size_t>(i) * c.top_k + j;
+            const int32_t id = i < tr ? b.topk_ids[k] : -1;
+            const bool mine = id >= q * spr && id < std::min(c.num_experts, (q + 1) * spr);
+            ASSERT_EQ(g.owned_ids[row * c.top_k + j], mine ? id : -1) << "row " << row;
+            ASSERT_EQ(g.weights_all[row * c.top_k + j], i < tr ? b.topk_weights[k] : 0.0f);
+          }
+        }
+      }
+      // Output: Σ over ranks in rank order of each rank's partial for this rank's tokens.
+      const int32_t tq = static_cast<int32_t>(batches[q].topk_ids.size()) / c.top_k;
+      std::vector<float> want(static_cast<size_t>(tq) * c.hidden);
+      for (int32_t t = 0; t < tq; ++t) {
+        for (int32_t h = 0; h < c.hidden; ++h) {
+          const size_t row0 = static_cast<size_t>(q) * c.rows_per_rank + t;
+          float acc = got[0].partial[row0 * c.hidden + h];
+          for (int32_t r = 1; r < c.num_ranks; ++r) acc = acc + got[r].partial[row0 * c.hidden + h];
+          want[static_cast<size_t>(t) * c.hidden + h] = acc;
+        }
+      }
+      EXPECT_TRUE(same_bits(g.out, want));
+      // And it is the MoE output itself within fp32 rounding (every entry computed exactly once).
+      const std::vector<float> moe =
+          run_moe_reference(batches[q], c.top_k, c.hidden, host_affine_expert());
+      ASSERT_EQ(moe.size(), g.out.size());
+      for (size_t i = 0; i < moe.size(); ++i) {
+        ASSERT_NEAR(g.out[i], moe[i], 1e-4f * (1.0f + std::fabs(moe[i]))) << "element " << i;
+      }
+    }
+  }
+}
+
+// World size 1 through NCCL, captured in a CUDA graph and replayed with new inputs: the gathered
+// rows, the "experts" (a device copy, identity) and the return are all inside the graph.
+TEST_F(EpNcclTest, LatencyExchangeCapturedInGraphWorld1) {
+  const int32_t hidden = 130, top_k = 3, num_experts = 8, rows = 8, tokens = 5;
+  std::mt19937 rng(9);
+  EpMoeLatency lat(*transport_, hidden, top_k, RowDtype::kFloat32, 0, num_experts, rows, stream_);
+  DeviceBuffer x, ids, w, out;
+  x.reserve(size_t{tokens} * hidden * 4);
+  ids.reserve(size_t{tokens} * top_k * 4);
+  w.reserve(size_t{tokens} * top_k * 4);
+  out.reserve(size_t{tokens} * hidden * 4);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens, rows);
+  CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(), size_t{rows} * hidden * 4,
+                             cudaMemcpyDeviceToDevice, stream_));
+  lat.combine(out.data(), tokens);
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(::testing::Message() << "replay " << round);
+    const RankBatch b = random_batch(tokens, top_k, num_experts, hidden, rng, 0.2, 0.0);
+    CUDA_CHECK(cudaMemcpy(x.data(), b.x.data(), b.x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(ids.data(), b.topk_ids.data(), b.topk_ids.size() * 4,
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(w.data(), b.topk_weights.data(), b.topk_weights.size() * 4,
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(out.data(), 0x7F, b.x.size() * 4));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<float> got(b.x.size());
+    CUDA_CHECK(cudaMemcpy(got.data(), out.data(), got.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_TRUE(same_bits(got, b.x));  // one rank: the partial (= x here) is the output
+    std::vector<int32_t> owned(size_t{rows} * top_k);
+    CUDA_CHECK(cudaMemcpy(owned.data(), lat.owned_ids(), owned.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < owned.size(); ++i) {
+      const int32_t want = i < b.topk_ids.size() ? b.topk_ids[i] : -1;  // every expert is ours
+      ASSERT_EQ(owned[i], want) << "entry " << i;
+    }
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // ---- timings (world size 1: the all-to-alls are NCCL self send/recv, i.e. device copies) ---

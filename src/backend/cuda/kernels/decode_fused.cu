@@ -179,6 +179,7 @@ __global__ void moe_combine_f32_out_kernel(MoeCombineF32OutParams p) {
     float acc = 0.0f;
     for (int j = 0; j < p.top_k; ++j) {
       const int64_t row = p.slot_row[t * p.top_k + j];
+      if (row < 0) continue;  // a skipped entry
       acc = fmaf(p.topk_weights[t * p.top_k + j], p.y[row * p.hidden + c], acc);
     }
     p.out[t * p.hidden + c] = acc;
