@@ -16,7 +16,7 @@ cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=O
 # test_backend_ops plus every executable named test_cuda_* or bench_cuda_* (new GPU tests and
 # benchmarks join the bundle by their name alone).
 all_targets=$(ninja -C build-cuda -t targets all 2>/dev/null || true)
-mapfile -t targets < <(sed -n 's/^\(deepinfer\|test_backend_ops\|test_cuda_[a-z0-9_]*\|bench_cuda_[a-z0-9_]*\): .*/\1/p' \
+mapfile -t targets < <(sed -n 's/^\(deepinfer\|test_backend_ops\|test_ep_nccl\|test_cuda_[a-z0-9_]*\|bench_cuda_[a-z0-9_]*\): .*/\1/p' \
   <<<"$all_targets" | sort -u)
 ninja -C build-cuda -j"$JOBS" "${targets[@]}"
 

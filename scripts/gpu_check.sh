@@ -41,10 +41,22 @@ missing=$(for b in .gpu_bin/*; do ldd "$b" 2>/dev/null; done | grep 'not found' 
 declare -a names rcs secs
 # Whole-run budget (the device session's time is scarce): a step gets at most what is left of it,
 # and steps past it are skipped (rc=skip in the table). GPU_CHECK_SKIP="name name ..." skips
-# steps by name (e.g. what an earlier run of the same binaries already measured).
+# steps by name (e.g. what an earlier run of the same binaries already measured);
+# GPU_CHECK_ONLY="glob glob ..." runs only the steps whose name matches one of the globs
+# (e.g. "ops golden dp_* dpscale_*"; "hf" for the HF baseline).
 BUDGET_S=${GPU_CHECK_BUDGET_S:-1000000}
 BUDGET_S=${BUDGET_S%.*}
 RUN_T0=$(date +%s)
+step_selected() {  # name: true unless GPU_CHECK_ONLY is set and no glob of it matches
+  [ -z "${GPU_CHECK_ONLY:-}" ] && return 0
+  local - pat
+  set -f  # the globs are step-name patterns, not file names
+  for pat in $GPU_CHECK_ONLY; do
+    # shellcheck disable=SC2053
+    [[ $1 == $pat ]] && return 0
+  done
+  return 1
+}
 run_step() {  # name timeout_s command...
   local name=$1 limit=$2
   shift 2
@@ -54,6 +66,11 @@ run_step() {  # name timeout_s command...
       echo "[gpu_check] $name skipped: GPU_CHECK_SKIP" | tee "$OUT/$name.log"
       return ;;
   esac
+  if ! step_selected "$name"; then
+    names+=("$name"); rcs+=("skip"); secs+=(0)
+    echo "[gpu_check] $name skipped: not in GPU_CHECK_ONLY" >"$OUT/$name.log"
+    return
+  fi
   local left=$((BUDGET_S - ($(date +%s) - RUN_T0)))
   if [ "$left" -lt 5 ]; then
     names+=("$name"); rcs+=("skip"); secs+=(0)
@@ -95,7 +112,7 @@ fi
 for f in scripts/gpu_steps/*.sh; do
   [ -e "$f" ] && . "$f"
 done
-if [[ " ${GPU_CHECK_SKIP:-} " == *" hf "* ]]; then
+if [[ " ${GPU_CHECK_SKIP:-} " == *" hf "* ]] || ! step_selected hf; then
   echo "[hf] skipped: GPU_CHECK_SKIP" >"$OUT/hf.log"
 elif python3 -c 'import torch, transformers' >/dev/null 2>&1; then
   run_step hf 75 python3 scripts/bench_hf_llama.py

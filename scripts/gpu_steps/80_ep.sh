@@ -34,3 +34,11 @@ if [ -x .gpu_bin/bench_cuda_ep ]; then
 else
   echo "ep: .gpu_bin/bench_cuda_ep missing" >>"$OUT/summary_extra.txt"
 fi
+# The EP exchanges against their host models on one GPU (tests/unit/parallel/test_ep_nccl.cpp):
+# NCCL at world size 1 (throughput exchange, latency exchange captured in a CUDA graph) and 1-4
+# simulated ranks through the in-process loopback transport.
+if [ -x .gpu_bin/test_ep_nccl ]; then
+  run_step ep_nccl 90 bash -c '. scripts/nccl_env.sh && exec .gpu_bin/test_ep_nccl --gtest_color=no'
+  echo "ep_nccl (test_ep_nccl): rc=${rcs[${#rcs[@]}-1]} $(grep -c '^\[       OK \]' "$OUT/ep_nccl.log") ok, $(grep -c '^\[  FAILED  \].*(' "$OUT/ep_nccl.log") failed" \
+    >>"$OUT/summary_extra.txt"
+fi
