@@ -431,12 +431,7 @@ void launch_rows(const PagedAttentionKernelParams& p, cudaStream_t stream) {
   const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
   const int smem =
       smem_layout(kRows, p.head_dim_qk, p.head_dim_v, v_in_k, static_cast<int>(sizeof(T))).total;
-  static int configured = 0;  // the largest dynamic smem this instantiation was opened to
-  if (smem > configured) {
-    cudaFuncSetAttribute(paged_attention_kernel<kRows, T>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    configured = smem;
-  }
+  open_dynamic_smem(reinterpret_cast<const void*>(&paged_attention_kernel<kRows, T>), smem);
   dim3 grid(static_cast<unsigned>(p.max_tiles), static_cast<unsigned>(p.num_kv_heads),
             static_cast<unsigned>(p.num_splits));
   paged_attention_kernel<kRows, T><<<grid, kThreads, smem, stream>>>(p);

@@ -368,12 +368,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
 template <int kD, int kWarps, int kMT>
 void launch_cfg(const PagedAttentionKernelParams& p, cudaStream_t stream) {
   constexpr int smem = (kWarps * 16 * kMT + 2 * kKvTile) * (kD + 8) * 2;
-  static bool configured = false;
-  if (!configured) {
-    cudaFuncSetAttribute(prefill_mma_kernel<kD, kWarps, kMT>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    configured = true;
-  }
+  open_dynamic_smem(reinterpret_cast<const void*>(&prefill_mma_kernel<kD, kWarps, kMT>), smem);
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.max_tiles));
   prefill_mma_kernel<kD, kWarps, kMT><<<grid, kWarps * 32, smem, stream>>>(p);
 }

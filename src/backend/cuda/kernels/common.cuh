@@ -5,10 +5,32 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace di::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// Opens `kernel` to `smem` bytes of dynamic shared memory on the CURRENT device, once per
+// (device, kernel, larger size). Function attributes are per device: a DP group drives several
+// devices from one process (one thread each), so a process-wide "done" flag would leave every
+// device but the first at the 48 KB default (seen on 2 H200s: mla_decode failed to launch with
+// cudaErrorInvalidValue on the rank that came second).
+inline cudaError_t open_dynamic_smem(const void* kernel, int smem) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> opened;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  int& done = opened[{dev, kernel}];
+  if (smem <= done) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err == cudaSuccess) done = smem;
+  return err;
+}
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }

@@ -334,12 +334,7 @@ __global__ void __launch_bounds__(128) mla_combine_kernel(MlaDecodeParams p) {
 template <int kMt, int kNt>
 void launch_mt_nt(const MlaDecodeParams& p, cudaStream_t stream) {
   const int smem = mla_smem(16 * kMt, p.dqk).total;
-  static int configured = 0;  // the largest dynamic smem this instantiation was opened to
-  if (smem > configured) {
-    cudaFuncSetAttribute(mla_decode_kernel<kMt, kNt>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         smem);
-    configured = smem;
-  }
+  open_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel<kMt, kNt>), smem);
   const dim3 grid(static_cast<unsigned>(p.max_tiles), static_cast<unsigned>(p.num_splits));
   mla_decode_kernel<kMt, kNt><<<grid, kThreads, smem, stream>>>(p);
 }
