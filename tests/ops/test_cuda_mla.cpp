@@ -4,7 +4,9 @@
 // the goldens' 32 + 8 (deepseek_v2 / v3 fixtures) and 64 + 16 (demo model), and 128 + 32; heads
 // 1 / 3 / 5 / 16 / 20 / 128; contexts 1, 63, 64, 65, 2048; block sizes 1 / 16 / 64; ragged batches
 // with an idle sequence and several new tokens per sequence; the query whole or split into
-// (q_lat, q_pe) (PagedAttentionParams::q_rope). Skipped without a GPU.
+// (q_lat, q_pe) (PagedAttentionParams::q_rope); batches of 1-4 V2-Lite-shaped sequences at contexts
+// 1 / 63 / 64 / 65 / 2048 / 4100 under every head split (mla_decode.h head groups 1 / 2 / 4 / 8 /
+// auto: vs the CPU and bitwise vs one group). Skipped without a GPU, except the planner test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "op_case.h"
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/mla_decode.h"
 #endif
 
 namespace di {
@@ -139,6 +142,17 @@ std::vector<MlaCase> cases() {
       {"demo", 4, 64, 16, 64, P{{65, 1}, {3, 1}, {200, 1}}},
       {"lat128", 16, 128, 32, 16, P{{300, 1}, {1, 1}, {64, 1}}},
       {"lat256", 32, 256, 64, 64, P{{129, 1}}},
+      // Batch 1-4 at the head split's sizes (V2-Lite: 16 heads; auto picks 4 groups at batch 1,
+      // 2 at batch 2, 1 from 4 on at ctx 2048 on 132 SMs).
+      {"b1_ctx63", 16, 512, 64, 16, P{{62, 1}}},
+      {"b1_ctx64", 16, 512, 64, 64, P{{63, 1}}},
+      {"b1_ctx65", 16, 512, 64, 1, P{{64, 1}}},
+      {"b1_ctx2048", 16, 512, 64, 64, P{{2047, 1}}},
+      {"b1_ctx4100", 16, 512, 64, 16, P{{4099, 1}}},
+      {"b2_ctx1_4100", 16, 512, 64, 64, P{{0, 1}, {4099, 1}}},
+      {"b3_ctx2048_63_65", 16, 512, 64, 16, P{{2047, 1}, {62, 1}, {64, 1}}},
+      {"b4_ctx65_2048_1_4100", 16, 512, 64, 64, P{{64, 1}, {2047, 1}, {0, 1}, {4099, 1}}},
+      {"b2_multi_token", 16, 512, 64, 16, P{{2046, 2}, {63, 3}}},
   };
 }
 
@@ -212,6 +226,82 @@ TEST(MlaDecodeCases, CpuReferenceRuns) {
 INSTANTIATE_TEST_SUITE_P(Table, MlaDecode, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name(); });
 
+#ifdef DI_HAVE_CUDA
+// Every head split (1 / 2 / 4 / 8 groups, or the largest power of two dividing the heads below
+// it, and auto) vs the CPU op and bitwise vs one group (the old layout), on every table case.
+TEST(MlaDecodeHeadSplit, EveryGroupingMatchesCpuAndEqualsOneGroupBitwise) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto cpu = make_cpu_backend();
+  int bad = 0, n = 0;
+  for (const MlaCase& c : cases()) {
+    const Tensor ref = run_mla(*cpu, c);
+    cuda::set_mla_head_split_override(1);
+    const Tensor one = run_mla(*be, c);
+    for (int32_t split : {2, 4, 8, 0}) {
+      cuda::set_mla_head_split_override(split);
+      const Tensor got = run_mla(*be, c), got_split_q = run_mla(*be, c, 31, true);
+      const Metrics m = compare(ref, got);
+      const bool cpu_ok = m.diff < 1e-3 && m.mismatches == 0 &&
+                          (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
+      int64_t differ = 0;
+      for (int64_t i = 0; i < one.numel(); ++i)
+        differ += (one.f32()[i] != got.f32()[i]) + (one.f32()[i] != got_split_q.f32()[i]);
+      ++n;
+      if (!cpu_ok || differ != 0) {
+        ++bad;
+        std::printf(
+            "[mla] head_split=%d %-44s diff=%.2e max_abs=%.3e vs_one_group_differing=%lld FAIL\n",
+            split, c.name().c_str(), m.diff, m.max_abs, static_cast<long long>(differ));
+      }
+    }
+  }
+  cuda::set_mla_head_split_override(-1);
+  std::printf("[mla] head_split_vs_cpu_and_one_group runs=%d failed=%d %s\n", n, bad,
+              bad == 0 ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  EXPECT_EQ(bad, 0);
+}
+
+// The planner (host only, runs without a GPU): head groups, rows per tile and the grid bound.
+TEST(MlaDecodePlan, HeadGroups) {
+  struct Want {
+    int32_t setting, seqs, tokens, max_kv, heads, groups, rows;
+  };
+  const Want want[] = {
+      {0, 1, 1, 2048, 16, 4, 16},    // V2-Lite batch 1: 32 splits x 4 = 128 CTAs <= 132
+      {0, 1, 1, 2049, 16, 4, 16},    // 33 splits x 4 = 132
+      {0, 2, 2, 2048, 16, 2, 16},    // 2 x 32 x 2 = 128
+      {0, 4, 4, 2048, 16, 1, 16},    // 4 x 32 = 128 already
+      {0, 1, 1, 64, 16, 4, 16},      // one split: capped at 4
+      {0, 1, 1, 4100, 16, 2, 16},    // 65 splits x 2 = 130
+      {0, 1, 1, 2048, 3, 1, 16},     // odd heads: one group
+      {0, 1, 1, 2048, 20, 4, 16},    // 20 = 4 x 5
+      {0, 1, 1, 2048, 128, 4, 32},   // V3: 32 heads per group, 32-row tiles
+      {8, 1, 1, 2048, 128, 8, 16},   // forced 8: 16 heads per group, 16-row tiles
+      {8, 64, 64, 2048, 16, 8, 16},  // forced: at any batch size
+      {4, 1, 1, 2048, 20, 4, 16},   {8, 1, 1, 2048, 20, 4, 16},  // 8 does not divide 20: 4
+      {1, 1, 1, 2048, 16, 1, 16},                                // the old layout
+      {0, 2, 5, 2048, 16, 1, 32},  // 2 + 3 new tokens: 2 x ⌈48 / 32⌉ x 32 splits > 132 at 2 groups
+      {2, 2, 5, 2048, 16, 2, 16},  // per group ⌈5 / 2⌉ x 8 = 24 rows < 32: 16-row tiles
+  };
+  for (const Want& w : want) {
+    cuda::set_mla_head_split_override(w.setting);
+    const cuda::MlaDecodePlan plan =
+        cuda::plan_mla_decode(w.seqs, w.tokens, w.max_kv, w.heads, 512, 132);
+    EXPECT_EQ(plan.head_groups, w.groups) << "setting " << w.setting << " seqs " << w.seqs << " kv "
+                                          << w.max_kv << " heads " << w.heads;
+    EXPECT_EQ(plan.rows_per_tile, w.rows) << "setting " << w.setting << " heads " << w.heads;
+    EXPECT_EQ(w.heads % plan.head_groups, 0);
+    EXPECT_GE(int64_t{plan.max_tiles},
+              (int64_t{w.tokens} * w.heads + plan.rows_per_tile - 1) / plan.rows_per_tile +
+                  int64_t{w.seqs} * plan.head_groups);
+  }
+  cuda::set_mla_head_split_override(-1);
+}
+#endif
+
+#ifdef DI_HAVE_CUDA
 // Batch invariance: a sequence's rows are bit-identical alone and inside a ragged batch (fixed
 // split size; per-row arithmetic independent of the other rows of a tile). One pool, one q row
 // set: batch 1 = sequence A; batch 4 = A (same blocks, same q rows) + three others.
@@ -269,13 +359,28 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     be->paged_attention(p);
     return be->download(o);
   };
-  const Tensor a = run(1), b = run(4);
-  int64_t differ = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) differ += a.f32()[i] != b.f32()[i];
-  std::printf("[mla] batch_invariance differing=%lld of %lld %s\n", static_cast<long long>(differ),
-              static_cast<long long>(a.numel()), differ == 0 ? "PASS" : "FAIL");
-  EXPECT_EQ(differ, 0) << "sequence A's rows differ between batch 1 and batch 4";
+  // Under the auto head split batch 1 and batch 4 use different head groups (4 and 1 on 132
+  // SMs); also with the groups forced to 1 and to 4 at both batch sizes.
+  const Tensor ref = [&] {
+    cuda::set_mla_head_split_override(1);
+    return run(1);
+  }();
+  for (int32_t split : {0, 1, 4}) {
+    cuda::set_mla_head_split_override(split);
+    const Tensor a = run(1), b = run(4);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      differ += (a.f32()[i] != b.f32()[i]) + (a.f32()[i] != ref.f32()[i]);
+    std::printf("[mla] batch_invariance head_split=%d differing=%lld of %lld %s\n", split,
+                static_cast<long long>(differ), static_cast<long long>(a.numel()),
+                differ == 0 ? "PASS" : "FAIL");
+    EXPECT_EQ(differ, 0) << "sequence A's rows differ between batch 1 and batch 4 (head split "
+                         << split << ") or from batch 1 with one head group";
+  }
+  cuda::set_mla_head_split_override(-1);
 }
+
+#endif
 
 }  // namespace
 }  // namespace di

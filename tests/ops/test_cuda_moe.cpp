@@ -439,6 +439,96 @@ TEST(CudaMoeDecodeMma, MatchesCpu) {
   EXPECT_EQ(bad, 0);
 }
 
+// The one-token path (launch_moe_decode_t1) at hidden 2048, inter 768 / 1408 / 2048 (pipelined
+// down kernel: 3 / 6 / 8 chunk-iterations per lane) and 2056 (> 2048: the pair kernel either
+// way), top-k 1..8, with expert ids < 0 or >= E in some slots (skipped: the CPU reference gets
+// weight 0 and a valid id there). The pipelined down is bitwise equal to the pair kernel
+// (DEEPINFER_MOE_T1_DOWN=v1) and to the 4-kernel v1 path, and matches the CPU op.
+TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  auto cpu = make_cpu_backend();
+  const int64_t h = 2048, e = 5, max_k = 8;  // few experts keep the host copies small; ids repeat
+  int bad = 0, n = 0;
+  for (int64_t inter : {768, 1408, 2048, 2056}) {
+    const Tensor x = host_fill({1, h}, 11, 1.0f);
+    const Tensor gate_up = host_fill({e, 2 * inter, h}, 12, 0.05f);
+    const Tensor down = host_fill({e, h, inter}, 13, 0.05f);
+    const Tensor wts_all = host_fill({1, max_k}, 14, 1.0f);
+    const Tensor x_d = act(*be, x);
+    const ExpertWeights w_d{act(*be, gate_up), act(*be, down)};
+    const Tensor x_c = act(*cpu, x);
+    const ExpertWeights w_c{act(*cpu, gate_up), act(*cpu, down)};
+    for (int64_t k = 1; k <= max_k + 1; ++k) {
+      // k = max_k + 1: top-8 with every slot skipped (output zeros).
+      const bool all_invalid = k == max_k + 1;
+      const int64_t kk = all_invalid ? max_k : k;
+      std::vector<int32_t> ids(static_cast<size_t>(kk)), ids_cpu(ids.size());
+      Tensor wts = Tensor::empty({1, kk}, DType::kF32),
+             wts_cpu = Tensor::empty({1, kk}, DType::kF32);
+      for (int64_t j = 0; j < kk; ++j) {
+        int32_t id = static_cast<int32_t>((3 * j + k) % e);
+        if (all_invalid) id = j % 2 ? -1 : static_cast<int32_t>(e + j);
+        if (k >= 2 && j == k / 2) id = -1;                       // a negative id mid-list
+        if (k >= 5 && j == k - 1) id = static_cast<int32_t>(e);  // out of range, last slot
+        if (k == 3 && j == 0) id = -7;                           // first slot
+        const bool ok = id >= 0 && id < e;
+        ids[static_cast<size_t>(j)] = id;
+        ids_cpu[static_cast<size_t>(j)] = ok ? id : 0;
+        wts.f32()[j] = wts_all.f32()[j];
+        wts_cpu.f32()[j] = ok ? wts_all.f32()[j] : 0.0f;
+      }
+      const Tensor ids_d = ints(*be, ids).reshape({1, kk});
+      const Tensor wts_d = be->upload(wts, DType::kF32);
+      Tensor y_c = cpu->empty({1, h}, cpu->compute_dtype());
+      cpu->moe_experts(x_c, ints(*cpu, ids_cpu).reshape({1, kk}), cpu->upload(wts_cpu, DType::kF32),
+                       w_c, y_c);
+      const Tensor ref = cpu->download(y_c);
+      auto run = [&](cuda::MoeDecodeImpl impl, cuda::MoeT1DownImpl down_impl) {
+        cuda::set_moe_decode_impl_override(impl);
+        cuda::set_moe_t1_down_impl_override(down_impl);
+        Tensor y = be->empty({1, h}, DType::kBF16);
+        be->moe_experts(x_d, ids_d, wts_d, w_d, y);
+        return be->download(y);
+      };
+      const Tensor pipe = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPipelined);
+      const Tensor pairs = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPairs);
+      const Tensor v1 =
+          run(cuda::MoeDecodeImpl::kV1, cuda::MoeT1DownImpl::kAuto);  // align + 3 kernels
+      int64_t vs_pairs = 0, vs_v1 = 0;
+      for (int64_t i = 0; i < h; ++i) {
+        vs_pairs += pipe.f32()[i] != pairs.f32()[i];
+        vs_v1 += pipe.f32()[i] != v1.f32()[i];
+      }
+      std::string label("t1_i");
+      label += std::to_string(inter);
+      label += "_k";
+      label += std::to_string(kk);
+      if (all_invalid) label += "_all_skipped";
+      bool ok = vs_pairs == 0 && vs_v1 == 0;
+      if (all_invalid) {
+        double max_abs = 0.0;
+        for (int64_t i = 0; i < h; ++i)
+          max_abs = std::max(max_abs, static_cast<double>(std::fabs(pipe.f32()[i])));
+        ok = ok && max_abs == 0.0;
+      } else {
+        ok = check_bf16(label, ref, pipe) && ok;
+      }
+      ++n;
+      if (!ok) {
+        ++bad;
+        std::printf("[moe-op] %s pipelined_vs_pairs_differing=%lld vs_v1_differing=%lld FAIL\n",
+                    label.c_str(), static_cast<long long>(vs_pairs), static_cast<long long>(vs_v1));
+      }
+    }
+  }
+  cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
+  cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kAuto);
+  std::printf("[moe-op] decode_t1_pipelined_down cases=%d failed=%d %s\n", n, bad,
+              bad == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(bad, 0);
+}
+
 struct RouteCase {
   int64_t tokens;
   int32_t experts, top_k, groups, topk_groups;

@@ -437,9 +437,10 @@ namespace {
 
 // MLA decode (one latent head, K = V = the entry start, dv < dqk, few new tokens per sequence)
 // on the tensor-core kernel of kernels/mla_decode.cu; false when the call is not of that shape
-// (the generic kernel runs). DEEPINFER_MLA_KERNEL=0 disables it.
-bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams& p,
-                    int32_t max_kv) {
+// (the generic kernel runs). DEEPINFER_MLA_KERNEL=0 disables it. num_sms sizes the head groups
+// (DEEPINFER_MLA_HEAD_SPLIT, mla_decode.h).
+bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
+                    const PagedAttentionParams& p, int32_t max_kv) {
   const PagedBatch& b = *p.batch;
   const int64_t t = b.num_tokens;
   static const bool kMlaKernel = [] {
@@ -459,7 +460,7 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
         reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0))
     return false;
   const MlaDecodePlan plan =
-      plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v);
+      plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v, num_sms);
   const size_t smem = mla_decode_smem_bytes(plan.rows_per_tile, p.head_dim_qk);
   DI_CHECK(smem <= max_smem, "cuda mla_decode: needs {} B of shared memory, the device allows {}",
            smem, max_smem);
@@ -488,6 +489,7 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, const PagedAttentionParams
   k.num_seqs = b.num_seqs;
   k.num_tokens = b.num_tokens;
   k.rows_per_tile = plan.rows_per_tile;
+  k.head_groups = plan.head_groups;
   k.max_tiles = plan.max_tiles;
   k.tile_indptr = reinterpret_cast<int32_t*>(base);
   k.split_size = plan.split_size;
@@ -548,7 +550,8 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
            p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk - dr, p.head_dim_v);
   if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  if (!f32_ && run_mla_decode(*this, max_smem_optin_, p, max_kv)) return;  // kernels/mla_decode.cu
+  // kernels/mla_decode.cu
+  if (!f32_ && run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv)) return;
   if (p.q_rope != nullptr) {  // only the MLA decode kernel reads a split query
     paged_attention_concat_q(*this, p);
     return;

@@ -15,6 +15,7 @@
 // kernel is bound by the latent loads, which every head of the sequence now shares.
 #include <cfloat>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/split_combine.cuh"
@@ -82,15 +83,19 @@ __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
          (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
 }
 
-// One warp: prefix of ceil(qlen * heads / rows) over the sequences.
-__global__ void mla_tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs, int32_t heads,
-                                       int32_t rows, int32_t* tile_indptr) {
+// One warp: prefix of groups * ceil(qlen * heads_per_group / rows) over the sequences.
+__global__ void mla_tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs,
+                                       int32_t heads_per_group, int32_t groups, int32_t rows,
+                                       int32_t* tile_indptr) {
   const int lane = threadIdx.x;
   if (lane == 0) tile_indptr[0] = 0;
   int32_t carry = 0;
   for (int32_t base = 0; base < num_seqs; base += 32) {
     const int32_t s = base + lane;
-    int32_t v = s < num_seqs ? ((qo_indptr[s + 1] - qo_indptr[s]) * heads + rows - 1) / rows : 0;
+    int32_t v =
+        s < num_seqs
+            ? groups * (((qo_indptr[s + 1] - qo_indptr[s]) * heads_per_group + rows - 1) / rows)
+            : 0;
     for (int o = 1; o < 32; o <<= 1) {
       const int32_t n = __shfl_up_sync(0xffffffffu, v, o);
       if (lane >= o) v += n;
@@ -119,9 +124,15 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
   }
   const int s = lo;
   const int heads = p.num_heads;
+  // Rows of this tile: (token, head hg0 + i) of the head group, token-major; rows r of the tile
+  // are the group's rows row0 + r.
+  const int hpg = heads / p.head_groups;
   const int q_begin = p.qo_indptr[s];
-  const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * heads;
-  const int row0 = (tile - p.tile_indptr[s]) * kRows;
+  const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * hpg;  // rows of one head group
+  const int tiles_per_group = (seq_rows + kRows - 1) / kRows;
+  const int local = tile - p.tile_indptr[s];
+  const int hg0 = local / tiles_per_group * hpg;
+  const int row0 = (local % tiles_per_group) * kRows;
   const int nr = min(kRows, seq_rows - row0);  // >= 1 for a valid tile
   const int nblocks = p.kv_indptr[s + 1] - p.kv_indptr[s];
   const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + p.kv_last_len[s] : 0;
@@ -141,22 +152,25 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
 
-  // Query rows (token-major: row r = (token (row0 + r) / heads, head (row0 + r) % heads)).
+  // Query rows (token-major: row r = (token (row0 + r) / hpg, head hg0 + (row0 + r) % hpg)).
   for (int r = tid; r < kRows; r += kThreads) {
     int pos = -1;
-    if (r < nr) pos = min(p.positions[q_begin + (row0 + r) / heads], kv_len - 1);
+    if (r < nr) pos = min(p.positions[q_begin + (row0 + r) / hpg], kv_len - 1);
     pos_s[r] = pos;
     m_s[r] = -FLT_MAX;
     l_s[r] = 0.0f;
     corr_s[r] = 1.0f;
   }
+  // P rows >= nr are never written by the softmax (it skips them): zeros, so the P·V mma of
+  // those (unstored) rows reads no stale shared memory.
+  for (int i = tid; i < kRows * kPld / 2; i += kThreads) reinterpret_cast<uint32_t*>(p_s)[i] = 0u;
   // Query dims [0, dq) from q, [dq, dqk) from q_rope (a chunk of 8 never straddles the two).
   const int dq = p.q_rope != nullptr ? p.dq : dqk;
   for (int idx = tid; idx < kRows * chunks; idx += kThreads) {
     const int r = idx / chunks, c = idx % chunks;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (r < nr && c * 8 < dqk) {
-      const int tok = q_begin + (row0 + r) / heads, h = (row0 + r) % heads;
+      const int tok = q_begin + (row0 + r) / hpg, h = hg0 + (row0 + r) % hpg;
       const int64_t qrow = int64_t{tok} * heads + h;
       const bf16* src =
           c * 8 < dq ? p.q + qrow * dq + c * 8 : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
@@ -231,8 +245,8 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
     }
     __syncthreads();
 
-    // Online softmax, one warp per row, lane = entry.
-    for (int r = warp; r < kRows; r += kWarps) {
+    // Online softmax, one warp per row, lane = entry (rows >= nr: no query, nothing to do).
+    for (int r = warp; r < nr; r += kWarps) {
       const bool valid = lane < n && kv0 + lane <= pos_s[r];
       const float raw = s_s[r * kSld + lane] + s_s[(kRows + r) * kSld + lane];
       const float sc = valid ? raw * p.scale : -INFINITY;
@@ -297,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
     for (int half = 0; half < 2; ++half) {
       const int r = mt * 16 + g + 8 * half;
       if (r >= nr) continue;
-      const int64_t grow = int64_t{q_begin + (row0 + r) / heads} * heads + (row0 + r) % heads;
+      const int64_t grow = int64_t{q_begin + (row0 + r) / hpg} * heads + hg0 + (row0 + r) % hpg;
       const float l = l_s[r];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
@@ -317,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
   }
   if (p.num_splits > 1) {
     for (int r = tid; r < nr; r += kThreads) {
-      const int64_t grow = int64_t{q_begin + (row0 + r) / heads} * heads + (row0 + r) % heads;
+      const int64_t grow = int64_t{q_begin + (row0 + r) / hpg} * heads + hg0 + (row0 + r) % hpg;
       const int64_t prow = int64_t{split} * rows_total + grow;
       p.partial_ml[prow * 2] = l_s[r] > 0.0f ? m_s[r] : -INFINITY;
       p.partial_ml[prow * 2 + 1] = l_s[r];
@@ -360,13 +374,30 @@ bool mla_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offs
          entry_size >= dqk;
 }
 
+namespace {
+int32_t g_head_split_override = -1;
+}  // namespace
+
+void set_mla_head_split_override(int32_t head_split) {
+  g_head_split_override = head_split;
+}
+
+int32_t mla_head_split_setting() {
+  if (g_head_split_override >= 0) return g_head_split_override;
+  static const int32_t setting = [] {
+    const char* env = std::getenv("DEEPINFER_MLA_HEAD_SPLIT");
+    const int v = env ? std::atoi(env) : 0;
+    if (v > 0) return v;
+    const char* inv = std::getenv("DEEPINFER_BATCH_INVARIANT");
+    return inv && std::strcmp(inv, "1") == 0 ? 1 : 0;
+  }();
+  return setting;
+}
+
 MlaDecodePlan plan_mla_decode(int32_t num_seqs, int32_t num_tokens, int32_t max_kv_len,
-                              int32_t num_heads, int32_t dv) {
+                              int32_t num_heads, int32_t dv, int32_t num_sms) {
   MlaDecodePlan plan;
   const int64_t per_seq = num_seqs > 0 ? (int64_t{num_tokens} + num_seqs - 1) / num_seqs : 1;
-  plan.rows_per_tile = per_seq * num_heads >= 32 ? 32 : 16;
-  plan.max_tiles = static_cast<int32_t>(
-      (int64_t{num_tokens} * num_heads + plan.rows_per_tile - 1) / plan.rows_per_tile + num_seqs);
   static const int32_t kSplit = [] {
     const char* env = std::getenv("DEEPINFER_MLA_SPLIT");
     const int v = env ? std::atoi(env) : 0;
@@ -388,6 +419,25 @@ MlaDecodePlan plan_mla_decode(int32_t num_seqs, int32_t num_tokens, int32_t max_
       plan.partial_bytes = bytes(split);
     }
   }
+  // Head groups: powers of two dividing the heads. Auto: while the working CTAs (per sequence
+  // ⌈per_seq · heads / g / rows⌉ tiles, times splits and g) fit in one pass of the SMs, up to 4
+  // (V2-Lite, 16 heads, ctx 2048: batch 1 -> 4 groups, 132 CTAs; batch 2 -> 2; batch >= 4 -> 1).
+  const int32_t setting = mla_head_split_setting();
+  auto ctas = [&](int64_t g) {
+    const int64_t hpg = num_heads / g, rows = per_seq * hpg >= 32 ? 32 : 16;
+    return num_seqs * g * ((per_seq * hpg + rows - 1) / rows) * plan.num_splits;
+  };
+  int32_t groups = 1;
+  const int32_t cap = setting > 0 ? setting : 4;
+  while (2 * groups <= cap && num_heads % (2 * groups) == 0 &&
+         (setting > 0 || ctas(2 * groups) <= num_sms))
+    groups *= 2;
+  plan.head_groups = groups;
+  const int64_t hpg = num_heads / groups;
+  plan.rows_per_tile = per_seq * hpg >= 32 ? 32 : 16;
+  plan.max_tiles = static_cast<int32_t>((int64_t{num_tokens} * num_heads + plan.rows_per_tile - 1) /
+                                            plan.rows_per_tile +
+                                        int64_t{num_seqs} * groups);
   return plan;
 }
 
@@ -397,8 +447,8 @@ size_t mla_decode_smem_bytes(int32_t rows_per_tile, int32_t dqk) {
 
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
-  mla_tile_indptr_kernel<<<1, 32, 0, stream>>>(p.qo_indptr, p.num_seqs, p.num_heads,
-                                               p.rows_per_tile, p.tile_indptr);
+  mla_tile_indptr_kernel<<<1, 32, 0, stream>>>(p.qo_indptr, p.num_seqs, p.num_heads / p.head_groups,
+                                               p.head_groups, p.rows_per_tile, p.tile_indptr);
   if (p.rows_per_tile == 32)
     launch_mt<2>(p, stream);
   else

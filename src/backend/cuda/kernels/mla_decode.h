@@ -13,6 +13,13 @@
 // with O in registers. Several splits (fixed split size, batch invariant) write unnormalised
 // partial results (o, running max, sum) and a combine kernel merges them in split order.
 //
+// Head groups: with few sequences the grid (tiles x splits) leaves most SMs idle (V2-Lite, batch
+// 1, ctx 2048: 33 working CTAs on 132 SMs), so a sequence's heads may be split into `head_groups`
+// groups, each its own tiles (rows = (new token, head of the group), token-major) over the same
+// latent tiles. A row's arithmetic does not depend on which rows share its tile (mma rows,
+// softmax rows and the P·V rows are independent; extra all-masked tiles add exact zeros), so the
+// results are bit-identical for every head_groups: the choice may depend on the batch size.
+//
 // Limits (checked by mla_decode_supported): one kv head, K and V both at entry offset 0,
 // dv < dqk, dqk % 8 == 0 and <= 576, dv % 8 == 0 and <= 512, entry_size % 8 == 0, 16-byte aligned
 // q (and q_rope) / pool. dqk is zero-padded to a multiple of 16 in shared memory (e.g. 32 + 8
@@ -50,7 +57,8 @@ struct MlaDecodeParams {
   int32_t num_tokens;
   // plan
   int32_t rows_per_tile;  // 16 or 32 (kernel instantiation)
-  int32_t max_tiles;      // grid.x bound: ceil(num_tokens * num_heads / rows) + num_seqs
+  int32_t head_groups;    // >= 1, divides num_heads: CTAs per (sequence, split, row tile)
+  int32_t max_tiles;      // grid.x: ceil(num_tokens * num_heads / rows) + num_seqs * head_groups
   int32_t* tile_indptr;   // [num_seqs + 1] workspace
   int32_t split_size;     // kv tokens per split (any positive value)
   int32_t num_splits;
@@ -60,6 +68,7 @@ struct MlaDecodeParams {
 
 struct MlaDecodePlan {
   int32_t rows_per_tile = 16;
+  int32_t head_groups = 1;
   int32_t max_tiles = 0;
   int32_t split_size = 0;
   int32_t num_splits = 1;
@@ -71,8 +80,17 @@ bool mla_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offs
                           int32_t dv, int32_t entry_size);
 // Fixed split size 64 (DEEPINFER_MLA_SPLIT overrides, >= 16), doubled only while the partial
 // workspace would exceed 512 MB; one split when the context fits in one.
+// Head groups (mla_head_split_setting()): 0 = auto: doubled (up to 4, while it divides the heads)
+// while the working CTAs (row tiles x splits x groups) stay <= num_sms; n >= 1: the largest
+// power of two <= n dividing the heads, at any batch size (1 = one group: the old layout).
 MlaDecodePlan plan_mla_decode(int32_t num_seqs, int32_t num_tokens, int32_t max_kv_len,
-                              int32_t num_heads, int32_t dv);
+                              int32_t num_heads, int32_t dv, int32_t num_sms);
+// DEEPINFER_MLA_HEAD_SPLIT=0|1|2|4|8 (read once; default 0 = auto). DEEPINFER_BATCH_INVARIANT=1
+// turns auto into 1 (the groups are bit-identical by construction, see above; this keeps the
+// pre-head-split layout where invariance is promised, until the GPU test has confirmed it).
+// The override (tests; >= 0, -1 = back to the env; not thread-safe, outside captures) wins.
+int32_t mla_head_split_setting();
+void set_mla_head_split_override(int32_t head_split);
 size_t mla_decode_smem_bytes(int32_t rows_per_tile, int32_t dqk);
 void launch_mla_decode(const MlaDecodeParams& p, cudaStream_t stream);
 

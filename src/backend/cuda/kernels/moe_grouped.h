@@ -92,6 +92,14 @@ struct MoeDecodeT1Params {
   int32_t num_experts;
   int32_t top_k;
 };
+// down kernel of the one-token path: kPipelined (default) keeps the next slot pair's weight loads
+// in flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
+// the earlier kernel (loads of one pair, then its sums). Bitwise equal. DEEPINFER_MOE_T1_DOWN=v1
+// selects kPairs (read once); the override (tests, benchmarks; not thread-safe, outside
+// captures) wins over the env.
+enum class MoeT1DownImpl { kAuto, kPairs, kPipelined };
+MoeT1DownImpl moe_t1_down_impl();
+void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
 void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
 
 // Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
