@@ -251,6 +251,16 @@ class Backend {
   // QkvRopeStoreParams above. The reference is qkv_rope_store_composed (copy_columns, rms_norm,
   // rope, store_kv: the CPU backend's implementation; any backend may use it); CUDA fuses it.
   virtual void qkv_rope_store(const QkvRopeStoreParams& p) = 0;
+  // The attention of a GQA layer from its QKV GEMM output: exactly qkv_rope_store(store), then
+  // paged_attention(attn) (the reference, qkv_rope_attention_composed: the CPU backend's
+  // implementation). attn reads the query store writes: attn.q is store.q_out, and both name the
+  // same pool, layer and batch. Afterwards the pool holds the new K/V exactly as qkv_rope_store
+  // writes them and *attn.out the attention output; *store.q_out is scratch that a fused
+  // implementation may leave unwritten (callers must not read it). CUDA runs decode batches as
+  // one kernel (docs/cuda_backend.md "Fused decode attention"); it assumes, as the engine
+  // guarantees, that each new token's slot is the pool slot of its position in its sequence.
+  virtual void qkv_rope_attention(const QkvRopeStoreParams& store,
+                                  const PagedAttentionParams& attn) = 0;
   // FusedLinearParams above. The reference is fused_linear_composed (rms_norm / silu_mul,
   // linear, add: the CPU backend's implementation); CUDA fuses small batches into one kernel.
   virtual void fused_linear(const FusedLinearParams& p) = 0;
@@ -310,6 +320,9 @@ class Backend {
 
 // Backend::qkv_rope_store as the composition of the backend's existing ops (the reference).
 void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p);
+// Backend::qkv_rope_attention as qkv_rope_store then paged_attention on `be` (the reference).
+void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
+                                 const PagedAttentionParams& attn);
 // Backend::fused_linear as the composition of the backend's existing ops (the reference).
 void fused_linear_composed(Backend& be, const FusedLinearParams& p);
 // Backend::mla_rope_store as the composition of the backend's existing ops (the reference).

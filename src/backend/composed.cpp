@@ -43,4 +43,16 @@ void fused_linear_composed(Backend& be, const FusedLinearParams& p) {
   be.add(*p.residual, r, *p.residual);
 }
 
+void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
+                                 const PagedAttentionParams& attn) {
+  DI_CHECK(store.q_out != nullptr && attn.q != nullptr && store.q_out->raw() == attn.q->raw() &&
+               attn.q_rope == nullptr,
+           "qkv_rope_attention: attention must read the query qkv_rope_store writes (q_out)");
+  DI_CHECK(store.pool != nullptr && attn.pool != nullptr && store.pool->raw() == attn.pool->raw() &&
+               store.layer == attn.layer && store.batch == attn.batch,
+           "qkv_rope_attention: store and attention must name the same pool, layer and batch");
+  be.qkv_rope_store(store);
+  be.paged_attention(attn);
+}
+
 }  // namespace di

@@ -128,6 +128,16 @@ void ProfilingBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
   timed([&] { return std::string("qkv_rope_store " + dims(*p.qkv)); },
         [&] { inner_.qkv_rope_store(p); });
 }
+void ProfilingBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
+                                          const PagedAttentionParams& attn) {
+  timed(
+      [&] {
+        return fmt::format("qkv_rope_attention T={} S={} heads {}/{} d {}", attn.batch->num_tokens,
+                           attn.batch->num_seqs, attn.num_q_heads, attn.num_kv_heads,
+                           attn.head_dim_qk);
+      },
+      [&] { inner_.qkv_rope_attention(store, attn); });
+}
 void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
   timed(
       [&] {

@@ -66,6 +66,8 @@ class ProfilingBackend : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
+  void qkv_rope_attention(const QkvRopeStoreParams& store,
+                          const PagedAttentionParams& attn) override;
   void fused_linear(const FusedLinearParams& p) override;
   void mla_rope_store(const MlaRopeStoreParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;

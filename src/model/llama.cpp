@@ -2,7 +2,9 @@
 // Qwen3ForCausalLM (RMSNorm on q and k per head) and Qwen3MoeForCausalLM (sparse MoE MLPs).
 //
 // Per layer:  h = norm(x);  q,k,v = split(h · Wqkvᵀ);  [q,k = head_norm(q,k)];  rope(q, k)
-//             store k,v → paged pool (the last four: Backend::qkv_rope_store);  x += o_proj(attention(q, pool));  x += ffn(norm(x))
+//             store k,v → paged pool;  a = attention(q, pool)
+//             (all of this but the GEMM: Backend::qkv_rope_attention)
+//             x += o_proj(a);  x += ffn(norm(x))
 // The norms, the residual adds and the MLP's silu·mul ride on the neighbouring linear layer
 // (Backend::fused_linear: one kernel per linear at decode batch sizes on CUDA). x, the residual
 // stream, is always current; h = norm(x) is materialised only for MoE blocks (several readers).
@@ -104,7 +106,8 @@ class GqaModel final : public Model {
       const GqaLayer& L = layers_[l];
       norm_linear(be, x, L.input_norm, eps, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias,
                   qkv);
-      // split qkv, [q/k norm], rope, q -> q, k/v -> pool: one op (one kernel on CUDA).
+      // split qkv, [q/k norm], rope, k/v -> pool, attention -> attn: one op (one kernel on CUDA
+      // for decode batches).
       QkvRopeStoreParams qp;
       qp.qkv = &qkv;
       qp.q_out = &q;
@@ -119,7 +122,6 @@ class GqaModel final : public Model {
       qp.eps = eps;
       qp.cos_sin = &cos_sin_;
       qp.batch = &batch;
-      be.qkv_rope_store(qp);
       PagedAttentionParams ap;
       ap.q = &q;
       ap.out = &attn;
@@ -134,7 +136,7 @@ class GqaModel final : public Model {
       ap.kv_head_stride = static_cast<int32_t>(d);
       ap.scale = static_cast<float>(c.attention_scale());
       ap.batch = &batch;
-      be.paged_attention(ap);
+      be.qkv_rope_attention(qp, ap);  // q is scratch: a fused implementation keeps it on chip
       linear_add(be, attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias,
                  x);
       L.ffn.forward_residual(be, x, L.post_norm, eps);

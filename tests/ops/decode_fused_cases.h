@@ -3,6 +3,9 @@
 // cases (needs OpCase, PagedSetup). Registered in all_cases() by add_decode_fused_cases().
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace di::testing {
 namespace {
@@ -163,6 +166,153 @@ struct TestMlaRopeStore : OpCase {
   }
 };
 
+// Backend::qkv_rope_attention (one kernel on CUDA for decode batches) vs the CPU's composition
+// (qkv_rope_store, then paged_attention). Each sequence has one new token at position ctx - 1
+// (cached ctx - 1 tokens); `padding` appends a graph bucket's unused row (slot -1, no blocks,
+// output zero). `calls` > 1 repeats the op on the same buffers with a new qkv each time (the
+// last call's output and K/V must be complete: on CUDA that needs the split counters reset).
+// Outputs: the attention output (pre-filled with 7s, so an unwritten row fails), the new tokens'
+// pool entries of the layer, and the rest of the pool (untouched: exact).
+struct TestQkvRopeAttention : OpCase {
+  std::string label;
+  int32_t hq, hkv, d, block_size;
+  bool norm, padding;
+  std::vector<int32_t> ctx;
+  int32_t calls;
+  TestQkvRopeAttention(std::string l, int32_t q, int32_t kv, int32_t dim, int32_t bs, bool n,
+                       std::vector<int32_t> lens, bool pad = false, int32_t num_calls = 1)
+      : label(std::move(l)),
+        hq(q),
+        hkv(kv),
+        d(dim),
+        block_size(bs),
+        norm(n),
+        padding(pad),
+        ctx(std::move(lens)),
+        calls(num_calls) {}
+  std::string name() const override {
+    std::string n = "qkv_rope_attention_" + label + "_hq" + std::to_string(hq) + "_hkv" +
+                    std::to_string(hkv) + "_d" + std::to_string(d) + "_bs" +
+                    std::to_string(block_size) + (norm ? "_qknorm" : "") + "_ctx";
+    for (size_t i = 0; i < ctx.size(); ++i) {
+      if (i > 0) n += "-";
+      n += std::to_string(ctx[i]);
+    }
+    if (padding) n += "_pad";
+    if (calls > 1) n += "_x" + std::to_string(calls);
+    return n;
+  }
+  std::vector<Output> run(Backend& be) const override {
+    const int32_t entry = 2 * hkv * d, layers = 2, layer = 1;
+    std::vector<std::pair<int, int>> seqs;
+    int32_t max_pos = 1;
+    for (int32_t len : ctx) {
+      seqs.emplace_back(len - 1, 1);
+      max_pos = std::max(max_pos, len + 1);
+    }
+    PagedSetup s(seqs, block_size, layers, entry);
+    if (padding) {
+      s.positions.push_back(0);
+      s.slots.push_back(-1);
+      ++s.num_tokens;
+      s.qo.push_back(s.num_tokens);
+      s.kv_ptr.push_back(s.kv_ptr.back());
+      s.last.push_back(0);
+    }
+    PagedBatch b = s.make(be);
+    const int64_t t = s.num_tokens;
+    Tensor pool = act(be, host_random({s.layout.num_blocks, layers, block_size, entry}, 71));
+    Tensor qn = act(be, host_random({d}, 72));
+    Tensor kn = act(be, host_random({d}, 73));
+    Tensor cs_host = Tensor::empty({max_pos, d}, DType::kF32);
+    for (int32_t p = 0; p < max_pos; ++p)
+      for (int32_t j = 0; j < d / 2; ++j) {
+        const double a = p * std::pow(500000.0, -2.0 * j / d);
+        cs_host.f32()[p * d + j] = static_cast<float>(std::cos(a));
+        cs_host.f32()[p * d + d / 2 + j] = static_cast<float>(std::sin(a));
+      }
+    Tensor cos_sin = be.upload(cs_host, DType::kF32);
+    Tensor q = be.empty({t, hq, d}, be.compute_dtype());
+    Tensor sevens = Tensor::empty({t, hq, d}, DType::kF32);
+    std::fill(sevens.f32(), sevens.f32() + sevens.numel(), 7.0f);
+    Tensor o = act(be, sevens);
+    Tensor qkv;
+    QkvRopeStoreParams sp;
+    sp.qkv = &qkv;
+    sp.q_out = &q;
+    sp.pool = &pool;
+    sp.layout = s.layout;
+    sp.layer = layer;
+    sp.num_q_heads = hq;
+    sp.num_kv_heads = hkv;
+    sp.head_dim = d;
+    sp.q_norm = norm ? &qn : nullptr;
+    sp.k_norm = norm ? &kn : nullptr;
+    sp.eps = 1e-6f;
+    sp.cos_sin = &cos_sin;
+    sp.batch = &b;
+    PagedAttentionParams ap;
+    ap.q = &q;
+    ap.out = &o;
+    ap.pool = &pool;
+    ap.layout = s.layout;
+    ap.layer = layer;
+    ap.num_q_heads = hq;
+    ap.num_kv_heads = hkv;
+    ap.head_dim_qk = ap.head_dim_v = d;
+    ap.k_offset = 0;
+    ap.v_offset = hkv * d;
+    ap.kv_head_stride = d;
+    ap.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    ap.batch = &b;
+    for (int32_t call = 0; call < calls; ++call) {
+      // Scale 2: scores of a few units, so the softmax is neither flat nor one-hot.
+      qkv = act(be, host_random({t, (hq + 2 * hkv) * d}, 74 + static_cast<uint64_t>(call), 2.0f));
+      be.qkv_rope_attention(sp, ap);
+    }
+    Tensor rest = be.download(pool);
+    int64_t stored = 0;
+    for (int32_t slot : s.slots) stored += slot >= 0;
+    Tensor entries = Tensor::empty({stored, entry}, DType::kF32);
+    int64_t row = 0;
+    for (int32_t slot : s.slots) {
+      if (slot < 0) continue;
+      float* e = rest.f32() + (slot / block_size) * s.layout.block_stride() +
+                 s.layout.layer_offset(layer) + int64_t{slot % block_size} * entry;
+      std::copy(e, e + entry, entries.f32() + row++ * entry);
+      std::fill(e, e + entry, 0.0f);
+    }
+    return {out(be, "out", o, Check::kBf16), Output{"entries", entries, Check::kBf16},
+            Output{"pool_rest", rest, Check::kExact}};
+  }
+};
+
+// Contexts around the split size (64): 1 split, a second split holding only the new token, 32
+// splits; ragged batches mix them (empty trailing splits) and end with a padding row.
+void add_qkv_rope_attention_cases(std::vector<std::shared_ptr<OpCase>>& c) {
+  using V = std::vector<int32_t>;
+  auto add = [&](TestQkvRopeAttention* x) { c.emplace_back(x); };
+  // Llama-3.1-8B heads (32 / 8, head dim 128), batch 1.
+  for (int32_t len : {1, 5, 63, 64, 65, 513, 2000})
+    add(new TestQkvRopeAttention("llama", 32, 8, 128, 16, false, V{len}));
+  // Ragged batches (3-7 sequences + padding) over block sizes 1 / 16 / 64.
+  const V ragged{65, 1, 2000, 64, 5, 513};
+  for (int32_t bs : {1, 16, 64})
+    add(new TestQkvRopeAttention("llama_ragged", 32, 8, 128, bs, false, ragged, true));
+  // Groups 1 / 2 / 4 / 8, head dims 64 / 128, with and without the Qwen3 q/k norms.
+  add(new TestQkvRopeAttention("g1", 8, 8, 128, 16, false, V{63, 130, 7}, true));
+  add(new TestQkvRopeAttention("g2", 8, 4, 64, 64, true, V{200, 1, 64, 65}, true));
+  add(new TestQkvRopeAttention("g4", 8, 2, 64, 1, false, V{97, 2000, 3}));
+  add(new TestQkvRopeAttention("g8", 32, 4, 128, 16, true, V{511, 1, 2000}, true));
+  add(new TestQkvRopeAttention("g1_d64", 4, 4, 64, 16, true, V{65, 5, 1000}));
+  add(new TestQkvRopeAttention("qwen3", 32, 8, 128, 16, true, V{513}));
+  add(new TestQkvRopeAttention("d256", 8, 4, 256, 64, true, V{300, 64}, true));
+  add(new TestQkvRopeAttention("qwen3_ragged", 32, 8, 128, 64, true, ragged, true));
+  // Three calls on the same buffers: the split counters must be back at zero after each.
+  add(new TestQkvRopeAttention("repeat", 32, 8, 128, 16, false, V{2000, 64, 300}, true, 3));
+  add(new TestQkvRopeAttention("repeat", 8, 2, 64, 16, true, V{700}, false, 3));
+}
+
 void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestQkvRopeStore(16, 32, 8, 128, false));  // Llama-3.1-8B heads
   c.emplace_back(new TestQkvRopeStore(1, 3, 1, 16, true));      // the qwen3 golden
@@ -181,6 +331,7 @@ void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestMlaRopeStore(1, 9, 7, 6, 33, 3, false, Src::kOffsets));
   c.emplace_back(new TestMlaRopeStore(64, 5, 24, 10, 47, 33, true, Src::kOffsets));
   c.emplace_back(new TestMlaRopeStore(16, 5, 24, 10, 47, 1, false, Src::kSeparate));
+  add_qkv_rope_attention_cases(c);
 }
 
 }  // namespace

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <numeric>
+#include <string>
 
 #include "backend/profiling_backend.h"
 #include "op_case.h"
@@ -740,6 +742,98 @@ TEST(FusedMlaRopeStore, MatchesComposedOnGpu) {
     ++checked;
   }
   EXPECT_EQ(checked, 16);
+}
+
+// The CPU references of the fused attention cases run (shapes accepted, outputs finite, the
+// attention output written everywhere but the padding row, which is zero), without a GPU.
+TEST(BackendOpsTable, QkvRopeAttentionCpuReferencesRun) {
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestQkvRopeAttention*>(c.get());
+    if (a == nullptr) continue;
+    const std::vector<Output>& ref = cpu_reference(*c);
+    ASSERT_EQ(ref.size(), 3u) << c->name();
+    for (const Output& o : ref)
+      for (int64_t i = 0; i < o.value.numel(); ++i)
+        ASSERT_TRUE(std::isfinite(o.value.f32()[i])) << c->name() << " " << o.name;
+    const Tensor& out = ref[0].value;
+    const int64_t row = int64_t{a->hq} * a->d, rows = out.numel() / row;
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool pad = a->padding && r == rows - 1;
+      double max_abs = 0.0;
+      for (int64_t i = 0; i < row; ++i) {
+        const float v = out.f32()[r * row + i];
+        EXPECT_NE(v, 7.0f) << c->name() << " token " << r << ": output not written";
+        max_abs = std::max(max_abs, static_cast<double>(std::fabs(v)));
+      }
+      if (pad)
+        EXPECT_EQ(max_abs, 0.0) << c->name() << ": padding row";
+      else
+        EXPECT_GT(max_abs, 0.0) << c->name() << " token " << r;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 20);
+}
+
+// The fused CUDA qkv_rope_attention against the same GPU's composition (qkv_rope_store_kernel,
+// then gqa_decode_kernel + combine_splits_kernel): the kernels share their arithmetic
+// (qkv_rope_rows.cuh, gqa_decode.cuh, split_combine.cuh), so every output must be bit-equal:
+// the attention output, the new K/V in the pool, and the untouched rest of the pool. Also checks
+// that the fused kernel ran (unless DEEPINFER_ATTN_FUSED=0 or DEEPINFER_ATTN_DECODE=generic).
+class ComposedAttentionBackend final : public ProfilingBackend {
+ public:
+  explicit ComposedAttentionBackend(Backend& inner) : ProfilingBackend(inner) {}
+  void qkv_rope_attention(const QkvRopeStoreParams& store,
+                          const PagedAttentionParams& attn) override {
+    qkv_rope_attention_composed(*this, store, attn);
+  }
+};
+
+TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  auto& cb = static_cast<cuda::CudaBackend&>(*be);
+  const char* fused_env = std::getenv("DEEPINFER_ATTN_FUSED");
+  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
+  const bool fusion_on = !(fused_env && std::string(fused_env) == "0") &&
+                         !(decode_env && std::string(decode_env) == "generic");
+  ComposedAttentionBackend composed(*be);
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestQkvRopeAttention*>(c.get());
+    if (a == nullptr) continue;
+    const int64_t before = cb.fused_attention_calls();
+    const std::vector<Output> fused = c->run(*be);
+    const int64_t fused_calls = cb.fused_attention_calls() - before;
+    const std::vector<Output> ref = c->run(composed);
+    EXPECT_EQ(cb.fused_attention_calls() - before, fused_calls) << "the composed run fused";
+    EXPECT_EQ(fused_calls, fusion_on ? a->calls : 0) << c->name() << ": fused kernel calls";
+    ASSERT_EQ(fused.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      int64_t bad = 0;
+      double max_ulp = 0.0;  // in bf16 ulps of the larger magnitude
+      for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
+        const float x = ref[i].value.f32()[j], y = fused[i].value.f32()[j];
+        if (x == y) continue;
+        ++bad;
+        const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(x), std::fabs(y))) - 7);
+        max_ulp = std::max(max_ulp, static_cast<double>(std::fabs(x - y) / ulp));
+      }
+      std::printf("[op] %-60s %-12s fused_vs_composed_bits_differ=%lld of %lld max_ulp=%.1f %s\n",
+                  c->name().c_str(), ref[i].name.c_str(), static_cast<long long>(bad),
+                  static_cast<long long>(ref[i].value.numel()), max_ulp,
+                  bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "' (max " << max_ulp
+                        << " bf16 ulp)";
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 20);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 // ---- sampling on the GPU vs the CPU sampler ------------------------------------------------------

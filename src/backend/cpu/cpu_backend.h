@@ -33,6 +33,10 @@ class CpuBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override { qkv_rope_store_composed(*this, p); }
+  void qkv_rope_attention(const QkvRopeStoreParams& store,
+                          const PagedAttentionParams& attn) override {
+    qkv_rope_attention_composed(*this, store, attn);
+  }
   void fused_linear(const FusedLinearParams& p) override { fused_linear_composed(*this, p); }
   void mla_rope_store(const MlaRopeStoreParams& p) override { mla_rope_store_composed(*this, p); }
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;

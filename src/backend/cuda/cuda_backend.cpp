@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
 #include "backend/cuda/kernels/moe_stats.h"
+#include "backend/cuda/kernels/qkv_rope_attention.h"
 
 namespace di {
 namespace cuda {
@@ -29,6 +30,9 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 // H200 A/B (docs/performance.md, 2026-11-29 evening): at 2-4 rows cuBLAS + separate elementwise
 // kernels win (Llama-3.1-8B batch 2 / 4: 384 / 757 tok/s vs 346 / 464 with the GEMV).
 constexpr int32_t kDefaultGemvMaxRows = 1;
+// Arrival counters of the fused decode attention, one per (sequence, kv head): 64 KiB covers
+// 2048 sequences x 8 kv heads; more grows the buffer outside graph capture.
+constexpr int64_t kInitialAttentionCounters = 16384;
 
 void check_dev(const Tensor& t, DType dtype, const char* op, const char* what) {
   DI_CHECK(t.device() == Device::kCUDA && t.dtype() == dtype,
@@ -98,6 +102,9 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
     attention_mma_warps_ = std::atoi(env) == 8 ? 8 : 4;
   if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_MTILES"))
     attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
+  // Sized up front so that a decode graph captured later never needs to grow it.
+  reserve_attention_counters(kInitialAttentionCounters);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 CudaBackend::~CudaBackend() {
@@ -105,6 +112,8 @@ CudaBackend::~CudaBackend() {
   host_cache_.clear();
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
+  for (uint32_t* c : retired_attention_counters_) cudaFree(c);
+  if (attention_counters_) cudaFree(attention_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -518,13 +527,12 @@ void paged_attention_concat_q(CudaBackend& be, const PagedAttentionParams& p) {
   be.paged_attention(whole);
 }
 
-}  // namespace
-
-void CudaBackend::paged_attention(const PagedAttentionParams& p) {
+// The shape, dtype and layout checks of paged_attention (also run by the fused op).
+void check_paged_attention(const PagedAttentionParams& p, DType dt) {
   DI_CHECK(p.q && p.out && p.pool && p.batch, "cuda paged_attention: missing q/out/pool/batch");
-  check_dev(*p.q, dt_, "paged_attention", "q");
-  check_dev(*p.out, dt_, "paged_attention", "out");
-  check_dev(*p.pool, dt_, "paged_attention", "pool");
+  check_dev(*p.q, dt, "paged_attention", "q");
+  check_dev(*p.out, dt, "paged_attention", "out");
+  check_dev(*p.pool, dt, "paged_attention", "pool");
   const PagedBatch& b = *p.batch;
   for (const Tensor* t : {&b.positions, &b.qo_indptr, &b.kv_indptr, &b.kv_indices, &b.kv_last_len})
     check_dev(*t, DType::kI32, "paged_attention", "batch metadata");
@@ -539,7 +547,7 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   const int64_t t = b.num_tokens;
   const int64_t dr = p.q_rope != nullptr ? p.q_rope->size(-1) : 0;  // split query (backend.h)
   if (p.q_rope != nullptr) {
-    check_dev(*p.q_rope, dt_, "paged_attention", "q_rope");
+    check_dev(*p.q_rope, dt, "paged_attention", "q_rope");
     DI_CHECK(dr > 0 && dr < p.head_dim_qk && p.q_rope->numel() == t * p.num_q_heads * dr,
              "cuda paged_attention: q_rope {} for {} tokens x {} heads (head_dim_qk {})",
              p.q_rope->describe(), t, p.num_q_heads, p.head_dim_qk);
@@ -548,30 +556,13 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
                p.out->numel() == t * p.num_q_heads * p.head_dim_v,
            "cuda paged_attention: q {} / out {} for {} tokens x {} heads x ({}, {})",
            p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk - dr, p.head_dim_v);
-  if (t == 0 || b.num_seqs == 0) return;
-  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  // kernels/mla_decode.cu
-  if (!f32_ && run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv)) return;
-  if (p.q_rope != nullptr) {  // only the MLA decode kernel reads a split query
-    paged_attention_concat_q(*this, p);
-    return;
-  }
-  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads,
-                                                  p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
-  const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
-  const size_t smem = paged_attention_smem_bytes(plan.rows_per_tile, p.head_dim_qk, p.head_dim_v,
-                                                 v_in_k, f32_ ? 4 : 2);
-  DI_CHECK(smem <= max_smem_optin_,
-           "cuda paged_attention: no kernel for head_dim_qk {} / head_dim_v {}: needs {} B of "
-           "shared memory, the device allows {}",
-           p.head_dim_qk, p.head_dim_v, smem, max_smem_optin_);
-  // Workspace: the tile prefix, then (several splits) the partial outputs and (max, sum) pairs.
-  const size_t indptr_bytes = (static_cast<size_t>(b.num_seqs) + 1) * 4;
-  const size_t indptr_padded = (indptr_bytes + 255) & ~size_t{255};
-  Tensor ws = empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
-  char* base = mptr<char>(ws);
+}
+
+// The kernel params of a paged_attention call, without the plan and its workspace.
+PagedAttentionKernelParams attention_kernel_params(const PagedAttentionParams& p, bool f32) {
+  const PagedBatch& b = *p.batch;
   PagedAttentionKernelParams k{};
-  if (f32_) {  // the fp32 verification mode: the f32 pointers select the float kernels
+  if (f32) {  // the fp32 verification mode: the f32 pointers select the float kernels
     k.q_f32 = cptr<float>(*p.q);
     k.out_f32 = mptr<float>(*p.out);
     k.pool_f32 = cptr<float>(*p.pool);
@@ -599,45 +590,17 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   k.kv_last_len = cptr<int32_t>(b.kv_last_len);
   k.num_seqs = b.num_seqs;
   k.num_tokens = b.num_tokens;
-  k.rows_per_tile = plan.rows_per_tile;
-  k.max_tiles = plan.max_tiles;
-  k.tile_indptr = reinterpret_cast<int32_t*>(base);
-  k.split_size = plan.split_size;
-  k.num_splits = plan.num_splits;
-  // Tensor-core prefill (attention_prefill_mma.cu) for prefill-heavy batches it supports; the
-  // rule is prefill_mma_wanted / prefill_mma_supported in attention_prefill_mma_math.h.
-  if (!f32_ && attention_prefill_mma_ && prefill_mma_wanted(b.num_seqs, b.num_tokens, plan.num_splits) &&
-      prefill_mma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset, p.kv_head_stride,
-                            p.layout.entry_size) &&
-      (reinterpret_cast<uintptr_t>(k.q) | reinterpret_cast<uintptr_t>(k.out) |
-       reinterpret_cast<uintptr_t>(k.pool)) % 16 == 0) {
-    const int32_t group = p.num_q_heads / p.num_kv_heads;
-    const int32_t rows = prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
-    const int64_t tiles = prefill_mma_max_tiles(b.num_seqs, b.num_tokens, group, rows);
-    if (tiles <= 65535) {  // grid.y
-      k.rows_per_tile = rows;
-      k.max_tiles = static_cast<int32_t>(tiles);
-      launch_paged_attention_prefill_mma(k, attention_mma_warps_, attention_mma_mtiles_, stream_);
-      CUDA_CHECK_LAUNCH("paged_attention (prefill mma)");
-      return;
-    }
-  }
-  if (plan.num_splits > 1) {
-    const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
-    k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
-    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
-  }
-  launch_paged_attention(k, stream_);
-  CUDA_CHECK_LAUNCH("paged_attention");
+  return k;
 }
 
-void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
+// The shape, dtype and layout checks of qkv_rope_store (also run by the fused op).
+void check_qkv_rope_store(const QkvRopeStoreParams& p, DType dt) {
   DI_CHECK(p.qkv && p.q_out && p.pool && p.cos_sin && p.batch,
            "cuda qkv_rope_store: missing qkv/q_out/pool/cos_sin/batch");
   const PagedBatch& b = *p.batch;
-  check_dev(*p.qkv, dt_, "qkv_rope_store", "qkv");
-  check_dev(*p.q_out, dt_, "qkv_rope_store", "q_out");
-  check_dev(*p.pool, dt_, "qkv_rope_store", "pool");
+  check_dev(*p.qkv, dt, "qkv_rope_store", "qkv");
+  check_dev(*p.q_out, dt, "qkv_rope_store", "q_out");
+  check_dev(*p.pool, dt, "qkv_rope_store", "pool");
   check_dev(b.positions, DType::kI32, "qkv_rope_store", "positions");
   check_dev(b.slot_mapping, DType::kI32, "qkv_rope_store", "slot_mapping");
   check_dev_any(*p.cos_sin, "qkv_rope_store", "cos_sin");
@@ -663,10 +626,13 @@ void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
            p.pool->describe(), p.layout.entry_size, p.layer, p.layout.num_layers, hkv, d);
   for (const Tensor* n : {p.q_norm, p.k_norm}) {
     if (n == nullptr) continue;
-    check_dev(*n, dt_, "qkv_rope_store", "q_norm/k_norm");
+    check_dev(*n, dt, "qkv_rope_store", "q_norm/k_norm");
     DI_CHECK(n->numel() == d, "cuda qkv_rope_store: norm {} for head_dim {}", n->describe(), d);
   }
-  if (t == 0) return;
+}
+
+QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f32) {
+  const PagedBatch& b = *p.batch;
   QkvRopeStoreKernelParams k{};
   k.qkv = p.qkv->raw();
   k.q_out = p.q_out->raw();
@@ -678,7 +644,7 @@ void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
   k.max_pos = static_cast<int32_t>(p.cos_sin->size(0));
   k.positions = cptr<int32_t>(b.positions);
   k.slot_mapping = cptr<int32_t>(b.slot_mapping);
-  k.tokens = t;
+  k.tokens = b.num_tokens;
   k.num_q_heads = p.num_q_heads;
   k.num_kv_heads = p.num_kv_heads;
   k.head_dim = p.head_dim;
@@ -688,9 +654,152 @@ void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
   k.block_stride = p.layout.block_stride();
   k.layer_offset = p.layout.layer_offset(p.layer);
   k.num_blocks = p.layout.num_blocks;
-  k.f32 = f32_;
+  k.f32 = f32;
+  return k;
+}
+
+}  // namespace
+
+void CudaBackend::paged_attention(const PagedAttentionParams& p) {
+  check_paged_attention(p, dt_);
+  const PagedBatch& b = *p.batch;
+  const int64_t t = b.num_tokens;
+  if (t == 0 || b.num_seqs == 0) return;
+  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
+  // kernels/mla_decode.cu
+  if (!f32_ && run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv)) return;
+  if (p.q_rope != nullptr) {  // only the MLA decode kernel reads a split query
+    paged_attention_concat_q(*this, p);
+    return;
+  }
+  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads,
+                                                  p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
+  const bool v_in_k = p.v_offset == p.k_offset && p.head_dim_v <= p.head_dim_qk;
+  const size_t smem = paged_attention_smem_bytes(plan.rows_per_tile, p.head_dim_qk, p.head_dim_v,
+                                                 v_in_k, f32_ ? 4 : 2);
+  DI_CHECK(smem <= max_smem_optin_,
+           "cuda paged_attention: no kernel for head_dim_qk {} / head_dim_v {}: needs {} B of "
+           "shared memory, the device allows {}",
+           p.head_dim_qk, p.head_dim_v, smem, max_smem_optin_);
+  // Workspace: the tile prefix, then (several splits) the partial outputs and (max, sum) pairs.
+  const size_t indptr_bytes = (static_cast<size_t>(b.num_seqs) + 1) * 4;
+  const size_t indptr_padded = (indptr_bytes + 255) & ~size_t{255};
+  Tensor ws = empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
+  char* base = mptr<char>(ws);
+  PagedAttentionKernelParams k = attention_kernel_params(p, f32_);
+  k.rows_per_tile = plan.rows_per_tile;
+  k.max_tiles = plan.max_tiles;
+  k.tile_indptr = reinterpret_cast<int32_t*>(base);
+  k.split_size = plan.split_size;
+  k.num_splits = plan.num_splits;
+  // Tensor-core prefill (attention_prefill_mma.cu) for prefill-heavy batches it supports; the
+  // rule is prefill_mma_wanted / prefill_mma_supported in attention_prefill_mma_math.h.
+  if (!f32_ && attention_prefill_mma_ &&
+      prefill_mma_wanted(b.num_seqs, b.num_tokens, plan.num_splits) &&
+      prefill_mma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset, p.kv_head_stride,
+                            p.layout.entry_size) &&
+      (reinterpret_cast<uintptr_t>(k.q) | reinterpret_cast<uintptr_t>(k.out) |
+       reinterpret_cast<uintptr_t>(k.pool)) %
+              16 ==
+          0) {
+    const int32_t group = p.num_q_heads / p.num_kv_heads;
+    const int32_t rows = prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
+    const int64_t tiles = prefill_mma_max_tiles(b.num_seqs, b.num_tokens, group, rows);
+    if (tiles <= 65535) {  // grid.y
+      k.rows_per_tile = rows;
+      k.max_tiles = static_cast<int32_t>(tiles);
+      launch_paged_attention_prefill_mma(k, attention_mma_warps_, attention_mma_mtiles_, stream_);
+      CUDA_CHECK_LAUNCH("paged_attention (prefill mma)");
+      return;
+    }
+  }
+  if (plan.num_splits > 1) {
+    const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
+    k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
+    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+  }
+  launch_paged_attention(k, stream_);
+  CUDA_CHECK_LAUNCH("paged_attention");
+}
+
+void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
+  check_qkv_rope_store(p, dt_);
+  const int64_t t = p.batch->num_tokens;
+  if (t == 0) return;
+  const QkvRopeStoreKernelParams k = store_kernel_params(p, f32_);
   launch_qkv_rope_store(k, stream_);
   CUDA_CHECK_LAUNCH("qkv_rope_store");
+}
+
+void CudaBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
+                                     const PagedAttentionParams& attn) {
+  if (!try_qkv_rope_attention(store, attn)) qkv_rope_attention_composed(*this, store, attn);
+}
+
+bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
+                                         const PagedAttentionParams& at) {
+  static const bool kFused = [] {  // DEEPINFER_ATTN_FUSED=0: the composed ops (the A/B switch)
+    const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
+    return !(env && std::strcmp(env, "0") == 0);
+  }();
+  if (f32_ || !kFused || !gqa_decode_enabled()) return false;
+  // Anything the fused kernel does not cover, incl. a malformed call, goes to the composed ops
+  // (whose checks name the problem).
+  if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
+        at.batch && at.q_rope == nullptr && at.batch == st.batch &&
+        at.q->raw() == st.q_out->raw() && at.pool->raw() == st.pool->raw() &&
+        at.layer == st.layer && at.layout.num_blocks == st.layout.num_blocks &&
+        at.layout.num_layers == st.layout.num_layers &&
+        at.layout.block_size == st.layout.block_size &&
+        at.layout.entry_size == st.layout.entry_size))
+    return false;
+  const PagedBatch& b = *st.batch;
+  if (b.num_tokens == 0 || b.num_seqs == 0) return false;
+  check_qkv_rope_store(st, dt_);
+  check_paged_attention(at, dt_);
+  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
+  // The split layout of the decode kernel the composed path would run (same plan, same bits).
+  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, at.num_q_heads,
+                                                  at.num_kv_heads, at.head_dim_qk, at.head_dim_v);
+  QkvRopeAttentionKernelParams k{};
+  k.store = store_kernel_params(st, false);
+  k.attn = attention_kernel_params(at, false);
+  k.attn.rows_per_tile = plan.rows_per_tile;
+  k.attn.max_tiles = plan.max_tiles;
+  k.attn.split_size = plan.split_size;
+  k.attn.num_splits = plan.num_splits;
+  if (plan.num_splits > 1 && !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
+    return false;
+  k.counters = attention_counters_;
+  if (!qkv_rope_attention_supported(k)) return false;
+  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
+  if (plan.num_splits > 1) {
+    ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
+    const size_t rows = static_cast<size_t>(b.num_tokens) * at.num_q_heads;
+    k.attn.partial_o = mptr<float>(ws);
+    k.attn.partial_ml =
+        k.attn.partial_o + static_cast<size_t>(plan.num_splits) * rows * at.head_dim_v;
+  }
+  CUDA_CHECK(launch_qkv_rope_attention(k, stream_));
+  CUDA_CHECK_LAUNCH("qkv_rope_attention");
+  ++fused_attention_calls_;
+  return true;
+}
+
+bool CudaBackend::reserve_attention_counters(int64_t n) {
+  if (n <= attention_counters_cap_) return true;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return false;  // no allocation inside a capture
+  // The old buffer stays allocated until the backend dies: a captured graph may still use it.
+  if (attention_counters_ != nullptr) retired_attention_counters_.push_back(attention_counters_);
+  const int64_t cap = std::max(n, 2 * attention_counters_cap_);
+  void* ptr = nullptr;
+  CUDA_CHECK(cudaMalloc(&ptr, static_cast<size_t>(cap) * sizeof(uint32_t)));
+  CUDA_CHECK(cudaMemsetAsync(ptr, 0, static_cast<size_t>(cap) * sizeof(uint32_t), stream_));
+  attention_counters_ = static_cast<uint32_t*>(ptr);
+  attention_counters_cap_ = cap;
+  return true;
 }
 
 void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {

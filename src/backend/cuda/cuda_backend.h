@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
@@ -64,6 +65,11 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
+  // One kernel (kernels/qkv_rope_attention.h) for bf16 decode batches the decode attention kernel
+  // takes; else qkv_rope_store + paged_attention. DEEPINFER_ATTN_FUSED=0 (or
+  // DEEPINFER_ATTN_DECODE=generic) always composes.
+  void qkv_rope_attention(const QkvRopeStoreParams& store,
+                          const PagedAttentionParams& attn) override;
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
@@ -125,6 +131,8 @@ class CudaBackend final : public Backend {
   // env DEEPINFER_GEMV_MAX_ROWS, default kDefaultGemvMaxRows).
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
+  // Calls of qkv_rope_attention that ran the fused kernel (tests check the path was taken).
+  int64_t fused_attention_calls() const { return fused_attention_calls_; }
 
  private:
   // x and w in the compute dtype; y f32 or the compute dtype. (Named for its origin: in the fp32
@@ -148,6 +156,15 @@ class CudaBackend final : public Backend {
   int32_t num_sms_ = 0;
   // The small-M kernel when it takes these shapes (bf16, m <= gemv_max_rows_): true if launched.
   bool try_gemv(const FusedLinearParams& p);
+  // The fused decode attention when it takes the call: true if launched.
+  bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
+  // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
+  // when the buffer would have to grow.
+  bool reserve_attention_counters(int64_t n);
+  uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
+  int64_t attention_counters_cap_ = 0;
+  int64_t fused_attention_calls_ = 0;
+  std::vector<uint32_t*> retired_attention_counters_;  // outgrown, kept for captured graphs
   DType dt_ = DType::kBF16;  // compute dtype: activations, weights, KV
   bool f32_ = false;         // dt_ == kF32
   size_t max_smem_optin_ = 0;

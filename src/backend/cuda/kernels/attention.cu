@@ -19,6 +19,7 @@
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/gqa_decode.cuh"
 #include "backend/cuda/kernels/split_combine.cuh"
 
 namespace di::cuda {
@@ -265,136 +266,27 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKerne
 }
 
 // ---- decode: one CTA per (KV split, kv head, sequence), bf16, GQA (separate K and V) ----------
-// Every warp walks its share of the split's tokens (kDecodeChunk at a time: the block ids first,
-// then every K and V row of the chunk in flight together); each lane holds E consecutive dims of
-// K, V, q (for all G q heads of the kv head) and the output. q·k is a warp sum per head, the
-// softmax is online per warp, and the warps merge through shared memory in warp order. The split
-// layout and the partials are the generic kernel's, so combine_splits_kernel merges them. Tokens
-// per sequence: any (usually one; a causal limit per token).
-constexpr int kDecodeWarps = 4;
-
-template <int E>
-__device__ __forceinline__ void load_bf16_e(const bf16* src, float (&f)[E]) {
-  if constexpr (E == 2) {
-    const uint32_t u = *reinterpret_cast<const uint32_t*>(src);
-    f[0] = __uint_as_float(u << 16);
-    f[1] = __uint_as_float(u & 0xffff0000u);
-  } else if constexpr (E == 4) {
-    const uint2 u = *reinterpret_cast<const uint2*>(src);
-    f[0] = __uint_as_float(u.x << 16);
-    f[1] = __uint_as_float(u.x & 0xffff0000u);
-    f[2] = __uint_as_float(u.y << 16);
-    f[3] = __uint_as_float(u.y & 0xffff0000u);
-  } else {
-    unpack8(*reinterpret_cast<const uint4*>(src), f);
-  }
-}
-
+// The body is gqa_decode_token (gqa_decode.cuh, shared with the fused qkv_rope_attention kernel).
+// The split layout and the partials are the generic kernel's, so combine_splits_kernel merges
+// them. Tokens per sequence: any (usually one; a causal limit per token).
 template <int E, int G>
-__global__ void __launch_bounds__(kDecodeWarps * 32) gqa_decode_kernel(PagedAttentionKernelParams p) {
+__global__ void __launch_bounds__(kGqaDecodeWarps * 32)
+    gqa_decode_kernel(PagedAttentionKernelParams p) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   constexpr int D = 32 * E;
-  constexpr int kChunk = E <= 4 ? 8 : 4;
-  __shared__ float acc_s[kDecodeWarps][G][D];
-  __shared__ float ml_s[kDecodeWarps][G][2];
+  __shared__ GqaDecodeShared<E, G> sh;
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int q_begin = p.qo_indptr[s], q_end = p.qo_indptr[s + 1];
-  const int b0 = p.kv_indptr[s];
-  const int nblocks = p.kv_indptr[s + 1] - b0;
-  const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + p.kv_last_len[s] : 0;
-  const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  const int64_t k_col = p.k_offset + int64_t{kvh} * p.kv_head_stride + lane * E;
-  const int64_t v_col = p.v_offset + int64_t{kvh} * p.kv_head_stride + lane * E;
-  const bf16* layer_base = p.pool + p.layer_offset;
-  for (int i = q_begin; i < q_end; ++i) {
-    const int limit = min(kv_len, p.positions[i] + 1);
-    const int t0 = split * p.split_size;
-    const int t1 = min(limit, t0 + p.split_size);
-    float q[G][E], acc[G][E], m[G], l[G];
+  const int lane = threadIdx.x & 31;
+  const GqaDecodeSeq seq = gqa_decode_seq(p, s);
+  for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
+    float q[G][E];
 #pragma unroll
     for (int h = 0; h < G; ++h) {
       load_bf16_e<E>(p.q + (int64_t{i} * p.num_q_heads + kvh * G + h) * D + lane * E, q[h]);
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        q[h][e] *= p.scale;
-        acc[h][e] = 0.0f;
-      }
-      m[h] = -INFINITY;
-      l[h] = 0.0f;
+      for (int e = 0; e < E; ++e) q[h][e] *= p.scale;
     }
-    // This warp's tokens: t0 + warp * kChunk + j + c * kDecodeWarps * kChunk.
-    for (int base = t0 + warp * kChunk; base < t1; base += kDecodeWarps * kChunk) {
-      const bf16* ent[kChunk];
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        const int t = min(base + j, t1 - 1);
-        const int blk = p.kv_indices[b0 + t / p.block_size];
-        ent[j] = layer_base + blk * p.block_stride + int64_t{t % p.block_size} * p.entry_size;
-      }
-      float kf[kChunk][E], vf[kChunk][E];
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        load_bf16_e<E>(ent[j] + k_col, kf[j]);
-        load_bf16_e<E>(ent[j] + v_col, vf[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        if (base + j >= t1) break;  // uniform over the warp
-#pragma unroll
-        for (int h = 0; h < G; ++h) {
-          float sc = 0.0f;
-#pragma unroll
-          for (int e = 0; e < E; ++e) sc = fmaf(q[h][e], kf[j][e], sc);
-          sc = warp_sum(sc);
-          const float mn = fmaxf(m[h], sc);
-          const float corr = expf(m[h] - mn);  // 0 on the first token (m = -inf)
-          const float pe = expf(sc - mn);
-          l[h] = l[h] * corr + pe;
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[h][e] = fmaf(acc[h][e], corr, pe * vf[j][e]);
-          m[h] = mn;
-        }
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc_s[warp][h][lane * E + e] = acc[h][e];
-      if (lane == 0) {
-        ml_s[warp][h][0] = m[h];
-        ml_s[warp][h][1] = l[h];
-      }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < G * D; idx += kDecodeWarps * 32) {
-      const int h = idx / D, d = idx % D;
-      float mm = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kDecodeWarps; ++w) mm = fmaxf(mm, ml_s[w][h][0]);
-      float ll = 0.0f, o = 0.0f;
-      if (mm != -INFINITY) {
-#pragma unroll
-        for (int w = 0; w < kDecodeWarps; ++w) {
-          const float mw = ml_s[w][h][0];
-          if (mw == -INFINITY) continue;
-          const float c = expf(mw - mm);
-          ll += c * ml_s[w][h][1];
-          o += c * acc_s[w][h][d];
-        }
-      }
-      const int64_t row = int64_t{i} * p.num_q_heads + kvh * G + h;
-      if (p.num_splits == 1) {
-        p.out[row * D + d] = from_f32<bf16>(ll > 0.0f ? o / ll : 0.0f);
-      } else {
-        p.partial_o[(split * rows + row) * D + d] = o;
-        if (d == 0) {
-          p.partial_ml[(split * rows + row) * 2] = mm;
-          p.partial_ml[(split * rows + row) * 2 + 1] = ll;
-        }
-      }
-    }
-    __syncthreads();  // acc_s / ml_s are reused by the next token
+    gqa_decode_token<E, G>(p, split, kvh, seq, i, q, sh);
   }
 }
 
@@ -403,24 +295,25 @@ bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_
   const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
   switch (group) {
-    case 1: gqa_decode_kernel<E, 1><<<grid, kDecodeWarps * 32, 0, stream>>>(p); return true;
-    case 2: gqa_decode_kernel<E, 2><<<grid, kDecodeWarps * 32, 0, stream>>>(p); return true;
-    case 4: gqa_decode_kernel<E, 4><<<grid, kDecodeWarps * 32, 0, stream>>>(p); return true;
-    case 8: gqa_decode_kernel<E, 8><<<grid, kDecodeWarps * 32, 0, stream>>>(p); return true;
+    case 1:
+      gqa_decode_kernel<E, 1><<<grid, kGqaDecodeWarps * 32, 0, stream>>>(p);
+      return true;
+    case 2:
+      gqa_decode_kernel<E, 2><<<grid, kGqaDecodeWarps * 32, 0, stream>>>(p);
+      return true;
+    case 4:
+      gqa_decode_kernel<E, 4><<<grid, kGqaDecodeWarps * 32, 0, stream>>>(p);
+      return true;
+    case 8:
+      gqa_decode_kernel<E, 8><<<grid, kGqaDecodeWarps * 32, 0, stream>>>(p);
+      return true;
     default: return false;
   }
 }
 
-// The decode kernel when it takes this call: bf16, separate K and V (GQA), head dims equal and
-// 64 / 128 / 256, group 1 / 2 / 4 / 8, 32-bit aligned per-lane vectors, at most one new token
-// per sequence on average (decode batches), grid.z within limits.
 bool launch_gqa_decode(const PagedAttentionKernelParams& p, cudaStream_t stream) {
-  if (p.pool_f32 != nullptr || p.num_tokens > p.num_seqs || p.num_seqs > 65535) return false;
-  if (p.head_dim_qk != p.head_dim_v || p.v_offset == p.k_offset) return false;
-  const int d = p.head_dim_qk, e = d / 32;
-  if (d != 64 && d != 128 && d != 256) return false;
-  if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % e != 0) return false;
-  const int group = p.num_q_heads / p.num_kv_heads;
+  if (!gqa_decode_supported(p)) return false;
+  const int e = p.head_dim_qk / 32, group = p.num_q_heads / p.num_kv_heads;
   if (e == 2) return launch_decode_e<2>(p, group, stream);
   if (e == 4) return launch_decode_e<4>(p, group, stream);
   return launch_decode_e<8>(p, group, stream);
@@ -438,6 +331,25 @@ void launch_rows(const PagedAttentionKernelParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool gqa_decode_enabled() {
+  static const bool on = [] {  // DEEPINFER_ATTN_DECODE=generic: the A/B switch
+    const char* env = std::getenv("DEEPINFER_ATTN_DECODE");
+    return env == nullptr || std::string(env) != "generic";
+  }();
+  return on;
+}
+
+bool gqa_decode_supported(const PagedAttentionKernelParams& p) {
+  if (p.pool_f32 != nullptr || p.num_tokens > p.num_seqs || p.num_seqs > 65535) return false;
+  if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0) return false;
+  if (p.head_dim_qk != p.head_dim_v || p.v_offset == p.k_offset) return false;
+  const int d = p.head_dim_qk, e = d / 32;
+  if (d != 64 && d != 128 && d != 256) return false;
+  if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % e != 0) return false;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  return group == 1 || group == 2 || group == 4 || group == 8;
+}
 
 AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t max_kv_len,
                                    int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim_qk,
@@ -487,11 +399,7 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
-  static const bool decode_kernel = [] {  // DEEPINFER_ATTN_DECODE=generic: the A/B switch
-    const char* env = std::getenv("DEEPINFER_ATTN_DECODE");
-    return env == nullptr || std::string(env) != "generic";
-  }();
-  if (decode_kernel && launch_gqa_decode(p, stream)) {
+  if (gqa_decode_enabled() && launch_gqa_decode(p, stream)) {
     if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
       combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);

@@ -73,6 +73,14 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
 size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, int32_t head_dim_v,
                                   bool v_in_k, int32_t elem_size = 2);
 
+// The decode kernel (gqa_decode_kernel, attention.cu) is on unless DEEPINFER_ATTN_DECODE=generic
+// (the A/B switch; read once per process).
+bool gqa_decode_enabled();
+// Whether the decode kernel takes this call: bf16, separate K and V (GQA), head dims equal and
+// 64 / 128 / 256, group 1 / 2 / 4 / 8, 32-bit aligned per-lane vectors, at most one new token
+// per sequence on average (decode batches), grid.z (sequences) within limits.
+bool gqa_decode_supported(const PagedAttentionKernelParams& p);
+
 void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream);
 
 }  // namespace di::cuda

@@ -8,11 +8,12 @@
 // write_columns (11 launches); fused it is one (3 CTAs per token: the entry + 2 x 8 q heads).
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/decode_fused.h"
+#include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
 namespace {
 
-constexpr int kFusedThreads = 128;
+constexpr int kFusedThreads = kQkvRowThreads;
 constexpr int kMlaThreads = 256;
 
 template <typename T>
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
   const int d = p.head_dim;
   const T* src = static_cast<const T*>(p.qkv) + (t * heads + h) * d;
   // Destination, norm and rope of this head row. Every branch below depends only on blockIdx, so
-  // the whole CTA takes it together (block_sum needs every thread).
+  // the whole CTA takes it together (qkv_rope_rows needs every thread).
   T* dst = nullptr;
   const T* norm_w = nullptr;
   bool rotate = false;
@@ -46,46 +47,8 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
     norm_w = is_k ? static_cast<const T*>(p.k_norm) : nullptr;
     rotate = is_k;
   }
-  const int32_t pos = p.positions[t];
-  if (pos < 0 || pos >= p.max_pos) rotate = false;
-  if (!rotate && norm_w == nullptr) {
-    for (int i = threadIdx.x; i < d; i += kFusedThreads) dst[i] = src[i];
-    return;
-  }
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < d; i += kFusedThreads) {
-    const float v = to_f32(src[i]);
-    row_s[i] = v;
-    ss += v * v;
-  }
-  if (norm_w != nullptr) {
-    ss = block_sum(ss, scratch);
-    const float inv = rsqrtf(ss / static_cast<float>(d) + p.eps);
-    // Same thread, same elements as the load loop: no barrier needed before this.
-    for (int i = threadIdx.x; i < d; i += kFusedThreads)
-      row_s[i] = to_f32(from_f32<T>(row_s[i] * inv * to_f32(norm_w[i])));  // rms_norm's rounding
-  }
-  __syncthreads();  // rope reads elements loaded by other threads
-  if (!rotate) {
-    for (int i = threadIdx.x; i < d; i += kFusedThreads) dst[i] = from_f32<T>(row_s[i]);
-    return;
-  }
-  const int half = d / 2;
-  for (int j = threadIdx.x; j < half; j += kFusedThreads) {
-    float c, s;
-    if (p.cos_sin_f32) {
-      const float* cs = static_cast<const float*>(p.cos_sin) + int64_t{pos} * d;
-      c = cs[j];
-      s = cs[half + j];
-    } else {
-      const bf16* cs = static_cast<const bf16*>(p.cos_sin) + int64_t{pos} * d;
-      c = to_f32(cs[j]);
-      s = to_f32(cs[half + j]);
-    }
-    const float x0 = row_s[j], x1 = row_s[j + half];
-    dst[j] = from_f32<T>(x0 * c - x1 * s);
-    dst[j + half] = from_f32<T>(x1 * c + x0 * s);
-  }
+  qkv_rope_rows<T, 1>(src, dst, d, norm_w, p.eps, rotate, p.positions[t],
+                      RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos}, row_s, scratch);
 }
 
 struct RopeTable {

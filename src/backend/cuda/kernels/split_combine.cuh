@@ -13,42 +13,65 @@
 
 namespace di::cuda {
 
-template <typename T>
-__device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
-                                                  const float* __restrict__ partial_ml,
-                                                  int64_t rows, int num_splits, int dv,
-                                                  int64_t row, T* __restrict__ out) {
+// A partial written by an earlier kernel (plain load) or by another CTA of the running kernel
+// (kL2: __ldcg, through L2, since this SM's L1 may hold a stale line of it).
+template <bool kL2>
+__device__ __forceinline__ float load_partial(const float* ptr) {
+  if constexpr (kL2)
+    return __ldcg(ptr);
+  else
+    return *ptr;
+}
+
+// Output dim d (< dv, or idle) of `row`, by every thread of the CTA (block-wide reductions: all
+// threads call it, each with its own d). The arithmetic depends on blockDim.x: callers that want
+// the same bits as combine_split_row use the same block size.
+template <typename T, bool kL2 = false>
+__device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ partial_o,
+                                                      const float* __restrict__ partial_ml,
+                                                      int64_t rows, int num_splits, int dv,
+                                                      int64_t row, int d, T* __restrict__ out) {
   constexpr int kChunk = 256;
   __shared__ float w_s[kChunk];
   __shared__ float scratch[32];
-  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
-  const int d = blockIdx.y * blockDim.x + threadIdx.x;
   float m = -INFINITY;
   for (int sp = threadIdx.x; sp < num_splits; sp += blockDim.x)
-    m = fmaxf(m, partial_ml[(sp * rows + row) * 2]);
+    m = fmaxf(m, load_partial<kL2>(partial_ml + (sp * rows + row) * 2));
   m = block_max(m, scratch);
   float den = 0.0f;
   for (int sp = threadIdx.x; sp < num_splits; sp += blockDim.x) {
-    const float ms = partial_ml[(sp * rows + row) * 2];
-    if (ms != -INFINITY) den += expf(ms - m) * partial_ml[(sp * rows + row) * 2 + 1];
+    const float ms = load_partial<kL2>(partial_ml + (sp * rows + row) * 2);
+    if (ms != -INFINITY)
+      den += expf(ms - m) * load_partial<kL2>(partial_ml + (sp * rows + row) * 2 + 1);
   }
   den = block_sum(den, scratch);
   float o = 0.0f;
   for (int c0 = 0; c0 < num_splits; c0 += kChunk) {
     const int cn = min(kChunk, num_splits - c0);
-    __syncthreads();  // w_s of the previous chunk is consumed
+    __syncthreads();  // w_s of the previous chunk (or row) is consumed
     for (int j = threadIdx.x; j < cn; j += blockDim.x) {
-      const float ms = partial_ml[((c0 + j) * rows + row) * 2];
+      const float ms = load_partial<kL2>(partial_ml + ((c0 + j) * rows + row) * 2);
       w_s[j] = ms == -INFINITY ? 0.0f : expf(ms - m);
     }
     __syncthreads();
     if (d < dv) {
       const float* po = partial_o + (c0 * rows + row) * dv + d;
 #pragma unroll 8
-      for (int j = 0; j < cn; ++j) o += w_s[j] * po[j * rows * dv];
+      for (int j = 0; j < cn; ++j) o += w_s[j] * load_partial<kL2>(po + j * rows * dv);
     }
   }
   if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
+}
+
+// The combine kernel's body: grid (rows, ceil(dv / blockDim.x)), one output dim per thread.
+template <typename T>
+__device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
+                                                  const float* __restrict__ partial_ml,
+                                                  int64_t rows, int num_splits, int dv, int64_t row,
+                                                  T* __restrict__ out) {
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  combine_split_row_dim<T>(partial_o, partial_ml, rows, num_splits, dv, row,
+                           static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
 }
 
 }  // namespace di::cuda

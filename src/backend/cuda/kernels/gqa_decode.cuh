@@ -1,0 +1,155 @@
+#pragma once
+// The per-token body of the GQA decode attention, shared by gqa_decode_kernel (attention.cu) and
+// the fused qkv_rope_attention_kernel (qkv_rope_attention.cu), so both compute the same bits.
+//
+// One CTA of kGqaDecodeWarps warps per (KV split, kv head, sequence). Every warp walks its share
+// of the split's tokens (kChunk at a time: the block ids first, then every K and V row of the
+// chunk in flight together); each lane holds E consecutive dims of K, V, q (for all G q heads of
+// the kv head) and the output. q·k is a warp sum per head, the softmax is online per warp, and
+// the warps merge through shared memory in warp order. Output: out (one split) or the split's
+// partials (o, m, l) in the generic kernel's layout (attention.h), merged by combine_split_row.
+#include <cuda_bf16.h>
+
+#include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/common.cuh"
+
+namespace di::cuda {
+
+inline constexpr int kGqaDecodeWarps = 4;
+
+template <int E>
+__device__ __forceinline__ void load_bf16_e(const bf16* src, float (&f)[E]) {
+  if constexpr (E == 2) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(src);
+    f[0] = __uint_as_float(u << 16);
+    f[1] = __uint_as_float(u & 0xffff0000u);
+  } else if constexpr (E == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(src);
+    f[0] = __uint_as_float(u.x << 16);
+    f[1] = __uint_as_float(u.x & 0xffff0000u);
+    f[2] = __uint_as_float(u.y << 16);
+    f[3] = __uint_as_float(u.y & 0xffff0000u);
+  } else {
+    unpack8(*reinterpret_cast<const uint4*>(src), f);
+  }
+}
+
+// Shared memory of one CTA: each warp's (acc, m, l) before the merge.
+template <int E, int G>
+struct GqaDecodeShared {
+  float acc[kGqaDecodeWarps][G][32 * E];
+  float ml[kGqaDecodeWarps][G][2];
+};
+
+// Sequence s's blocks: first index into kv_indices and cached length (0: no blocks, padding).
+struct GqaDecodeSeq {
+  int b0;
+  int kv_len;
+};
+__device__ __forceinline__ GqaDecodeSeq gqa_decode_seq(const PagedAttentionKernelParams& p, int s) {
+  const int b0 = p.kv_indptr[s];
+  const int nblocks = p.kv_indptr[s + 1] - b0;
+  return {b0, nblocks > 0 ? (nblocks - 1) * p.block_size + p.kv_last_len[s] : 0};
+}
+
+// Token i (of sequence `seq`) over split `split` for kv head kvh. q: this lane's E dims of the G
+// q heads, already multiplied by p.scale. Every thread of the CTA calls it (it ends with a
+// barrier, after which `sh` may be reused).
+template <int E, int G>
+__device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParams& p, int split,
+                                                 int kvh, GqaDecodeSeq seq, int i,
+                                                 const float (&q)[G][E],
+                                                 GqaDecodeShared<E, G>& sh) {
+  constexpr int D = 32 * E;
+  constexpr int kChunk = E <= 4 ? 8 : 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
+  const int64_t k_col = p.k_offset + int64_t{kvh} * p.kv_head_stride + lane * E;
+  const int64_t v_col = p.v_offset + int64_t{kvh} * p.kv_head_stride + lane * E;
+  const bf16* layer_base = p.pool + p.layer_offset;
+  const int limit = min(seq.kv_len, p.positions[i] + 1);
+  const int t0 = split * p.split_size;
+  const int t1 = min(limit, t0 + p.split_size);
+  float acc[G][E], m[G], l[G];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+  // This warp's tokens: t0 + warp * kChunk + j + c * kGqaDecodeWarps * kChunk.
+  for (int base = t0 + warp * kChunk; base < t1; base += kGqaDecodeWarps * kChunk) {
+    const bf16* ent[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int t = min(base + j, t1 - 1);
+      const int blk = p.kv_indices[seq.b0 + t / p.block_size];
+      ent[j] = layer_base + blk * p.block_stride + int64_t{t % p.block_size} * p.entry_size;
+    }
+    float kf[kChunk][E], vf[kChunk][E];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      load_bf16_e<E>(ent[j] + k_col, kf[j]);
+      load_bf16_e<E>(ent[j] + v_col, vf[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      if (base + j >= t1) break;  // uniform over the warp
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        float sc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) sc = fmaf(q[h][e], kf[j][e], sc);
+        sc = warp_sum(sc);
+        const float mn = fmaxf(m[h], sc);
+        const float corr = expf(m[h] - mn);  // 0 on the first token (m = -inf)
+        const float pe = expf(sc - mn);
+        l[h] = l[h] * corr + pe;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[h][e] = fmaf(acc[h][e], corr, pe * vf[j][e]);
+        m[h] = mn;
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) sh.acc[warp][h][lane * E + e] = acc[h][e];
+    if (lane == 0) {
+      sh.ml[warp][h][0] = m[h];
+      sh.ml[warp][h][1] = l[h];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += kGqaDecodeWarps * 32) {
+    const int h = idx / D, d = idx % D;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kGqaDecodeWarps; ++w) mm = fmaxf(mm, sh.ml[w][h][0]);
+    float ll = 0.0f, o = 0.0f;
+    if (mm != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kGqaDecodeWarps; ++w) {
+        const float mw = sh.ml[w][h][0];
+        if (mw == -INFINITY) continue;
+        const float c = expf(mw - mm);
+        ll += c * sh.ml[w][h][1];
+        o += c * sh.acc[w][h][d];
+      }
+    }
+    const int64_t row = int64_t{i} * p.num_q_heads + kvh * G + h;
+    if (p.num_splits == 1) {
+      p.out[row * D + d] = from_f32<bf16>(ll > 0.0f ? o / ll : 0.0f);
+    } else {
+      p.partial_o[(split * rows + row) * D + d] = o;
+      if (d == 0) {
+        p.partial_ml[(split * rows + row) * 2] = mm;
+        p.partial_ml[(split * rows + row) * 2 + 1] = ll;
+      }
+    }
+  }
+  __syncthreads();  // sh is reused by the next token
+}
+
+}  // namespace di::cuda

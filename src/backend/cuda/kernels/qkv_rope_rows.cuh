@@ -1,0 +1,99 @@
+#pragma once
+// The per-row math of the GQA attention prologue, shared by qkv_rope_store_kernel (decode_fused.cu)
+// and the fused qkv_rope_attention_kernel (qkv_rope_attention.cu) so both write the same bits:
+// [RMSNorm with a per-dim weight, rounded to the element type] -> rope over the whole head
+// (pairs (j, j + d/2)), rounded to the element type; or a plain copy (v rows).
+//
+// The reduction of the norm depends on the thread count: thread t sums elements t, t + 128, ...
+// of a row, then block_sum's tree. Both kernels run it on kQkvRowThreads threads.
+#include "backend/cuda/kernels/common.cuh"
+
+namespace di::cuda {
+
+inline constexpr int kQkvRowThreads = 128;  // blockDim.x of every caller
+
+// block_sum (common.cuh) of R values at once: the same tree for each, two barriers in all.
+// scratch holds >= 32 * R floats.
+template <int R>
+__device__ __forceinline__ void block_sum_rows(float (&v)[R], float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = warp_sum(v[r]);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) scratch[r * 32 + warp] = v[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < nwarps ? scratch[r * 32 + lane] : 0.0f);
+}
+
+struct RopeCosSin {
+  const void* table;  // [max_pos, head_dim]: cos of head_dim/2 freqs, then sin
+  bool f32;           // else bf16
+  int32_t max_pos;
+};
+
+// R consecutive head rows of d elements (src[r * d + i] -> dst[r * d + i]; dst may be global or
+// shared memory): x = src; [x = round(x / rms(x) * norm_w) when norm_w]; [x = rope(x, pos) when
+// rotate and 0 <= pos < max_pos]; dst = round(x). Neither: a bitwise copy. Every thread of the
+// CTA (kQkvRowThreads) calls it with the same arguments. row_s: R * d floats of shared memory;
+// scratch: 32 * R floats. dst is complete for the CTA only after a barrier (rope writes each
+// element from another thread than the one that loaded it).
+template <typename T, int R>
+__device__ __forceinline__ void qkv_rope_rows(const T* src, T* dst, int d, const T* norm_w,
+                                              float eps, bool rotate, int32_t pos, RopeCosSin cs,
+                                              float* row_s, float* scratch) {
+  if (pos < 0 || pos >= cs.max_pos) rotate = false;
+  if (!rotate && norm_w == nullptr) {
+    for (int i = threadIdx.x; i < R * d; i += kQkvRowThreads) dst[i] = src[i];
+    return;
+  }
+  __syncthreads();  // row_s may still be read by a previous call
+  float ss[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    ss[r] = 0.0f;
+    for (int i = threadIdx.x; i < d; i += kQkvRowThreads) {
+      const float v = to_f32(src[r * d + i]);
+      row_s[r * d + i] = v;
+      ss[r] = fmaf(v, v, ss[r]);
+    }
+  }
+  if (norm_w != nullptr) {
+    block_sum_rows<R>(ss, scratch);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float inv = rsqrtf(ss[r] / static_cast<float>(d) + eps);
+      // Same thread, same elements as the load loop: no barrier needed before this.
+      for (int i = threadIdx.x; i < d; i += kQkvRowThreads)
+        row_s[r * d + i] = to_f32(from_f32<T>(row_s[r * d + i] * inv * to_f32(norm_w[i])));
+    }
+  }
+  __syncthreads();  // rope reads elements loaded by other threads
+  if (!rotate) {
+    for (int i = threadIdx.x; i < R * d; i += kQkvRowThreads) dst[i] = from_f32<T>(row_s[i]);
+    return;
+  }
+  const int half = d / 2;
+  for (int idx = threadIdx.x; idx < R * half; idx += kQkvRowThreads) {
+    const int r = idx / half, j = idx % half;
+    float c, s;
+    if (cs.f32) {
+      const float* t = static_cast<const float*>(cs.table) + int64_t{pos} * d;
+      c = t[j];
+      s = t[half + j];
+    } else {
+      const bf16* t = static_cast<const bf16*>(cs.table) + int64_t{pos} * d;
+      c = to_f32(t[j]);
+      s = to_f32(t[half + j]);
+    }
+    const float x0 = row_s[r * d + j], x1 = row_s[r * d + j + half];
+    // Explicit fmaf: the contraction must not depend on the caller's code generation.
+    dst[r * d + j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
+    dst[r * d + j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
+  }
+}
+
+}  // namespace di::cuda
