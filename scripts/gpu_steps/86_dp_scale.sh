@@ -35,7 +35,7 @@ if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
       run_step "dpscale_$name" 150 .gpu_bin/deepinfer bench sweep --base-url "http://127.0.0.1:$port" \
         --tokenizer "$dps_dir" --dataset random --input-len 256 --output-len 256 \
         --concurrency "$dps_conc" --prompts-per-concurrency 1 --num-prompts 4 \
-        --output-dir "$o" --no-progress
+        --output-dir "$o" --gnuplot true --no-progress
       python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
         "http://127.0.0.1:$port/metrics" 2>/dev/null |
         grep -E '^deepinfer_(engine_graph_steps_total|engine_steps_total|engine_padding_steps_total|generation_tokens_total)' \
@@ -53,11 +53,23 @@ if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
       cat "$o/metrics_tail.txt" 2>/dev/null
     } >>"$OUT/summary_extra.txt"
   }
-  dp_scale_serve plain 8200 ""
-  dp_scale_serve dp1 8201 "" --dp-size 1
-  if [ "$dps_ngpu" -ge 2 ]; then
-    dp_scale_serve "dp$dps_ngpu" 8202 "" --dp-size "$dps_ngpu"
-    dp_scale_serve "dp${dps_ngpu}_tput" 8203 "DEEPINFER_EP_LATENCY=0" --dp-size "$dps_ngpu"
+  if [ -n "${DI_DP_SCALE_RUNS:-}" ]; then
+    # "name|ENV=V|--dp-size 1;name2|...": a custom list (diagnostics), same sweep for each.
+    IFS=';' read -ra dps_runs <<<"$DI_DP_SCALE_RUNS"
+    dps_port=8210
+    for run in "${dps_runs[@]}"; do
+      IFS='|' read -r dps_name dps_env dps_args <<<"$run"
+      # shellcheck disable=SC2086
+      dp_scale_serve "$dps_name" "$dps_port" "$dps_env" $dps_args
+      dps_port=$((dps_port + 1))
+    done
+  else
+    dp_scale_serve plain 8200 ""
+    dp_scale_serve dp1 8201 "" --dp-size 1
+    if [ "$dps_ngpu" -ge 2 ]; then
+      dp_scale_serve "dp$dps_ngpu" 8202 "" --dp-size "$dps_ngpu"
+      dp_scale_serve "dp${dps_ngpu}_tput" 8203 "DEEPINFER_EP_LATENCY=0" --dp-size "$dps_ngpu"
+    fi
   fi
 else
   echo "[dpscale] skipped: .gpu_bin/deepinfer or .gpu_pack/tokenizers.tar.xz missing" >>"$OUT/summary_extra.txt"

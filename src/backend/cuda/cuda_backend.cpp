@@ -771,7 +771,6 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   if (plan.num_splits > 1 && !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
     return false;
   k.counters = attention_counters_;
-  if (!qkv_rope_attention_supported(k)) return false;
   Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
   if (plan.num_splits > 1) {
     ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
@@ -780,6 +779,9 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
     k.attn.partial_ml =
         k.attn.partial_o + static_cast<size_t>(plan.num_splits) * rows * at.head_dim_v;
   }
+  // After the workspace: the check requires the partial buffers when there are several splits
+  // (checked before them, every multi-split call fell back to the composed ops: GPU run, 29 Nov).
+  if (!qkv_rope_attention_supported(k)) return false;
   CUDA_CHECK(launch_qkv_rope_attention(k, stream_));
   CUDA_CHECK_LAUNCH("qkv_rope_attention");
   ++fused_attention_calls_;

@@ -764,8 +764,9 @@ MoeT1DownImpl moe_t1_down_impl() {
   if (g_t1_down_override != MoeT1DownImpl::kAuto) return g_t1_down_override;
   static const MoeT1DownImpl impl = [] {
     const char* v = std::getenv("DEEPINFER_MOE_T1_DOWN");
-    return v != nullptr && std::strcmp(v, "v1") == 0 ? MoeT1DownImpl::kPairs
-                                                     : MoeT1DownImpl::kPipelined;
+    if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeT1DownImpl::kPairs;
+    if (v != nullptr && std::strcmp(v, "pipe") == 0) return MoeT1DownImpl::kPipelined;
+    return MoeT1DownImpl::kAuto;
   }();
   return impl;
 }
@@ -780,7 +781,13 @@ void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x
   // 2 rows x U x 4). Qwen3-30B-A3B (inter 768): 3, V2-Lite (1408): 6, inter 2048: 8.
   const int iters = ceil_div(p.inter / 8, 32);
-  if (moe_t1_down_impl() == MoeT1DownImpl::kPipelined && iters <= kT1DownU) {
+  // Default: pipelined up to 4 iterations (Qwen3-30B-A3B, 3: 240.3 -> 242.2 tok/s at batch 1);
+  // at 6 (V2-Lite) the 132 registers cost a resident CTA per SM and it lost (328.3 -> 314.2),
+  // H200, 29 Nov. DEEPINFER_MOE_T1_DOWN=pipe forces it up to 8, =v1 never.
+  const MoeT1DownImpl impl = moe_t1_down_impl();
+  const bool pipelined = impl == MoeT1DownImpl::kPipelined ? iters <= kT1DownU
+                                                           : impl == MoeT1DownImpl::kAuto && iters <= 4;
+  if (pipelined) {
     if (iters <= 2)
       moe_down_t1_pipe_kernel<2><<<grid, down_threads, 0, stream>>>(p);
     else if (iters <= 3)

@@ -92,11 +92,12 @@ struct MoeDecodeT1Params {
   int32_t num_experts;
   int32_t top_k;
 };
-// down kernel of the one-token path: kPipelined (default) keeps the next slot pair's weight loads
-// in flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
-// the earlier kernel (loads of one pair, then its sums). Bitwise equal. DEEPINFER_MOE_T1_DOWN=v1
-// selects kPairs (read once); the override (tests, benchmarks; not thread-safe, outside
-// captures) wins over the env.
+// down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
+// flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
+// the earlier kernel (loads of one pair, then its sums). Bitwise equal. kAuto (default):
+// pipelined for inter <= 1024 only (measured: faster for Qwen3-30B-A3B, slower for V2-Lite).
+// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined (read once); the override (tests,
+// benchmarks; not thread-safe, outside captures) wins over the env.
 enum class MoeT1DownImpl { kAuto, kPairs, kPipelined };
 MoeT1DownImpl moe_t1_down_impl();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
