@@ -738,11 +738,7 @@ void CudaBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
 
 bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
                                          const PagedAttentionParams& at) {
-  static const bool kFused = [] {  // DEEPINFER_ATTN_FUSED=0: the composed ops (the A/B switch)
-    const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
-  if (f32_ || !kFused || !gqa_decode_enabled()) return false;
+  if (f32_ || !fused_attention_ || !gqa_decode_enabled()) return false;
   // Anything the fused kernel does not cover, incl. a malformed call, goes to the composed ops
   // (whose checks name the problem).
   if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&

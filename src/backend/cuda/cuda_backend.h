@@ -18,6 +18,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+#include <cstdlib>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -65,11 +67,14 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
-  // One kernel (kernels/qkv_rope_attention.h) for bf16 decode batches the decode attention kernel
-  // takes; else qkv_rope_store + paged_attention. DEEPINFER_ATTN_FUSED=0 (or
-  // DEEPINFER_ATTN_DECODE=generic) always composes.
+  // qkv_rope_store + paged_attention; with DEEPINFER_ATTN_FUSED=1 (or set_fused_attention(true))
+  // one kernel (kernels/qkv_rope_attention.h) for the bf16 decode batches the decode attention
+  // kernel takes. Opt-in: it is bit-equal to the composed ops but slower on the H200 (Llama-3.1-8B
+  // batch 1: 205.7 -> 191.4 tok/s; Qwen3-30B-A3B: 242 -> 183; docs/performance.md run 10).
+  // DEEPINFER_ATTN_DECODE=generic always composes.
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
+  void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
@@ -161,6 +166,10 @@ class CudaBackend final : public Backend {
   // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
   // when the buffer would have to grow.
   bool reserve_attention_counters(int64_t n);
+  bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
+    const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
+    return env != nullptr && std::string(env) == "1";
+  }();
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
