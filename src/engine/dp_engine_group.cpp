@@ -254,6 +254,9 @@ EngineStats DpEngineGroup::stats() const {
     sum.steps += s.steps;
     sum.graph_steps += s.graph_steps;
     sum.padding_steps += s.padding_steps;
+    sum.forward_us += s.forward_us;
+    sum.sample_us += s.sample_us;
+    sum.group_wait_us += s.group_wait_us;
     sum.num_waiting += s.num_waiting;
     sum.num_running += s.num_running;
     sum.kv_blocks_total += s.kv_blocks_total;

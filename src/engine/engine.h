@@ -100,6 +100,11 @@ struct EngineStats {
   // DP group rank without work while another rank stepped: one padding token through the model
   // so that its MoE layers still join the expert-parallel exchange.
   uint64_t padding_steps = 0;
+  // Engine-thread wall time, microseconds: in the model forward (runner execute, up to the logits
+  // on the host, so it includes the GPU work), in sampling, and waiting at a DP group's barriers.
+  uint64_t forward_us = 0;
+  uint64_t sample_us = 0;
+  uint64_t group_wait_us = 0;
   int32_t dp_size = 0;  // ranks summed into this snapshot (0: a standalone engine)
   struct RankLoad {
     int32_t num_running = 0;

@@ -1,6 +1,7 @@
 #include "engine/engine_loop.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <limits>
 #include <map>
@@ -16,6 +17,10 @@
 
 namespace di {
 namespace {
+
+uint64_t micros(std::chrono::steady_clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
 
 EngineFinish to_engine_finish(FinishReason r) {
   switch (r) {
@@ -274,7 +279,12 @@ void EngineLoop::run() {
     }
     // The group's barrier, with no lock held (submitters, stats and check_integrity stay live).
     GroupDecision group{.step = has_work, .stop = stopping};
-    if (sync != nullptr) group = sync->arrive(hooks_.rank_idx, has_work, stopping);
+    if (sync != nullptr) {
+      const auto t0 = std::chrono::steady_clock::now();
+      group = sync->arrive(hooks_.rank_idx, has_work, stopping);
+      // Only a step round's wait is counted (an idle group waits here for mail).
+      if (group.step) counters_.group_wait_us += micros(std::chrono::steady_clock::now() - t0);
+    }
     {
       std::lock_guard state(state_mu_);
       if (group.stop) {
@@ -471,11 +481,15 @@ void EngineLoop::run_step(Outbox& out) {
     eplb_->begin_step(sched.prefills.empty() ? EplbPhase::kDecode : EplbPhase::kPrefill);
   }
   const GroupDecode group = agree_decode(runner_->decode_shape(plan, logit_rows));
+  const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = runner_->execute(plan, logit_rows, group);
+  const auto t1 = std::chrono::steady_clock::now();
   if (eplb_) eplb_->end_step();  // may re-place experts: between steps, on this thread
   const int64_t vocab = runner_->vocab_size();
   std::vector<sampling::SampleResult> results = sampling::sample_batch(
       std::span<const float>(logits.f32(), static_cast<size_t>(logits.numel())), vocab, rows);
+  counters_.forward_us += micros(t1 - t0);
+  counters_.sample_us += micros(std::chrono::steady_clock::now() - t1);
 
   std::vector<SampledTokens> sampled;
   size_t next = 0;
@@ -522,7 +536,9 @@ void EngineLoop::run_step(Outbox& out) {
 
 GroupDecode EngineLoop::agree_decode(DecodeShape mine) {
   if (hooks_.sync == nullptr) return {};
+  const auto t0 = std::chrono::steady_clock::now();
   const DecodeShape shape = hooks_.sync->agree_decode(hooks_.rank_idx, mine);
+  counters_.group_wait_us += micros(std::chrono::steady_clock::now() - t0);
   GroupDecode group;
   if (shape.rows >= 0) {
     group.bucket = ModelRunner::decode_bucket(shape.rows, config_.max_running);
@@ -533,7 +549,10 @@ GroupDecode EngineLoop::agree_decode(DecodeShape mine) {
 }
 
 void EngineLoop::run_padding_step() {
-  runner_->execute_padding(agree_decode(DecodeShape{.rows = 0, .max_blocks = 0}));
+  const GroupDecode group = agree_decode(DecodeShape{.rows = 0, .max_blocks = 0});
+  const auto t0 = std::chrono::steady_clock::now();
+  runner_->execute_padding(group);
+  counters_.forward_us += micros(std::chrono::steady_clock::now() - t0);
   ++counters_.padding_steps;
 }
 

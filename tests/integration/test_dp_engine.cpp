@@ -179,6 +179,10 @@ TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
   EXPECT_GT(r0.requests_finished, 0u);
   EXPECT_GT(r1.requests_finished, 0u);
   EXPECT_GT(r1.padding_steps, 0u) << "rank 1 never padded";
+  // Time accounting: both ranks ran forwards and sampled; a DP rank waits at the barriers.
+  EXPECT_GT(r0.forward_us + r1.forward_us, 0u);
+  EXPECT_GT(r0.sample_us, 0u);
+  EXPECT_GT(r0.group_wait_us + r1.group_wait_us, 0u);
   // Lockstep: every group step is one forward on every rank (the rank that padded in the last
   // round may publish its stats just after the other rank's final event).
   const auto forwards = [&](int32_t r) {
