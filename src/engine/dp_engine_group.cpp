@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <exception>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -114,6 +115,10 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
         EngineLoopHooks hooks;
         hooks.sync = g.barrier_.get();
         hooks.rank_idx = r;
+        if (n > 1) {  // the ranks sample concurrently: a share of the cores each
+          const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+          hooks.sample_threads = std::max(1, hw / n);
+        }
         if (latency) {
           hooks.set_exchange_rows = [transport](int32_t rank_idx, int32_t rows) {
             transport->set_latency_rows(rank_idx, rows);

@@ -150,6 +150,7 @@ EngineLoop::EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> back
       backend_(std::move(backend)),
       model_(std::move(model)) {
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config_.block_size);
+  if (hooks_.sample_threads > 0) sample_pool_ = std::make_unique<ThreadPool>(hooks_.sample_threads);
   if (config_.decode_graphs) runner_->enable_decode_graphs(config_.max_running, max_model_len_);
   if (config_.eplb.enabled) {
     eplb_ = std::make_unique<EplbRuntime>(*model_, *backend_, config_.eplb);
@@ -487,7 +488,8 @@ void EngineLoop::run_step(Outbox& out) {
   if (eplb_) eplb_->end_step();  // may re-place experts: between steps, on this thread
   const int64_t vocab = runner_->vocab_size();
   std::vector<sampling::SampleResult> results = sampling::sample_batch(
-      std::span<const float>(logits.f32(), static_cast<size_t>(logits.numel())), vocab, rows);
+      std::span<const float>(logits.f32(), static_cast<size_t>(logits.numel())), vocab, rows,
+      sample_pool_.get());
   counters_.forward_us += micros(t1 - t0);
   counters_.sample_us += micros(std::chrono::steady_clock::now() - t1);
 

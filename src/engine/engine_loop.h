@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/eplb_runtime.h"
 #include "engine/model_runner.h"
@@ -57,6 +58,10 @@ struct EngineLoopHooks {
   // Group ranks: called before every forward with the rows per rank of the step's expert
   // exchange (> 0: the latency exchange at that decode bucket; 0: the throughput exchange).
   std::function<void(int32_t rank_idx, int32_t rows_per_rank)> set_exchange_rows;
+  // > 0: sample on a private pool of this many threads. The ranks of a DP group sample at the
+  // same moment, and the shared global pool serves one caller at a time (the others sample
+  // serially): on 2 H200s that made a rank's sampling 4x slower than one engine's.
+  int32_t sample_threads = 0;
 };
 
 class EngineLoop final : public Engine {
@@ -146,6 +151,7 @@ class EngineLoop final : public Engine {
   // Owned by the engine thread; check_integrity() reads them under state_mu_.
   mutable std::mutex state_mu_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<ThreadPool> sample_pool_;  // hooks_.sample_threads > 0; else the global pool
   std::unique_ptr<EplbRuntime> eplb_;  // null unless config.eplb.enabled (MoE models only)
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -220,7 +220,7 @@ SampleResult sample(std::span<const float> logits, const SamplingParams& params,
 }
 
 std::vector<SampleResult> sample_batch(std::span<const float> logits, int64_t vocab_size,
-                                       std::span<const SamplingRow> rows) {
+                                       std::span<const SamplingRow> rows, ThreadPool* pool) {
   const auto num_rows = static_cast<int64_t>(rows.size());
   DI_CHECK(vocab_size > 0 && static_cast<int64_t>(logits.size()) == num_rows * vocab_size,
            "sample_batch: {} logits for {} rows of vocab {}", logits.size(), num_rows, vocab_size);
@@ -231,7 +231,8 @@ std::vector<SampleResult> sample_batch(std::span<const float> logits, int64_t vo
   std::vector<SampleResult> out(rows.size());
   // Workers must not throw: errors are carried back and the first (by row) is rethrown here.
   std::vector<std::exception_ptr> errors(rows.size());
-  ThreadPool::global().parallel_for(num_rows, 1, [&](int64_t begin, int64_t end) {
+  (pool != nullptr ? *pool : ThreadPool::global()).parallel_for(num_rows, 1, [&](int64_t begin,
+                                                                               int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const auto i = static_cast<size_t>(r);
       try {

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "sampling/sampling_params.h"
 
 namespace di::sampling {
@@ -63,9 +64,11 @@ inline int32_t sample_token(std::span<const float> logits, const SamplingParams&
   return sample(logits, params, position, prompt_ids, output_ids).token;
 }
 
-// Samples every row of `logits` ([rows.size(), vocab_size], row-major) on the global thread pool.
-// Row r's result equals sample(row r, *rows[r].params, ...) whatever the other rows are.
+// Samples every row of `logits` ([rows.size(), vocab_size], row-major) on `pool` (default: the
+// global thread pool). Row r's result equals sample(row r, *rows[r].params, ...) whatever the
+// other rows are.
 std::vector<SampleResult> sample_batch(std::span<const float> logits, int64_t vocab_size,
-                                       std::span<const SamplingRow> rows);
+                                       std::span<const SamplingRow> rows,
+                                       ThreadPool* pool = nullptr);
 
 }  // namespace di::sampling
