@@ -41,10 +41,10 @@ void EpMoeLatency::dispatch(const void* x, const int32_t* topk_ids, const float*
            "EpMoeLatency: {} tokens in {} rows per rank (at most {})", num_tokens, rows_per_rank,
            max_rows_);
   rows_ = rows_per_rank;
-  CUDA_CHECK(launch_latency_pack(
-      LatencyPackParams{packed_.data(), x, topk_ids, topk_weights, num_tokens, rows_per_rank,
-                        hidden_, top_k_, row_bytes_, dtype_},
-      stream_));
+  CUDA_CHECK(
+      launch_latency_pack(LatencyPackParams{packed_.data(), x, topk_ids, topk_weights, num_tokens,
+                                            rows_per_rank, hidden_, top_k_, row_bytes_, dtype_},
+                          stream_));
   transport_.all_gather(packed_.data(), packed_all_.data(), int64_t{rows_per_rank} * row_bytes_,
                         stream_);
   CUDA_CHECK(launch_latency_unpack(
