@@ -500,6 +500,29 @@ class LoopbackTransport final : public EpTransport {
   int32_t rank_idx_;
 };
 
+// Runs body(r, stream) for every simulated rank r on its own thread and stream; returns each
+// rank's error ("" when it finished). A rank that throws releases the others (hub.fail()).
+template <typename F>
+std::vector<std::string> run_simulated_ranks(LoopbackHub& hub, int32_t num_ranks, F&& body) {
+  std::vector<std::string> errors(static_cast<size_t>(num_ranks));
+  std::vector<std::thread> threads;
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    threads.emplace_back([&, r] {
+      cudaStream_t stream = nullptr;
+      try {
+        CUDA_CHECK(cudaStreamCreate(&stream));
+        body(r, stream);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+        hub.fail();
+      }
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return errors;
+}
+
 // Every expert once in a random slot; the other slots get a random expert the rank lacks
 // (a redundant replica) or stay empty.
 ExpertPlacement redundant_placement(int32_t num_experts, int32_t num_ranks, int32_t slots,
@@ -573,25 +596,13 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
                              identity ? host_identity_expert() : host_affine_expert());
     LoopbackHub hub(c.num_ranks);
     std::vector<std::vector<float>> got(c.num_ranks);
-    std::vector<std::string> errors(c.num_ranks);
-    std::vector<std::thread> threads;
-    for (int32_t r = 0; r < c.num_ranks; ++r) {
-      threads.emplace_back([&, r] {
-        cudaStream_t stream = nullptr;
-        try {
-          CUDA_CHECK(cudaStreamCreate(&stream));
+    const std::vector<std::string> errors =
+        run_simulated_ranks(hub, c.num_ranks, [&](int32_t r, cudaStream_t stream) {
           LoopbackTransport transport(hub, r);
           EpMoeCuda layer(transport, c.hidden, c.top_k, c.dtype, stream);
           got[r] = run_on_stream(layer, stream, placement, batches[r], c.top_k, c.hidden, c.dtype,
                                  identity, nullptr);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-          hub.fail();
-        }
-        if (stream != nullptr) cudaStreamDestroy(stream);
-      });
-    }
-    for (std::thread& t : threads) t.join();
+        });
     for (int32_t r = 0; r < c.num_ranks; ++r) {
       SCOPED_TRACE(::testing::Message() << "rank " << r);
       ASSERT_TRUE(errors[r].empty()) << errors[r];
@@ -708,27 +719,15 @@ TEST_F(EpLoopbackTest, LatencyExchangeMatchesHostModel) {
     }
     LoopbackHub hub(c.num_ranks);
     std::vector<LatencyResult> got(c.num_ranks);
-    std::vector<std::string> errors(c.num_ranks);
-    std::vector<std::thread> threads;
-    for (int32_t r = 0; r < c.num_ranks; ++r) {
-      threads.emplace_back([&, r] {
-        cudaStream_t stream = nullptr;
-        try {
-          CUDA_CHECK(cudaStreamCreate(&stream));
+    const std::vector<std::string> errors =
+        run_simulated_ranks(hub, c.num_ranks, [&](int32_t r, cudaStream_t stream) {
           LoopbackTransport transport(hub, r);
           EpMoeLatency lat(transport, c.hidden, c.top_k, RowDtype::kFloat32,
                            std::min(c.num_experts, r * spr),
                            std::min(c.num_experts, (r + 1) * spr), c.rows_per_rank, stream);
           got[r] = run_latency(lat, stream, batches[r], c.rows_per_rank, c.num_ranks, c.top_k,
                                c.hidden);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-          hub.fail();
-        }
-        if (stream != nullptr) cudaStreamDestroy(stream);
-      });
-    }
-    for (std::thread& t : threads) t.join();
+        });
     for (int32_t q = 0; q < c.num_ranks; ++q) {
       SCOPED_TRACE(::testing::Message() << "rank " << q);
       ASSERT_TRUE(errors[q].empty()) << errors[q];
