@@ -4,6 +4,13 @@
 # fails, the instance restarts with the new count").
 #
 #   scripts/ep_supervise.sh [--max-restarts K] [--min-world M] CMD [ARGS...]
+#   scripts/ep_supervise.sh --single [--max-restarts K] [--min-world M] CMD [ARGS...]
+#
+# --single: one process drives every GPU (`deepinfer serve --dp-size {world}`, the DP engine
+# group): CMD runs once with CUDA_VISIBLE_DEVICES = the healthy GPUs, every argument "{world}"
+# replaced by their number. `serve` exits with status 75 when its group can no longer serve (NCCL
+# aborted after a failure), and exits 0 on SIGTERM; a 0 ends supervision, anything else restarts.
+#   scripts/ep_supervise.sh --single deepinfer serve --backend cuda --dp-size {world} --model M
 #
 # 1. Probe: every GPU nvidia-smi lists is healthy when `nvidia-smi -i G --query-gpu=...` answers
 #    within DI_EP_PROBE_TIMEOUT_S (default 10) and, if DI_EP_PROBE_CMD is set, that command
@@ -17,15 +24,17 @@
 set -u
 max_restarts=3
 min_world=1
+single=0
 while [ $# -gt 0 ]; do
   case $1 in
+    --single) single=1; shift ;;
     --max-restarts) max_restarts=$2; shift 2 ;;
     --min-world) min_world=$2; shift 2 ;;
     *) break ;;
   esac
 done
 if [ $# -eq 0 ]; then
-  echo "usage: scripts/ep_supervise.sh [--max-restarts K] [--min-world M] CMD [ARGS...]" >&2
+  echo "usage: scripts/ep_supervise.sh [--single] [--max-restarts K] [--min-world M] CMD [ARGS...]" >&2
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -52,8 +61,21 @@ while true; do
     echo "[ep-supervise] fewer than $min_world healthy GPU(s): giving up"
     exit 1
   fi
-  CUDA_VISIBLE_DEVICES=$(tr ' ' ',' <<<"$gpus") bash "$here/ep_launch.sh" "$world" "$@"
-  rc=$?
+  if [ "$single" = 1 ]; then
+    args=()
+    for a in "$@"; do args+=("${a//\{world\}/$world}"); done
+    CUDA_VISIBLE_DEVICES=$(tr ' ' ',' <<<"$gpus") "${args[@]}" &
+    child=$!
+    # Forward a stop request to the child (serve drains its requests and exits 0).
+    trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+    wait "$child"
+    rc=$?
+    if kill -0 "$child" 2>/dev/null; then wait "$child"; rc=$?; fi  # wait was interrupted
+    trap - TERM INT
+  else
+    CUDA_VISIBLE_DEVICES=$(tr ' ' ',' <<<"$gpus") bash "$here/ep_launch.sh" "$world" "$@"
+    rc=$?
+  fi
   if [ "$rc" -eq 0 ]; then
     echo "[ep-supervise] world $world finished (restarts: $restarts)"
     exit 0

@@ -3,10 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <thread>
 
 #include "cli/command.h"
@@ -182,6 +185,23 @@ int run_serve(const ServeOptions& o) {
                 o.shutdown_grace_s);
     api.shutdown();
   });
+  // An engine that can no longer serve (a DP group whose NCCL communicators were aborted after a
+  // GPU or rank failure) stops the server with status 75 (EX_TEMPFAIL): a supervisor
+  // (scripts/ep_supervise.sh --single) probes the GPUs again and restarts it on the healthy ones.
+  std::atomic<bool> serving{true};
+  std::atomic<int> exit_status{0};
+  std::thread fatal_watch([&] {
+    while (serving.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (const std::string fatal = engine.value()->fatal_error(); !fatal.empty()) {
+        DI_LOG_ERROR("the engine cannot serve any more: {}; stopping with status 75 for a restart",
+                     fatal);
+        exit_status = 75;
+        api.shutdown();
+        return;
+      }
+    }
+  });
 
   const auto& m = *model.value();
   std::printf("deepinfer serve: model '%s' (%s, %s) context %d tokens\n", m.name.c_str(),
@@ -197,8 +217,10 @@ int run_serve(const ServeOptions& o) {
   const char zero = 0;
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &zero, 1);
   watcher.join();
-  DI_LOG_INFO("stopped");
-  return 0;
+  serving = false;
+  fatal_watch.join();
+  DI_LOG_INFO("stopped{}", exit_status.load() != 0 ? " (engine failure: status 75)" : "");
+  return exit_status.load();
 }
 
 CommandRegistration reg(

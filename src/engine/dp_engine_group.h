@@ -58,6 +58,9 @@ class DpEngineGroup final : public Engine {
 
   EngineStats stats() const override;
   void check_integrity() const override;
+  std::string fatal_error() const override {
+    return transport_ ? transport_->fatal_error() : std::string();
+  }
 
   int32_t num_ranks() const { return static_cast<int32_t>(ranks_.size()); }
   bool expert_parallel() const { return transport_ != nullptr; }

@@ -41,6 +41,8 @@ class DpExpertTransport {
   // Every rank is between steps (at the group barrier): make the exchange usable after abort(),
   // or fail later steps with a clear message where that is impossible (NCCL).
   virtual void reset() = 0;
+  // Non-empty when the exchange cannot be used again (NCCL after abort): the reason.
+  virtual std::string fatal_error() const { return {}; }
 };
 
 std::unique_ptr<DpExpertTransport> make_shm_expert_transport(int32_t num_ranks);

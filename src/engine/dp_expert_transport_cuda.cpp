@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -87,7 +89,18 @@ class NcclExpertTransport final : public DpExpertTransport {
     hooks_.at(static_cast<size_t>(rank_idx))->inner().set_latency_rows(rows);
   }
 
+  std::string fatal_error() const override {
+    std::lock_guard lock(reason_mu_);
+    return broken_reason_;
+  }
+
   void abort(const std::string& reason) override {
+    {
+      std::lock_guard lock(reason_mu_);
+      if (broken_reason_.empty()) {
+        broken_reason_ = fmt::format("the DP group's NCCL communicators were aborted ({})", reason);
+      }
+    }
     if (broken_.exchange(true)) return;
     DI_LOG_ERROR("DP group: aborting the NCCL communicators ({}); every later step fails", reason);
     for (EpComm& c : comms_) c.abort();
@@ -100,6 +113,8 @@ class NcclExpertTransport final : public DpExpertTransport {
   std::vector<std::unique_ptr<NcclTransport>> transports_;
   std::vector<std::unique_ptr<GuardedHook>> hooks_;
   std::atomic<bool> broken_{false};
+  mutable std::mutex reason_mu_;
+  std::string broken_reason_;
 };
 
 }  // namespace

@@ -145,6 +145,10 @@ class Engine {
   virtual EngineStats stats() const = 0;
   // Recomputes every scheduler / KV invariant from scratch (tests and debug builds).
   virtual void check_integrity() const = 0;
+  // Non-empty once the engine can no longer serve any request and only a restart helps (a DP
+  // group whose NCCL communicators were aborted after a GPU or rank failure). `serve` then exits
+  // with status 75 so that a supervisor restarts it on the GPUs still healthy.
+  virtual std::string fatal_error() const { return {}; }
 };
 
 }  // namespace di

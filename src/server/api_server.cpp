@@ -251,6 +251,12 @@ void ApiServer::install_routes() {
   // GET /health?integrity=1 also recomputes every scheduler / KV-cache invariant from scratch
   // (Engine::check_integrity) and answers 500 with the violated invariant when one fails.
   http_->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    if (const std::string fatal = engine_.fatal_error(); !fatal.empty()) {
+      res.status = 503;  // a router takes this engine out; serve exits for a restart
+      res.set_content(nlohmann::json{{"status", "error"}, {"error", fatal}}.dump(),
+                      "application/json");
+      return;
+    }
     const bool ok = !shutting_down_.load();
     if (ok && req.get_param_value("integrity") == "1") {
       try {
