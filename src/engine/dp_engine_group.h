@@ -18,8 +18,10 @@
 // stats snapshot), then the lowest rank.
 //
 // Dense models have no collective: the ranks run independently (plain DP, no barrier, no hook).
-// Not combined with EPLB (Start rejects it); decode CUDA graphs are off with EP (the NCCL hook
-// syncs to the host).
+// Not combined with EPLB (Start rejects it). Decode steps: the ranks agree on one decode shape per
+// step (StepSync::agree_decode); when every rank decodes (or pads), all take the latency exchange
+// (parallel/cuda/ep_moe_latency.h, no host sync) and replay CUDA step graphs of one key; other
+// steps take the throughput exchange eagerly. DEEPINFER_EP_LATENCY=0: throughput everywhere.
 //
 // Invariants (check_integrity): every rank's own invariants; every id live on a rank is placed on
 // that rank in the group's table, and on no other rank; per-rank open-sample counts equal the
