@@ -14,8 +14,9 @@
 // Every data step is a gather and the combine rounds like the host reference, so in fp32 the
 // output equals run_ep_moe_reference (hence run_moe_reference) bit for bit given bit-identical
 // experts. In bf16 rows travel as bf16, the combine accumulates in fp32 and rounds once.
-// The two host syncs go away when the plans are built on the device (TODO(#8)); until then
-// forward() is not CUDA-graph capturable.
+// The plans are built on the host (two syncs), so forward() is not CUDA-graph capturable: this is
+// the throughput exchange (prefill). Decode steps use EpMoeLatency (ep_moe_latency.h), which has
+// fixed sizes and no host sync.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
