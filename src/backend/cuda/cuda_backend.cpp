@@ -631,6 +631,24 @@ void check_qkv_rope_store(const QkvRopeStoreParams& p, DType dt) {
   }
 }
 
+// The fields the rope + KV-store kernels share (QkvRopeStoreKernelParams,
+// MlaRopeStoreKernelParams): the rope table, the batch's positions and slots, the pool layout.
+template <typename K>
+void fill_kv_write(K& k, const PagedBatch& b, const Tensor& cos_sin, const KvLayout& layout,
+                   int32_t layer) {
+  k.cos_sin = cos_sin.raw();
+  k.cos_sin_f32 = cos_sin.dtype() == DType::kF32;
+  k.max_pos = static_cast<int32_t>(cos_sin.size(0));
+  k.positions = cptr<int32_t>(b.positions);
+  k.slot_mapping = cptr<int32_t>(b.slot_mapping);
+  k.tokens = b.num_tokens;
+  k.block_size = layout.block_size;
+  k.entry_size = layout.entry_size;
+  k.block_stride = layout.block_stride();
+  k.layer_offset = layout.layer_offset(layer);
+  k.num_blocks = layout.num_blocks;
+}
+
 QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f32) {
   const PagedBatch& b = *p.batch;
   QkvRopeStoreKernelParams k{};
@@ -639,21 +657,11 @@ QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f
   k.pool = p.pool->raw();
   k.q_norm = p.q_norm ? p.q_norm->raw() : nullptr;
   k.k_norm = p.k_norm ? p.k_norm->raw() : nullptr;
-  k.cos_sin = p.cos_sin->raw();
-  k.cos_sin_f32 = p.cos_sin->dtype() == DType::kF32;
-  k.max_pos = static_cast<int32_t>(p.cos_sin->size(0));
-  k.positions = cptr<int32_t>(b.positions);
-  k.slot_mapping = cptr<int32_t>(b.slot_mapping);
-  k.tokens = b.num_tokens;
+  fill_kv_write(k, b, *p.cos_sin, p.layout, p.layer);
   k.num_q_heads = p.num_q_heads;
   k.num_kv_heads = p.num_kv_heads;
   k.head_dim = p.head_dim;
   k.eps = p.eps;
-  k.block_size = p.layout.block_size;
-  k.entry_size = p.layout.entry_size;
-  k.block_stride = p.layout.block_stride();
-  k.layer_offset = p.layout.layer_offset(p.layer);
-  k.num_blocks = p.layout.num_blocks;
   k.f32 = f32;
   return k;
 }
@@ -849,23 +857,13 @@ void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {
   k.q_pe = p.q_pe->raw();
   k.pool = p.pool->raw();
   k.kv_a_norm = p.kv_a_norm->raw();
-  k.cos_sin = p.cos_sin->raw();
-  k.cos_sin_f32 = p.cos_sin->dtype() == DType::kF32;
-  k.max_pos = static_cast<int32_t>(p.cos_sin->size(0));
-  k.positions = cptr<int32_t>(b.positions);
-  k.slot_mapping = cptr<int32_t>(b.slot_mapping);
-  k.tokens = t;
+  fill_kv_write(k, b, *p.cos_sin, p.layout, p.layer);
   k.num_heads = p.num_heads;
   k.nope_dim = p.nope_dim;
   k.rope_dim = p.rope_dim;
   k.latent_dim = p.latent_dim;
   k.eps = p.eps;
   k.interleaved = p.interleaved;
-  k.block_size = p.layout.block_size;
-  k.entry_size = p.layout.entry_size;
-  k.block_stride = p.layout.block_stride();
-  k.layer_offset = p.layout.layer_offset(p.layer);
-  k.num_blocks = p.layout.num_blocks;
   k.f32 = f32_;
   launch_mla_rope_store(k, stream_);
   CUDA_CHECK_LAUNCH("mla_rope_store");
