@@ -13,6 +13,7 @@
 
 #include "engine/dp_engine_group.h"
 #include "engine/engine.h"
+#include "engine_test_util.h"
 #include "golden_util.h"
 #include "model/layers.h"
 
@@ -22,6 +23,8 @@ namespace {
 using testing::source_dir;
 using testing::fixture;
 using testing::random_tokens;
+using testing::greedy_request;
+using testing::start_engine;
 
 // Every event by request; waits for final events.
 class Collector {
@@ -88,21 +91,6 @@ EngineConfig config_for(const std::string& model, int32_t dp_size) {
   return c;
 }
 
-std::unique_ptr<Engine> start(const EngineConfig& c) {
-  auto r = Engine::start(c);
-  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
-  return r.is_ok() ? std::move(r).value() : nullptr;
-}
-
-EngineRequest greedy(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
-  EngineRequest r;
-  r.id = RequestId(id);
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0.0f;
-  return r;
-}
-
 struct Workload {
   std::vector<EngineRequest> first;  // submitted together
   std::vector<EngineRequest> late;   // submitted once the first ones are decoding
@@ -116,12 +104,12 @@ Workload workload(int64_t vocab, uint64_t id_base) {
   const int32_t prompt_len[] = {70, 3, 41, 9, 33, 1, 57, 12};
   const int32_t max_tokens[] = {14, 2, 11, 1, 12, 3, 9, 2};
   for (int i = 0; i < 8; ++i) {
-    w.first.push_back(greedy(id_base + static_cast<uint64_t>(i),
+    w.first.push_back(greedy_request(id_base + static_cast<uint64_t>(i),
                              random_tokens(prompt_len[i], vocab, 100 + static_cast<uint32_t>(i)),
                              max_tokens[i]));
   }
-  w.late.push_back(greedy(id_base + 8, random_tokens(50, vocab, 200), 6));
-  w.late.push_back(greedy(id_base + 9, random_tokens(29, vocab, 201), 5));
+  w.late.push_back(greedy_request(id_base + 8, random_tokens(50, vocab, 200), 6));
+  w.late.push_back(greedy_request(id_base + 9, random_tokens(29, vocab, 201), 5));
   return w;
 }
 
@@ -145,8 +133,8 @@ std::map<RequestId, std::vector<int32_t>> run(Engine& engine, const Workload& w,
 class DpEngineGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
-  auto single = start(config_for(GetParam(), 0));
-  auto group_engine = start(config_for(GetParam(), 2));
+  auto single = start_engine(config_for(GetParam(), 0));
+  auto group_engine = start_engine(config_for(GetParam(), 2));
   ASSERT_TRUE(single && group_engine);
   auto* group = dynamic_cast<DpEngineGroup*>(group_engine.get());
   ASSERT_NE(group, nullptr);
@@ -217,8 +205,8 @@ TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
 // zero): the group must still give the single engine's tokens, so every routed row really goes to
 // its owner rank and nobody computes another rank's experts.
 TEST_P(DpEngineGolden, EachRankComputesOnlyItsOwnExperts) {
-  auto single = start(config_for(GetParam(), 0));
-  auto engine = start(config_for(GetParam(), 2));
+  auto single = start_engine(config_for(GetParam(), 0));
+  auto engine = start_engine(config_for(GetParam(), 2));
   ASSERT_TRUE(single && engine);
   auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
   for (int32_t r = 0; r < 2; ++r) {
@@ -241,21 +229,21 @@ INSTANTIATE_TEST_SUITE_P(Models, DpEngineGolden,
                          ::testing::Values("deepseek_v2", "deepseek_v3", "qwen3_moe"));
 
 TEST(DpEngineGroup, PlacesOnTheLeastLoadedRankAndAbortsOnTheHoldingRank) {
-  auto single = start(config_for("qwen3_moe", 0));
-  auto engine = start(config_for("qwen3_moe", 2));
+  auto single = start_engine(config_for("qwen3_moe", 0));
+  auto engine = start_engine(config_for("qwen3_moe", 2));
   ASSERT_TRUE(single && engine);
   auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
   const int64_t vocab = engine->vocab_size();
   Collector col, ref_col;
   // Open samples decide: 1 -> rank 0 (0 vs 0, no KV used yet: lowest rank); 2 (n = 3) -> rank 1
   // (1 vs 0); 3 -> rank 0 (1 vs 3); 4 -> rank 0 (2 vs 3).
-  EngineRequest a = greedy(1, random_tokens(20, vocab, 1), 120);
-  EngineRequest b = greedy(2, random_tokens(11, vocab, 2), 120);
+  EngineRequest a = greedy_request(1, random_tokens(20, vocab, 1), 120);
+  EngineRequest b = greedy_request(2, random_tokens(11, vocab, 2), 120);
   b.n = 3;
   b.sampling.temperature = 1.0f;
   b.sampling.seed = 5;
-  EngineRequest c = greedy(3, random_tokens(5, vocab, 3), 40);
-  EngineRequest d = greedy(4, random_tokens(7, vocab, 4), 40);
+  EngineRequest c = greedy_request(3, random_tokens(5, vocab, 3), 40);
+  EngineRequest d = greedy_request(4, random_tokens(7, vocab, 4), 40);
   // Request 2's sink: a duplicate submit of its id at its first event (refused although rank 0
   // does not hold it), an abort from inside the sink at its 4th event (rank 1).
   std::atomic<int> b_events{0};
@@ -268,7 +256,7 @@ TEST(DpEngineGroup, PlacesOnTheLeastLoadedRankAndAbortsOnTheHoldingRank) {
     const int k = ++b_events;
     if (k == 1) {
       duplicate_code =
-          static_cast<int>(engine->submit(greedy(2, {1, 2}, 2), [](const TokenEvent&) {}).code());
+          static_cast<int>(engine->submit(greedy_request(2, {1, 2}, 2), [](const TokenEvent&) {}).code());
     }
     if (k == 4) engine->abort(RequestId(2));
   };
@@ -300,14 +288,14 @@ TEST(DpEngineGroup, PlacesOnTheLeastLoadedRankAndAbortsOnTheHoldingRank) {
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_NO_THROW(engine->check_integrity());
   // The id is free again once its final events were delivered.
-  ASSERT_TRUE(engine->submit(greedy(2, {1, 2, 3}, 2), col.sink(RequestId(2))).is_ok());
+  ASSERT_TRUE(engine->submit(greedy_request(2, {1, 2, 3}, 2), col.sink(RequestId(2))).is_ok());
   ASSERT_TRUE(col.wait_all());
 }
 
 TEST(DpEngineGroup, DestructionWithRequestsInFlightAbortsThemWithoutDeadlock) {
   Collector col;
   {
-    auto engine = start(config_for("deepseek_v3", 3));
+    auto engine = start_engine(config_for("deepseek_v3", 3));
     ASSERT_TRUE(engine);
     const int64_t vocab = engine->vocab_size();
     for (uint64_t i = 1; i <= 4; ++i) {
@@ -318,7 +306,7 @@ TEST(DpEngineGroup, DestructionWithRequestsInFlightAbortsThemWithoutDeadlock) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       };
       ASSERT_TRUE(
-          engine->submit(greedy(i, random_tokens(9, vocab, static_cast<uint32_t>(i)), 200), slow)
+          engine->submit(greedy_request(i, random_tokens(9, vocab, static_cast<uint32_t>(i)), 200), slow)
               .is_ok());
     }
     ASSERT_TRUE(col.wait_tokens(RequestId(1), 2));
@@ -332,8 +320,8 @@ TEST(DpEngineGroup, DestructionWithRequestsInFlightAbortsThemWithoutDeadlock) {
 
 TEST(DpEngineGroup, OneRankGroupEqualsOneEngine) {
   // `serve --dp-size 1`: the group code path (barrier, hook, self exchange) with one rank.
-  auto single = start(config_for("deepseek_v2", 0));
-  auto engine = start(config_for("deepseek_v2", 1));
+  auto single = start_engine(config_for("deepseek_v2", 0));
+  auto engine = start_engine(config_for("deepseek_v2", 1));
   ASSERT_TRUE(single && engine);
   auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
   ASSERT_TRUE(group->expert_parallel());
@@ -346,8 +334,8 @@ TEST(DpEngineGroup, OneRankGroupEqualsOneEngine) {
 }
 
 TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
-  auto single = start(config_for("qwen3_moe", 0));
-  auto engine = start(config_for("qwen3_moe", 2));
+  auto single = start_engine(config_for("qwen3_moe", 0));
+  auto engine = start_engine(config_for("qwen3_moe", 2));
   ASSERT_TRUE(single && engine);
   auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
   // Rank 1's expert weights get a bad shape: its moe_experts throws in the middle of the
@@ -360,7 +348,7 @@ TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
   Collector col;
   for (uint64_t i = 1; i <= 4; ++i) {
     ASSERT_TRUE(engine
-                    ->submit(greedy(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
+                    ->submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
                              col.sink(RequestId(i)))
                     .is_ok());
   }
@@ -380,8 +368,8 @@ TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
 }
 
 TEST(DpEngineGroup, DenseModelRunsIndependentRanks) {
-  auto single = start(config_for("qwen3", 0));
-  auto engine = start(config_for("qwen3", 2));
+  auto single = start_engine(config_for("qwen3", 0));
+  auto engine = start_engine(config_for("qwen3", 2));
   ASSERT_TRUE(single && engine);
   auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
   EXPECT_FALSE(group->expert_parallel());

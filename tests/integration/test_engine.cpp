@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
 #include "engine/generator.h"
+#include "engine_test_util.h"
 #include "golden_util.h"
 #include "model/model.h"
 
@@ -32,6 +33,8 @@ using testing::golden_model_dirs;
 using testing::source_dir;
 using testing::fixture;
 using testing::random_tokens;
+using testing::greedy_request;
+using testing::start_engine;
 using Clock = std::chrono::steady_clock;
 
 // Thread-safe record of every event, by request; waits until every sample has finished.
@@ -103,21 +106,6 @@ EngineConfig small_config(const std::string& model, int32_t block_size = 16,
   return c;
 }
 
-std::unique_ptr<Engine> start(const EngineConfig& c) {
-  auto r = Engine::start(c);
-  if (!r.is_ok()) ADD_FAILURE() << r.status().to_string();
-  return r.is_ok() ? std::move(r).value() : nullptr;
-}
-
-EngineRequest greedy_request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
-  EngineRequest r;
-  r.id = RequestId(id);
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0.0f;
-  return r;
-}
-
 // Submits and waits; returns the collector's view of the request.
 void run_one(Engine& e, Collector& c, EngineRequest r) {
   const RequestId id = r.id;
@@ -177,7 +165,7 @@ TEST_P(EngineGolden, GreedyEqualsGeneratorAndTransformers) {
   c.model_dir = dir;
   c.block_size = 16;
   c.num_blocks = 64;
-  auto engine = start(c);
+  auto engine = start_engine(c);
   ASSERT_TRUE(engine);
   Collector col;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -278,7 +266,7 @@ TEST_P(EnginePrefix, CacheHitEqualsMiss) {
   };
   SampleRun hit, miss, first;
   {
-    auto engine = start(small_config(model, kBlock));
+    auto engine = start_engine(small_config(model, kBlock));
     ASSERT_TRUE(engine);
     Collector c;
     run_one(*engine, c, request(1, a));
@@ -296,7 +284,7 @@ TEST_P(EnginePrefix, CacheHitEqualsMiss) {
   {
     EngineConfig cfg = small_config(model, kBlock);
     cfg.enable_prefix_caching = false;
-    auto engine = start(cfg);
+    auto engine = start_engine(cfg);
     ASSERT_TRUE(engine);
     Collector c;
     run_one(*engine, c, request(1, a));
@@ -321,7 +309,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EnginePrefix,
 std::vector<SampleRun> run_batch(const EngineConfig& cfg,
                                  const std::vector<std::vector<int32_t>>& prompts,
                                  int32_t max_tokens, EngineStats* stats = nullptr) {
-  auto engine = start(cfg);
+  auto engine = start_engine(cfg);
   if (!engine) return {};
   Collector c;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -395,7 +383,7 @@ TEST(Engine, AloneEqualsBatchOf16) {
   for (int i = 0; i < 16; ++i) prompts.push_back(random_tokens(5 + 9 * i, 997, 200 + i));
   auto batched = run_batch(small_config(model), prompts, 10);
   ASSERT_EQ(batched.size(), 16u);
-  auto engine = start(small_config(model));
+  auto engine = start_engine(small_config(model));
   ASSERT_TRUE(engine);
   Collector c;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -424,7 +412,7 @@ TEST(Engine, SeededSamplingIsBatchInvariant) {
   constexpr int32_t kTokens = 20;
   std::vector<int32_t> alone, other_seed, batched;
   {
-    auto engine = start(small_config(model));
+    auto engine = start_engine(small_config(model));
     ASSERT_TRUE(engine);
     Collector c;
     run_one(*engine, c, sampled_request(1, prompt, 1234, kTokens));
@@ -470,7 +458,7 @@ TEST(Engine, ParallelSamplesShareThePrompt) {
   constexpr int32_t kN = 4, kTokens = 14;
   EngineConfig cfg = small_config(model);
   cfg.enable_prefix_caching = false;  // the singles must not reuse the group's blocks
-  auto engine = start(cfg);
+  auto engine = start_engine(cfg);
   ASSERT_TRUE(engine);
   Collector c;
   EngineRequest group = sampled_request(1, prompt, 42, kTokens);
@@ -516,7 +504,7 @@ TEST(Engine, PreemptionUnderATinyPoolLosesNothing) {
 
 // A stop token id ends the sample with kStop at its first occurrence; the token is reported.
 TEST(Engine, StopTokenIdsEndWithStop) {
-  auto engine = start(small_config("qwen3"));
+  auto engine = start_engine(small_config("qwen3"));
   ASSERT_TRUE(engine);
   Collector c;
   const std::vector<int32_t> prompt = random_tokens(12, 997, 77);
@@ -541,7 +529,7 @@ TEST(Engine, StopTokenIdsEndWithStop) {
 // ---------------------------------------------------------------------------------------------
 
 TEST(Engine, AbortAndFinishFreeEverything) {
-  auto engine = start(small_config("llama_untied"));
+  auto engine = start_engine(small_config("llama_untied"));
   ASSERT_TRUE(engine);
   Collector c;
   // A long generation, aborted from the test thread after a few tokens.
@@ -613,7 +601,7 @@ TEST(Engine, AbortAndFinishFreeEverything) {
 TEST(Engine, AbortPrefillingGroupAndWaitingRequest) {
   EngineConfig cfg = small_config("llama_tied", 16, 32);
   cfg.max_batched_tokens = 4;  // a 200-token prompt takes 50 steps
-  auto engine = start(cfg);
+  auto engine = start_engine(cfg);
   ASSERT_TRUE(engine);
   Collector c;
   // Request 0 decodes one token per step beside the group's 3-token chunks; at its 5th token
@@ -655,7 +643,7 @@ TEST(Engine, AbortPrefillingGroupAndWaitingRequest) {
 }
 
 TEST(Engine, SubmitRejectsBadRequestsWithoutCallingTheSink) {
-  auto engine = start(small_config("llama_untied"));
+  auto engine = start_engine(small_config("llama_untied"));
   ASSERT_TRUE(engine);
   const int64_t vocab = engine->vocab_size();
   EXPECT_EQ(vocab, 997);
@@ -743,7 +731,7 @@ TEST(Engine, StartRejectsBadConfigs) {
 TEST(Engine, DestructorAbortsOutstandingRequests) {
   Collector c;
   {
-    auto engine = start(small_config("qwen3"));
+    auto engine = start_engine(small_config("qwen3"));
     ASSERT_TRUE(engine);
     for (uint64_t i = 1; i <= 6; ++i) {
       EngineRequest r = greedy_request(i, random_tokens(10 + i, 997, 900 + i), 200);
@@ -769,7 +757,7 @@ TEST(Engine, ConcurrentStressFreesEverything) {
   EngineConfig cfg = small_config("deepseek_v3", 4, 64);  // 256 tokens: preemption happens
   cfg.max_batched_tokens = 64;
   cfg.max_running = 24;
-  auto engine = start(cfg);
+  auto engine = start_engine(cfg);
   ASSERT_TRUE(engine);
   Collector c;
   constexpr int kThreads = 4, kPerThread = 50;
