@@ -10,35 +10,10 @@ set -u
 world=$1
 shift
 
-# libnccl.so.2 is not in the GPU bundle (218 MB): the dynamic linker's cache, pip's nvidia-nccl
-# wheel, torch, the CUDA toolkit, then a bounded search (as scripts/gpu_check_ep.sh).
-# DI_EP_SKIP_NCCL_SEARCH=1 skips it (programs without NCCL, tests).
-if [ -z "${DI_EP_SKIP_NCCL_SEARCH:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
-  nccl_dir=""
-  cands=()
-  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-    cands+=("$sp/nvidia/nccl/lib" "$sp/nvidia/cu13/lib" "$sp/torch/lib")
-  done
-  cands+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
-          /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/lib /usr/lib/x86_64-linux-gnu /usr/local/lib /opt/nccl/lib)
-  for d in "${cands[@]}"; do
-    if [ -e "$d/libnccl.so.2" ]; then nccl_dir=$d; break; fi
-  done
-  if [ -z "$nccl_dir" ]; then
-    f=$(timeout 20 find /usr /opt /root /home -name 'libnccl.so.2*' -not -path '*/proc/*' 2>/dev/null | head -1)
-    [ -n "$f" ] && nccl_dir=$(dirname "$f")
-  fi
-  echo "[ep-launch] libnccl dir: ${nccl_dir:-NOT FOUND}"
-  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir"
-fi
-# NVLink multicast (NVLS) stays off on the lent machines: forced, not a default.
-export NCCL_NVLS_ENABLE=0
-# A small /dev/shm (containers) makes NCCL's shared-memory setup fail; GPUs of one host talk
-# over P2P/NVLink anyway.
-shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $2}')
-if [ -n "$shm_kb" ] && [ "$shm_kb" -lt 262144 ]; then
-  export NCCL_SHM_DISABLE=${NCCL_SHM_DISABLE:-1}
-fi
+# libnccl.so.2, NVLS off, NCCL_SHM_DISABLE on a small /dev/shm (DI_EP_SKIP_NCCL_SEARCH=1: no
+# library search, for programs without NCCL and tests).
+. "$(dirname "$0")/nccl_env.sh"
+[ -z "${DI_EP_SKIP_NCCL_SEARCH:-}" ] && echo "[ep-launch] libnccl dir: ${nccl_dir:-(the linker cache, or NOT FOUND)}"
 echo "[ep-launch] /dev/shm ${shm_kb:-?} KiB NCCL_SHM_DISABLE=${NCCL_SHM_DISABLE:-unset}"
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}

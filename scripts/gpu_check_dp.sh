@@ -17,27 +17,8 @@ backend=${4:-cuda-fp32}
 out=${OUT:-/tmp}
 mkdir -p "$out"
 
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
-  nccl_dir=""
-  cands=()
-  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-    cands+=("$sp/nvidia/nccl/lib" "$sp/nvidia/cu13/lib" "$sp/torch/lib")
-  done
-  cands+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
-          /usr/lib/x86_64-linux-gnu /usr/local/lib /opt/nccl/lib)
-  for d in "${cands[@]}"; do
-    if [ -e "$d/libnccl.so.2" ]; then nccl_dir=$d; break; fi
-  done
-  if [ -z "$nccl_dir" ]; then
-    f=$(timeout 20 find /usr /opt /root /home -name 'libnccl.so.2*' 2>/dev/null | head -1)
-    [ -n "$f" ] && nccl_dir=$(dirname "$f")
-  fi
-  echo "[dp-check] libnccl dir: ${nccl_dir:-NOT FOUND}"
-  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$nccl_dir"
-fi
-export NCCL_NVLS_ENABLE=0
-shm_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $2}')
-if [ -n "$shm_kb" ] && [ "$shm_kb" -lt 262144 ]; then export NCCL_SHM_DISABLE=1; fi
+. scripts/nccl_env.sh  # libnccl.so.2 (not in the bundle), NVLS off, NCCL_SHM_DISABLE on a small /dev/shm
+echo "[dp-check] libnccl dir: ${nccl_dir:-(the linker cache)}"
 
 # shellcheck disable=SC2086
 common=(serve --backend "$backend" --model "$model" --port 0 --block-size 16 ${DI_DP_SERVE_ARGS:-})

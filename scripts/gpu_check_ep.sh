@@ -17,26 +17,9 @@ if [ ! -x "$BIN" ]; then
   exit 2
 fi
 
-# libnccl.so.2: the dynamic linker's cache, pip's nvidia-nccl wheel, the CUDA toolkit, then a
-# bounded search.
-nccl_dir=""
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
-  cands=()
-  d=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null) && cands+=("$d")
-  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-    cands+=("$sp/nvidia/nccl/lib" "$sp/nvidia/cu13/lib" "$sp/torch/lib")
-  done
-  cands+=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
-          /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/lib /usr/lib/x86_64-linux-gnu /usr/local/lib /opt/nccl/lib)
-  for d in "${cands[@]}"; do
-    if [ -e "$d/libnccl.so.2" ]; then nccl_dir=$d; break; fi
-  done
-  if [ -z "$nccl_dir" ]; then
-    f=$(timeout 30 find /usr /opt /root /home -name 'libnccl.so.2*' -not -path '*/proc/*' 2>/dev/null | head -1)
-    [ -n "$f" ] && nccl_dir=$(dirname "$f")
-  fi
-fi
-export LD_LIBRARY_PATH="$BUNDLE/lib:$ROOT/.gpu_libs${nccl_dir:+:$nccl_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libnccl.so.2 (nccl_dir), NVLS off, NCCL_SHM_DISABLE on a small /dev/shm.
+. "$ROOT/scripts/nccl_env.sh"
+export LD_LIBRARY_PATH="$BUNDLE/lib:$ROOT/.gpu_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # One process on one host: bootstrap over loopback, no network transport probing.
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
