@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -12,6 +13,34 @@
 namespace di::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("DEEPINFER_PDL");
+    return env == nullptr || std::atoi(env) != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch: it may start
+// while the stream's previous kernel still runs, so it must pdl_wait() before reading that
+// kernel's outputs (and may load its own weights before). A plain launch when PDL is off.
+template <typename... KernelArgs, typename... Args>
+inline cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 // Opens `kernel` to `smem` bytes of dynamic shared memory on the CURRENT device, once per
 // (device, kernel, larger size). Function attributes are per device: a DP group drives several

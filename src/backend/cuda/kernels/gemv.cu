@@ -266,21 +266,8 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   const int rows_per_cta = kWarps / split;
   const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, slots));
-  static const bool pdl = [] {  // DEEPINFER_PDL=0: plain launches (the A/B switch)
-    const char* env = std::getenv("DEEPINFER_PDL");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, gemv_kernel<M, IN>, p, split);
+  return launch_pdl(gemv_kernel<M, IN>, dim3(grid), dim3(kThreads), static_cast<size_t>(smem),
+                    stream, p, split);
 }
 
 template <int M>

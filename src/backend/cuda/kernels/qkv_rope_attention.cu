@@ -113,23 +113,9 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int E, int G>
 cudaError_t launch_eg(const QkvRopeAttentionKernelParams& p, cudaStream_t stream) {
-  static const bool pdl = [] {  // DEEPINFER_PDL=0: plain launches (the A/B switch, as gemv.cu)
-    const char* env = std::getenv("DEEPINFER_PDL");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim =
-      dim3(static_cast<unsigned>(p.attn.num_splits), static_cast<unsigned>(p.attn.num_kv_heads),
-           static_cast<unsigned>(p.attn.num_seqs));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, qkv_rope_attention_kernel<E, G>, p);
+  const dim3 grid(static_cast<unsigned>(p.attn.num_splits),
+                  static_cast<unsigned>(p.attn.num_kv_heads), static_cast<unsigned>(p.attn.num_seqs));
+  return launch_pdl(qkv_rope_attention_kernel<E, G>, grid, dim3(kThreads), 0, stream, p);
 }
 
 template <int E>
