@@ -14,6 +14,7 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "../../ops/fp8_cpu_backend.h"
 #include "backend/backend.h"
@@ -26,6 +27,17 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::Fp8CpuBackend;
+
+// {max |ref - got|, max |ref|} over two logit vectors of the same length.
+std::pair<double, double> max_diff_and_ref(const std::vector<float>& ref,
+                                           const std::vector<float>& got) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[i] - got[i])));
+  }
+  return {max_diff, max_ref};
+}
 
 class TempDir {
  public:
@@ -91,12 +103,8 @@ TEST_F(Fp8LoaderTest, KeepsEligibleLinearWeightsInFp8AndMatchesCpu) {
   ASSERT_EQ(ref.size(), 1u);
   ASSERT_EQ(got.size(), 1u);
   ASSERT_EQ(ref[0].last_prompt_logits.size(), got[0].last_prompt_logits.size());
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < ref[0].last_prompt_logits.size(); ++i) {
-    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i])));
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i] -
-                                                                got[0].last_prompt_logits[i])));
-  }
+  const auto [max_diff, max_ref] = max_diff_and_ref(ref[0].last_prompt_logits,
+                                                    got[0].last_prompt_logits);
   EXPECT_GT(max_ref, 0.0);
   // Same dequantized values and the same fp32 GEMM: identical up to nothing.
   EXPECT_LE(max_diff, 1e-6 * max_ref);
@@ -113,12 +121,8 @@ TEST_F(Fp8LoaderTest, EmulatedActivationQuantizationStaysWithinModelTolerance) {
   auto model = load_model(dir_->path().string(), fp8);
   const auto ref = run(*ref_model, *cpu);
   const auto got = run(*model, fp8);
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < ref[0].last_prompt_logits.size(); ++i) {
-    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i])));
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i] -
-                                                                got[0].last_prompt_logits[i])));
-  }
+  const auto [max_diff, max_ref] = max_diff_and_ref(ref[0].last_prompt_logits,
+                                                    got[0].last_prompt_logits);
   std::printf("[fp8] emulated activation quantization: logits max_rel_err=%.3e\n",
               max_diff / max_ref);
   EXPECT_GT(max_diff, 0.0);  // the emulation is active
@@ -161,12 +165,8 @@ TEST(Fp8LoaderMla, KeepsQaProjInFp8RatherThanConcatenatingWithKvA) {
   EXPECT_FALSE(fp8.fp8_shapes_seen.contains({128 + 80, 256}));
   ASSERT_EQ(ref.size(), 1u);
   ASSERT_EQ(got.size(), 1u);
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < ref[0].last_prompt_logits.size(); ++i) {
-    max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i])));
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ref[0].last_prompt_logits[i] -
-                                                                got[0].last_prompt_logits[i])));
-  }
+  const auto [max_diff, max_ref] = max_diff_and_ref(ref[0].last_prompt_logits,
+                                                    got[0].last_prompt_logits);
   EXPECT_GT(max_ref, 0.0);
   // Two fp32 paths with different summation orders (one concatenated projection through the
   // CPU backend's GEMM, OpenBLAS in CI, vs two projections, one through the test backend's
