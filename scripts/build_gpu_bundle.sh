@@ -6,7 +6,7 @@
 #               glibc, libstdc++/libgcc and the CUDA libraries (cuBLAS/cuBLASLt) are not copied.
 # Then run scripts/gpu_check.sh there from the repository root.
 #
-#   scripts/build_gpu_bundle.sh            # JOBS=2 by default
+#   scripts/build_gpu_bundle.sh            # JOBS=2 by default; BUNDLE_TARGETS picks a subset
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -18,6 +18,8 @@ cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=O
 all_targets=$(ninja -C build-cuda -t targets all 2>/dev/null || true)
 mapfile -t targets < <(sed -n 's/^\(deepinfer\|test_backend_ops\|test_ep_nccl\|test_cuda_[a-z0-9_]*\|bench_cuda_[a-z0-9_]*\): .*/\1/p' \
   <<<"$all_targets" | sort -u)
+# BUNDLE_TARGETS="deepinfer test_ep_nccl": only these (a quicker bundle for one measurement).
+if [ -n "${BUNDLE_TARGETS:-}" ]; then read -ra targets <<<"$BUNDLE_TARGETS"; fi
 ninja -C build-cuda -j"$JOBS" "${targets[@]}"
 
 rm -rf .gpu_bin .gpu_libs

@@ -17,9 +17,10 @@ if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
   . scripts/nccl_env.sh
   dps_ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
   dps_conc=${DI_DP_SCALE_CONC:-1,8,32,64}
-  dp_scale_serve() {  # name port env-assignment|"" serve-args...
+  dp_scale_serve() {  # name port env-assignment|"" serve-args...  (dps_run_conc: this run's list)
     local name=$1 port=$2 envset=$3
     shift 3
+    local conc=${dps_run_conc:-$dps_conc}
     local o="$OUT/dpscale_$name"
     mkdir -p "$o"
     env $envset .gpu_bin/deepinfer serve --backend cuda --model "$dps_dir" --random-weights \
@@ -34,7 +35,7 @@ if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
     if [ "$up" = 1 ]; then
       run_step "dpscale_$name" 150 .gpu_bin/deepinfer bench sweep --base-url "http://127.0.0.1:$port" \
         --tokenizer "$dps_dir" --dataset random --input-len 256 --output-len 256 \
-        --concurrency "$dps_conc" --prompts-per-concurrency 1 --num-prompts 4 \
+        --concurrency "$conc" --prompts-per-concurrency 1 --num-prompts 4 \
         --output-dir "$o" --gnuplot true --no-progress
       python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
         "http://127.0.0.1:$port/metrics" 2>/dev/null |
@@ -54,11 +55,12 @@ if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
     } >>"$OUT/summary_extra.txt"
   }
   if [ -n "${DI_DP_SCALE_RUNS:-}" ]; then
-    # "name|ENV=V|--dp-size 1;name2|...": a custom list (diagnostics), same sweep for each.
+    # "name|ENV=V|--dp-size 1|1,8;name2|...": a custom list (diagnostics); the optional fourth
+    # field is that run's concurrency list (default DI_DP_SCALE_CONC).
     IFS=';' read -ra dps_runs <<<"$DI_DP_SCALE_RUNS"
     dps_port=8210
     for run in "${dps_runs[@]}"; do
-      IFS='|' read -r dps_name dps_env dps_args <<<"$run"
+      IFS='|' read -r dps_name dps_env dps_args dps_run_conc <<<"$run"
       # shellcheck disable=SC2086
       dp_scale_serve "$dps_name" "$dps_port" "$dps_env" $dps_args
       dps_port=$((dps_port + 1))

@@ -88,7 +88,8 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   // it no graphs. The fp32 verification mode's MoE synchronizes with the host, so its capture
   // would fail after NCCL calls were captured: no graphs there either.
   const char* latency_env = std::getenv("DEEPINFER_EP_LATENCY");
-  const bool latency = moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
+  const bool latency =
+      moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
   if (moe && (!latency || config.backend == "cuda-fp32")) rank_config.decode_graphs = false;
   DpExpertTransport* transport = g.transport_.get();
   const std::string backend = config.backend;
@@ -260,6 +261,7 @@ EngineStats DpEngineGroup::stats() const {
     sum.graph_steps += s.graph_steps;
     sum.padding_steps += s.padding_steps;
     sum.forward_us += s.forward_us;
+    sum.graph_forward_us += s.graph_forward_us;
     sum.sample_us += s.sample_us;
     sum.group_wait_us += s.group_wait_us;
     sum.num_waiting += s.num_waiting;

@@ -482,9 +482,11 @@ void EngineLoop::run_step(Outbox& out) {
     eplb_->begin_step(sched.prefills.empty() ? EplbPhase::kDecode : EplbPhase::kPrefill);
   }
   const GroupDecode group = agree_decode(runner_->decode_shape(plan, logit_rows));
+  const int64_t graph_steps_before = runner_->graph_steps();
   const auto t0 = std::chrono::steady_clock::now();
   Tensor logits = runner_->execute(plan, logit_rows, group);
   const auto t1 = std::chrono::steady_clock::now();
+  if (runner_->graph_steps() > graph_steps_before) counters_.graph_forward_us += micros(t1 - t0);
   if (eplb_) eplb_->end_step();  // may re-place experts: between steps, on this thread
   const int64_t vocab = runner_->vocab_size();
   std::vector<sampling::SampleResult> results = sampling::sample_batch(
@@ -552,9 +554,12 @@ GroupDecode EngineLoop::agree_decode(DecodeShape mine) {
 
 void EngineLoop::run_padding_step() {
   const GroupDecode group = agree_decode(DecodeShape{.rows = 0, .max_blocks = 0});
+  const int64_t graph_steps_before = runner_->graph_steps();
   const auto t0 = std::chrono::steady_clock::now();
   runner_->execute_padding(group);
-  counters_.forward_us += micros(std::chrono::steady_clock::now() - t0);
+  const uint64_t us = micros(std::chrono::steady_clock::now() - t0);
+  counters_.forward_us += us;
+  if (runner_->graph_steps() > graph_steps_before) counters_.graph_forward_us += us;
   ++counters_.padding_steps;
 }
 

@@ -126,11 +126,13 @@ std::string ServerMetrics::render(const EngineStats& e) const {
   counter("deepinfer_engine_forward_microseconds_total",
           "Engine-thread time in model forwards, up to the logits on the host (sum over ranks).",
           e.forward_us);
+  counter("deepinfer_engine_graph_forward_microseconds_total",
+          "The part of the forward time spent in steps replayed from step graphs (sum over ranks).",
+          e.graph_forward_us);
   counter("deepinfer_engine_sample_microseconds_total",
           "Engine-thread time sampling tokens from the logits (sum over ranks).", e.sample_us);
   counter("deepinfer_engine_group_wait_microseconds_total",
-          "Time DP group ranks waited at the per-step barriers (sum over ranks).",
-          e.group_wait_us);
+          "Time DP group ranks waited at the per-step barriers (sum over ranks).", e.group_wait_us);
   gauge("deepinfer_num_requests_waiting", "Requests queued in the engine (queue depth).",
         e.num_waiting);
   gauge("deepinfer_num_requests_running", "Requests the engine is running.", e.num_running);

@@ -1,6 +1,10 @@
 #include "backend/cuda/cuda_graph.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+
+#include "core/logging.h"
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/decode_step.h"
@@ -37,6 +41,57 @@ void CudaGraph::capture(CudaBackend& be, const std::function<void()>& enqueue) {
   CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
 }
 
+std::string CudaGraph::node_summary() const {
+  if (graph_ == nullptr) return "not captured";
+  size_t n = 0;
+  if (cudaGraphGetNodes(graph_, nullptr, &n) != cudaSuccess) return "?";
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0 && cudaGraphGetNodes(graph_, nodes.data(), &n) != cudaSuccess) return "?";
+  std::map<std::string, int> by_type;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    if (cudaGraphNodeGetType(node, &t) != cudaSuccess) {
+      ++by_type["?"];
+      continue;
+    }
+    switch (t) {
+      case cudaGraphNodeTypeKernel:
+        ++by_type["kernel"];
+        break;
+      case cudaGraphNodeTypeMemcpy:
+        ++by_type["memcpy"];
+        break;
+      case cudaGraphNodeTypeMemset:
+        ++by_type["memset"];
+        break;
+      case cudaGraphNodeTypeHost:
+        ++by_type["host"];
+        break;
+      case cudaGraphNodeTypeGraph:
+        ++by_type["child graph"];
+        break;
+      case cudaGraphNodeTypeEmpty:
+        ++by_type["empty"];
+        break;
+      case cudaGraphNodeTypeWaitEvent:
+        ++by_type["event wait"];
+        break;
+      case cudaGraphNodeTypeEventRecord:
+        ++by_type["event record"];
+        break;
+      default:
+        ++by_type["other(" + std::to_string(static_cast<int>(t)) + ")"];
+        break;
+    }
+  }
+  std::string out;
+  for (const auto& [name, count] : by_type) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(count) + " " + name;
+  }
+  return out;
+}
+
 void CudaGraph::replay() {
   DI_CHECK(exec_ != nullptr, "CudaGraph::replay: nothing captured");
   CUDA_CHECK(cudaGraphLaunch(exec_, be_->stream()));
@@ -65,9 +120,36 @@ DecodeGraph::DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket,
   batch_.max_kv_len = max_blocks_per_seq * block_size;
 }
 
+DecodeGraph::~DecodeGraph() {
+  if (!stats_) return;
+  be_.synchronize();
+  if (stats_->pending) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, stats_->start, stats_->stop) == cudaSuccess) {
+      stats_->gpu_ms += ms;
+      stats_->max_ms = std::max<double>(stats_->max_ms, ms);
+    }
+  }
+  DI_LOG_INFO(
+      "decode graph ({} seqs, {} blocks/seq): {} replays, GPU {:.1f} us mean, {:.1f} us "
+      "max; nodes: {}",
+      bucket_, max_blocks_per_seq_, stats_->replays,
+      stats_->replays > 0 ? 1000.0 * stats_->gpu_ms / static_cast<double>(stats_->replays) : 0.0,
+      1000.0 * stats_->max_ms, graph_.node_summary());
+  cudaEventDestroy(stats_->start);
+  cudaEventDestroy(stats_->stop);
+}
+
 void DecodeGraph::fill(const DecodeStepInputs& in) {
   PaddedDecodeStep step = pad_decode_step(in, bucket_, max_blocks_per_seq_, block_size_);
   be_.synchronize();  // the previous step's staging buffers may still be read
+  if (stats_ && stats_->pending) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, stats_->start, stats_->stop));
+    stats_->gpu_ms += ms;
+    stats_->max_ms = std::max<double>(stats_->max_ms, ms);
+    stats_->pending = false;
+  }
   staging_ = {step.ids,       step.positions,  step.slots,       step.qo_indptr,
               step.kv_indptr, step.kv_indices, step.kv_last_len, step.rows};
   be_.copy_to_device(step.ids, ids_);
@@ -89,11 +171,31 @@ void DecodeGraph::capture() {
   be_.synchronize();
   graph_.capture(be_, [&] { logits_ = forward_(ids_, batch_, rows_); });
   be_.set_attention_max_kv_len(0);
+  const char* env = std::getenv("DEEPINFER_GRAPH_STATS");
+  if (env != nullptr && std::string(env) == "1") {
+    stats_ = std::make_unique<ReplayStats>();
+    CUDA_CHECK(cudaEventCreate(&stats_->start));
+    CUDA_CHECK(cudaEventCreate(&stats_->stop));
+    DI_LOG_INFO("decode graph ({} seqs, {} blocks/seq) captured; nodes: {}", bucket_,
+                max_blocks_per_seq_, graph_.node_summary());
+  }
+}
+
+void DecodeGraph::replay_timed() {
+  if (!stats_) {
+    graph_.replay();
+    return;
+  }
+  CUDA_CHECK(cudaEventRecord(stats_->start, be_.stream()));
+  graph_.replay();
+  CUDA_CHECK(cudaEventRecord(stats_->stop, be_.stream()));
+  stats_->pending = true;
+  ++stats_->replays;
 }
 
 const Tensor& DecodeGraph::run(const DecodeStepInputs& in) {
   fill(in);
-  graph_.replay();
+  replay_timed();
   return logits_;
 }
 
@@ -111,11 +213,11 @@ Tensor DecodeGraph::run_eager(const DecodeStepInputs& in) {
 }
 
 std::unique_ptr<DecodeStepGraph> CudaBackend::make_decode_graph(DecodeForward forward,
-                                                               int32_t bucket,
-                                                               int32_t max_blocks_per_seq,
-                                                               int32_t block_size) {
-  auto graph = std::make_unique<DecodeGraph>(*this, std::move(forward), bucket,
-                                             max_blocks_per_seq, block_size);
+                                                                int32_t bucket,
+                                                                int32_t max_blocks_per_seq,
+                                                                int32_t block_size) {
+  auto graph = std::make_unique<DecodeGraph>(*this, std::move(forward), bucket, max_blocks_per_seq,
+                                             block_size);
   graph->capture();
   return graph;
 }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -33,6 +34,8 @@ class CudaGraph {
   void capture(CudaBackend& be, const std::function<void()>& enqueue);
   void replay();
   bool captured() const { return exec_ != nullptr; }
+  // Nodes of the captured graph by type, e.g. "412 kernel, 3 memcpy, 1 host" (diagnostics).
+  std::string node_summary() const;
 
  private:
   CudaBackend* be_ = nullptr;
@@ -50,6 +53,7 @@ class DecodeGraph final : public DecodeStepGraph {
 
   DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket, int32_t max_blocks_per_seq,
               int32_t block_size);
+  ~DecodeGraph() override;
   // Runs one eager warm-up step on padding (fills the allocator's cache) and captures.
   void capture();
   // Refreshes the metadata and replays; returns the logits of all bucket rows (rows >= n are
@@ -64,6 +68,7 @@ class DecodeGraph final : public DecodeStepGraph {
 
  private:
   void fill(const DecodeStepInputs& in);
+  void replay_timed();
 
   CudaBackend& be_;
   Forward forward_;
@@ -73,6 +78,15 @@ class DecodeGraph final : public DecodeStepGraph {
   // Host staging, kept alive until the next fill (the async copies read it).
   std::vector<Tensor> staging_;
   CudaGraph graph_;
+  // DEEPINFER_GRAPH_STATS=1: GPU time of every replay (events around the launch, read at the
+  // next fill, after its synchronize), logged with the node summary when the graph is destroyed.
+  struct ReplayStats {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    bool pending = false;
+    int64_t replays = 0;
+    double gpu_ms = 0, max_ms = 0;
+  };
+  std::unique_ptr<ReplayStats> stats_;
 };
 
 }  // namespace di::cuda
