@@ -51,7 +51,9 @@ int32_t elem_size_of(const Tensor& t, const char* op) {
   return static_cast<int32_t>(s);
 }
 
-int64_t rows_of(const Tensor& t) { return t.size(-1) > 0 ? t.numel() / t.size(-1) : 0; }
+int64_t rows_of(const Tensor& t) {
+  return t.size(-1) > 0 ? t.numel() / t.size(-1) : 0;
+}
 
 template <typename T>
 const T* cptr(const Tensor& t) {
@@ -142,7 +144,8 @@ Tensor CudaBackend::upload(const Tensor& host, DType dtype) {
   Tensor dev = empty(host.shape(), dtype);
   // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so `src` may go away.
   if (dev.nbytes() > 0)
-    CUDA_CHECK(cudaMemcpyAsync(dev.raw(), src.raw(), dev.nbytes(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(dev.raw(), src.raw(), dev.nbytes(), cudaMemcpyHostToDevice, stream_));
   return dev;
 }
 
@@ -150,7 +153,14 @@ Tensor CudaBackend::download(const Tensor& t) {
   if (t.device() == Device::kCPU) {
     return t.dtype() == DType::kF32 || t.dtype() == DType::kI32 ? t.clone() : t.to_f32();
   }
-  Tensor host = Tensor::empty(t.shape(), t.dtype());
+  constexpr size_t kPinnedDownloadMin = size_t{256} << 10;
+  Tensor host;
+  if (pinned_download_ && t.nbytes() >= kPinnedDownloadMin) {
+    void* ptr = nullptr;
+    std::shared_ptr<void> owner = pinned_.allocate(t.nbytes(), &ptr);
+    if (owner) host = Tensor::view_of(ptr, t.shape(), t.dtype(), std::move(owner), Device::kCPU);
+  }
+  if (host.is_null()) host = Tensor::empty(t.shape(), t.dtype());
   if (t.nbytes() > 0)
     CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -158,14 +168,17 @@ Tensor CudaBackend::download(const Tensor& t) {
   return host.to_f32();
 }
 
-void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 void CudaBackend::copy_to_device(const Tensor& host, Tensor& dev) {
   DI_CHECK(host.device() == Device::kCPU && dev.device() == Device::kCUDA &&
                host.dtype() == dev.dtype() && host.nbytes() <= dev.nbytes(),
            "copy_to_device: {} into {}", host.describe(), dev.describe());
   if (host.nbytes() > 0)
-    CUDA_CHECK(cudaMemcpyAsync(dev.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(dev.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::fill_random(Tensor& t, uint64_t seed, float scale) {
@@ -206,8 +219,8 @@ void CudaBackend::gemm_bf16(const void* x, int64_t ldx, const void* w, int64_t l
   CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
                             static_cast<int>(m), static_cast<int>(k), &alpha, w, in_t,
                             static_cast<int>(ldw), x, in_t, static_cast<int>(ldx), &beta, y,
-                            y_f32 ? CUDA_R_32F : in_t, static_cast<int>(ldy),
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                            y_f32 ? CUDA_R_32F : in_t, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
@@ -230,7 +243,8 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
            y.describe());
   DI_CHECK(w.dim() == 2, "cuda linear: weight {} is not 2-d", w.describe());
   const int64_t k = w.size(1), n = w.size(0), m = x.numel() / std::max<int64_t>(k, 1);
-  DI_CHECK(x.size(-1) == k, "cuda linear: x {} does not match weight {}", x.describe(), w.describe());
+  DI_CHECK(x.size(-1) == k, "cuda linear: x {} does not match weight {}", x.describe(),
+           w.describe());
   DI_CHECK(y.numel() == m * n, "cuda linear: y {} is not [{}, {}]", y.describe(), m, n);
   const bool y_f32 = y.dtype() == DType::kF32;
   if (bias != nullptr) {  // checked before either path reads it
@@ -306,8 +320,8 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   check_dev(w, dt_, "rms_norm", "w");
   check_dev(y, dt_, "rms_norm", "y");
   const int64_t d = x.size(-1);
-  DI_CHECK(w.numel() == d && y.numel() == x.numel(), "cuda rms_norm: x {} w {} y {}",
-           x.describe(), w.describe(), y.describe());
+  DI_CHECK(w.numel() == d && y.numel() == x.numel(), "cuda rms_norm: x {} w {} y {}", x.describe(),
+           w.describe(), y.describe());
   launch_rms_norm(RmsNormParams{x.raw(), nullptr, w.raw(), y.raw(), rows_of(x),
                                 static_cast<int32_t>(d), eps, f32_},
                   stream_);
@@ -367,11 +381,11 @@ void CudaBackend::rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tens
            "cuda rope: rot [{}, +{}) in rows of {} with cos_sin {}", rot_begin, rot_dim, x.size(2),
            cos_sin.describe());
   DI_CHECK(positions.numel() == t, "cuda rope: {} positions for {} tokens", positions.numel(), t);
-  launch_rope(RopeParams{x.raw(), cptr<int32_t>(positions), cos_sin.raw(),
-                         cos_sin.dtype() == DType::kF32, static_cast<int32_t>(cos_sin.size(0)), t,
-                         static_cast<int32_t>(x.size(1)), static_cast<int32_t>(x.size(2)),
-                         rot_begin, rot_dim, interleaved, f32_},
-              stream_);
+  launch_rope(
+      RopeParams{x.raw(), cptr<int32_t>(positions), cos_sin.raw(), cos_sin.dtype() == DType::kF32,
+                 static_cast<int32_t>(cos_sin.size(0)), t, static_cast<int32_t>(x.size(1)),
+                 static_cast<int32_t>(x.size(2)), rot_begin, rot_dim, interleaved, f32_},
+      stream_);
   CUDA_CHECK_LAUNCH("rope");
 }
 
@@ -433,9 +447,9 @@ void CudaBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
   const size_t bytes = static_cast<size_t>(layout.block_stride()) * dtype_size(pool.dtype());
   auto* base = static_cast<char*>(pool.raw());
   for (const auto& [src, dst] : src_dst) {
-    DI_CHECK(src >= 0 && src < layout.num_blocks && dst >= 0 && dst < layout.num_blocks &&
-                 src != dst,
-             "cuda copy_blocks: block {} -> {} in a pool of {}", src, dst, layout.num_blocks);
+    DI_CHECK(
+        src >= 0 && src < layout.num_blocks && dst >= 0 && dst < layout.num_blocks && src != dst,
+        "cuda copy_blocks: block {} -> {} in a pool of {}", src, dst, layout.num_blocks);
     CUDA_CHECK(cudaMemcpyAsync(base + static_cast<size_t>(dst) * bytes,
                                base + static_cast<size_t>(src) * bytes, bytes,
                                cudaMemcpyDeviceToDevice, stream_));
@@ -883,10 +897,9 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   // Per head h: y[:, h, :] (ld heads·n) = x[:, h, :] (ld heads·k) · w[h]ᵀ.
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(t),
-      static_cast<int>(k), &alpha, w.raw(), in_t, static_cast<int>(k), n * k, x.raw(),
-      in_t, static_cast<int>(heads * k), k, &beta, y.raw(), in_t,
-      static_cast<int>(heads * n), n, static_cast<int>(heads), CUBLAS_COMPUTE_32F,
-      CUBLAS_GEMM_DEFAULT));
+      static_cast<int>(k), &alpha, w.raw(), in_t, static_cast<int>(k), n * k, x.raw(), in_t,
+      static_cast<int>(heads * k), k, &beta, y.raw(), in_t, static_cast<int>(heads * n), n,
+      static_cast<int>(heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
@@ -909,7 +922,8 @@ void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Ten
   if (p.correction_bias) {
     DI_CHECK(p.correction_bias->numel() == e, "cuda moe_route: bias {} for {} experts",
              p.correction_bias->describe(), e);
-    if (p.correction_bias->device() == Device::kCPU && !host_cache_.contains(p.correction_bias->raw())) {
+    if (p.correction_bias->device() == Device::kCPU &&
+        !host_cache_.contains(p.correction_bias->raw())) {
       // The host bias is uploaded once, lazily; an upload cannot be captured in a CUDA graph.
       cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
       CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
@@ -919,13 +933,13 @@ void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Ten
     }
     bias = device_f32(*p.correction_bias, "correction_bias");
   }
-  launch_moe_route(MoeRouteParams{cptr<float>(logits), bias, mptr<int32_t>(topk_ids),
-                                  mptr<float>(topk_weights), t, static_cast<int32_t>(e),
-                                  static_cast<int32_t>(k), p.num_groups, p.topk_groups,
-                                  p.scoring == MoeRoutingParams::Scoring::kSigmoid,
-                                  p.group_score == MoeRoutingParams::GroupScore::kTopTwoSum,
-                                  p.renormalize, p.renorm_eps, p.scaling},
-                   stream_);
+  launch_moe_route(
+      MoeRouteParams{cptr<float>(logits), bias, mptr<int32_t>(topk_ids), mptr<float>(topk_weights),
+                     t, static_cast<int32_t>(e), static_cast<int32_t>(k), p.num_groups,
+                     p.topk_groups, p.scoring == MoeRoutingParams::Scoring::kSigmoid,
+                     p.group_score == MoeRoutingParams::GroupScore::kTopTwoSum, p.renormalize,
+                     p.renorm_eps, p.scaling},
+      stream_);
   CUDA_CHECK_LAUNCH("moe_route");
 }
 
@@ -954,17 +968,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
            "cuda moe_experts: {} experts (max {}), {} slots, weights {}", num_experts,
            kMoeMaxExperts, slots, topk_weights.describe());
   // One token (batch-1 decode), v2 kernels: no alignment, combine folded into down (moe_grouped.h).
-  if (t == 1 && slots <= moe_device_max_slots_ && moe_decode_impl_from_env() != MoeDecodeImpl::kV1 &&
-      h % 8 == 0 && inter % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
+  if (t == 1 && slots <= moe_device_max_slots_ &&
+      moe_decode_impl_from_env() != MoeDecodeImpl::kV1 && h % 8 == 0 && inter % 8 == 0 &&
+      reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(w.gate_up.raw()) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(w.down.raw()) % 16 == 0) {
     Tensor act_t1 = empty({k, inter}, DType::kF32);
-    launch_moe_decode_t1(MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
-                                           cptr<int32_t>(topk_ids), cptr<float>(topk_weights),
-                                           mptr<float>(act_t1), mptr<bf16_t>(out), static_cast<int32_t>(h),
-                                           static_cast<int32_t>(inter), static_cast<int32_t>(num_experts),
-                                           static_cast<int32_t>(k)},
-                         stream_);
+    launch_moe_decode_t1(
+        MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
+                          cptr<int32_t>(topk_ids), cptr<float>(topk_weights), mptr<float>(act_t1),
+                          mptr<bf16_t>(out), static_cast<int32_t>(h), static_cast<int32_t>(inter),
+                          static_cast<int32_t>(num_experts), static_cast<int32_t>(k)},
+        stream_);
     CUDA_CHECK_LAUNCH("moe_decode_t1");
     return;
   }
@@ -976,8 +991,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   Tensor row_token = empty({slots}, DType::kI32);
   Tensor slot_row = empty({slots}, DType::kI32);
   auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
-  const bool vec_ok = h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) &&
-                      aligned16(w.down);
+  const bool vec_ok =
+      h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) && aligned16(w.down);
   // Inside a CUDA graph capture the host read-back of the cuBLAS path is impossible: take the
   // decode kernels at any size then (correct for any rows per expert, just slower at large T).
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -991,46 +1006,47 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   const bool decode = vec_ok && decode_range && !decode_as_grouped;
   const bool grouped = !decode && (moe_grouped_gemm_ || decode_as_grouped) && vec_ok;
   Tensor tile_start = grouped ? empty({num_experts + 1}, DType::kI32) : Tensor{};
-  launch_moe_align(MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
-                                  static_cast<int32_t>(num_experts), mptr<int32_t>(offsets),
-                                  mptr<int32_t>(active), mptr<int32_t>(active) + max_active,
-                                  mptr<int32_t>(row_token), mptr<int32_t>(slot_row),
-                                  grouped ? kMoeGemmBM : 0,
-                                  grouped ? mptr<int32_t>(tile_start) : nullptr},
-                   stream_);
+  launch_moe_align(
+      MoeAlignParams{cptr<int32_t>(topk_ids), slots, static_cast<int32_t>(k),
+                     static_cast<int32_t>(num_experts), mptr<int32_t>(offsets),
+                     mptr<int32_t>(active), mptr<int32_t>(active) + max_active,
+                     mptr<int32_t>(row_token), mptr<int32_t>(slot_row), grouped ? kMoeGemmBM : 0,
+                     grouped ? mptr<int32_t>(tile_start) : nullptr},
+      stream_);
   CUDA_CHECK_LAUNCH("moe_align");
   Tensor y = empty({slots, h}, DType::kF32);  // expert output per row, f32
   if (grouped) {
     // Tensor-core grouped GEMMs on the device offsets: no host sync, capturable.
     const auto max_tiles = static_cast<int32_t>((slots + kMoeGemmBM - 1) / kMoeGemmBM + max_active);
     Tensor gu = empty({slots, two_i}, DType::kBF16);
-    launch_moe_grouped_gemm(MoeGroupedGemmParams{cptr<bf16_t>(x), cptr<int32_t>(row_token),
-                                                 cptr<bf16_t>(w.gate_up), cptr<int32_t>(offsets),
-                                                 cptr<int32_t>(tile_start), gu.raw(), false,
-                                                 static_cast<int32_t>(two_i), static_cast<int32_t>(h),
-                                                 static_cast<int32_t>(num_experts), max_tiles},
-                            stream_);
+    launch_moe_grouped_gemm(
+        MoeGroupedGemmParams{cptr<bf16_t>(x), cptr<int32_t>(row_token), cptr<bf16_t>(w.gate_up),
+                             cptr<int32_t>(offsets), cptr<int32_t>(tile_start), gu.raw(), false,
+                             static_cast<int32_t>(two_i), static_cast<int32_t>(h),
+                             static_cast<int32_t>(num_experts), max_tiles},
+        stream_);
     CUDA_CHECK_LAUNCH("moe_grouped_gemm gate_up");
     Tensor act = empty({slots, inter}, DType::kBF16);
     silu_mul(gu, act);
-    launch_moe_grouped_gemm(MoeGroupedGemmParams{cptr<bf16_t>(act), nullptr, cptr<bf16_t>(w.down),
-                                                 cptr<int32_t>(offsets), cptr<int32_t>(tile_start),
-                                                 y.raw(), true, static_cast<int32_t>(h),
-                                                 static_cast<int32_t>(inter),
-                                                 static_cast<int32_t>(num_experts), max_tiles},
-                            stream_);
+    launch_moe_grouped_gemm(
+        MoeGroupedGemmParams{cptr<bf16_t>(act), nullptr, cptr<bf16_t>(w.down),
+                             cptr<int32_t>(offsets), cptr<int32_t>(tile_start), y.raw(), true,
+                             static_cast<int32_t>(h), static_cast<int32_t>(inter),
+                             static_cast<int32_t>(num_experts), max_tiles},
+        stream_);
     CUDA_CHECK_LAUNCH("moe_grouped_gemm down");
   } else if (decode) {
     // Graph-capturable: grids from upper bounds, untouched experts never launched work.
     Tensor act_f32 = empty({slots, inter}, DType::kF32);
-    launch_moe_decode(MoeDecodeParams{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
-                                      cptr<int32_t>(offsets), cptr<int32_t>(active),
-                                      cptr<int32_t>(active) + max_active, cptr<int32_t>(row_token),
-                                      mptr<float>(act_f32), mptr<float>(y), static_cast<int32_t>(h),
-                                      static_cast<int32_t>(inter), static_cast<int32_t>(max_active),
-                                      static_cast<int32_t>(std::min(t, slots)),
-                                      static_cast<int32_t>((slots + max_active - 1) / max_active)},
-                      stream_);
+    launch_moe_decode(
+        MoeDecodeParams{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
+                        cptr<int32_t>(offsets), cptr<int32_t>(active),
+                        cptr<int32_t>(active) + max_active, cptr<int32_t>(row_token),
+                        mptr<float>(act_f32), mptr<float>(y), static_cast<int32_t>(h),
+                        static_cast<int32_t>(inter), static_cast<int32_t>(max_active),
+                        static_cast<int32_t>(std::min(t, slots)),
+                        static_cast<int32_t>((slots + max_active - 1) / max_active)},
+        stream_);
     CUDA_CHECK_LAUNCH("moe_decode");
   } else {
     // Prefill: one read-back of the E + 1 offsets (a host sync), then cuBLAS per touched expert.
@@ -1061,15 +1077,14 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
     for (int64_t e = 0; e < num_experts; ++e) {
       const int64_t o = off[e], c = off[e + 1] - o;
       if (c == 0) continue;
-      gemm_bf16(mptr<char>(act) + o * inter * esz, inter,
-                cptr<char>(w.down) + e * h * inter * esz, inter, mptr<char>(y) + o * h * 4, h,
-                true, c, h, inter);
+      gemm_bf16(mptr<char>(act) + o * inter * esz, inter, cptr<char>(w.down) + e * h * inter * esz,
+                inter, mptr<char>(y) + o * h * 4, h, true, c, h, inter);
     }
   }
-  launch_moe_combine_f32(MoeCombineF32Params{cptr<float>(y), cptr<int32_t>(slot_row),
-                                             cptr<float>(topk_weights), mptr<bf16_t>(out), t,
-                                             static_cast<int32_t>(k), static_cast<int32_t>(h)},
-                         stream_);
+  launch_moe_combine_f32(
+      MoeCombineF32Params{cptr<float>(y), cptr<int32_t>(slot_row), cptr<float>(topk_weights),
+                          mptr<bf16_t>(out), t, static_cast<int32_t>(k), static_cast<int32_t>(h)},
+      stream_);
   CUDA_CHECK_LAUNCH("moe_combine");
 }
 
@@ -1155,7 +1170,8 @@ void CudaBackend::moe_experts_f32(const Tensor& x, const Tensor& topk_ids,
   }
   std::vector<int64_t> offset(static_cast<size_t>(num_experts) + 1, 0);
   for (int64_t e = 0; e < num_experts; ++e)
-    offset[static_cast<size_t>(e) + 1] = offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
+    offset[static_cast<size_t>(e) + 1] =
+        offset[static_cast<size_t>(e)] + count[static_cast<size_t>(e)];
   Tensor gather_tok = Tensor::zeros({slots}, DType::kI32);  // rows past the used ones: token 0
   Tensor slot_row = Tensor::empty({slots}, DType::kI32);
   std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
@@ -1191,17 +1207,18 @@ void CudaBackend::moe_experts_f32(const Tensor& x, const Tensor& topk_ids,
     gemm_bf16(mptr<char>(act) + off * inter * esz, inter, cptr<char>(w.down) + e * h * inter * esz,
               inter, mptr<char>(y) + off * h * esz, h, false, c, h, inter);
   }
-  launch_moe_combine_f32_out(MoeCombineF32OutParams{cptr<float>(y), cptr<int32_t>(slot_row_dev),
-                                                    cptr<float>(topk_weights), mptr<float>(out), t,
-                                                    static_cast<int32_t>(k),
-                                                    static_cast<int32_t>(h)},
-                             stream_);
+  launch_moe_combine_f32_out(
+      MoeCombineF32OutParams{cptr<float>(y), cptr<int32_t>(slot_row_dev), cptr<float>(topk_weights),
+                             mptr<float>(out), t, static_cast<int32_t>(k), static_cast<int32_t>(h)},
+      stream_);
   CUDA_CHECK_LAUNCH("moe_combine_f32_out");
 }
 
 }  // namespace cuda
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend() {
+  return std::make_unique<cuda::CudaBackend>();
+}
 std::unique_ptr<Backend> make_cuda_fp32_backend() {
   return std::make_unique<cuda::CudaBackend>(DType::kF32);
 }

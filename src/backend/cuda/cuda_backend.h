@@ -18,14 +18,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/pinned_pool.h"
 
 namespace di::cuda {
 
@@ -156,6 +157,13 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   CudaAllocator allocator_;
+  // Page-locked destinations for downloads of at least kPinnedDownloadMin bytes (the logits);
+  // DEEPINFER_PINNED_DOWNLOAD=0 downloads into fresh pageable memory instead (A/B).
+  PinnedHostPool pinned_{size_t{1} << 30};
+  bool pinned_download_ = [] {
+    const char* env = std::getenv("DEEPINFER_PINNED_DOWNLOAD");
+    return env == nullptr || std::string(env) != "0";
+  }();
   int32_t attention_max_kv_override_ = 0;
   int32_t gemv_max_rows_ = 0;  // set in the constructor
   int32_t num_sms_ = 0;
@@ -174,8 +182,8 @@ class CudaBackend final : public Backend {
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
   std::vector<uint32_t*> retired_attention_counters_;  // outgrown, kept for captured graphs
-  DType dt_ = DType::kBF16;  // compute dtype: activations, weights, KV
-  bool f32_ = false;         // dt_ == kF32
+  DType dt_ = DType::kBF16;                            // compute dtype: activations, weights, KV
+  bool f32_ = false;                                   // dt_ == kF32
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
   bool moe_grouped_gemm_ = false;
