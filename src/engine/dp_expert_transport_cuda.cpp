@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 #include "parallel/cuda/cuda_check.h"
 #include "parallel/cuda/ep_comm.h"
 #include "parallel/cuda/ep_moe_hook.h"
+#include "parallel/cuda/peer_exchange_group.h"
 
 namespace di {
 namespace {
@@ -66,20 +68,21 @@ class NcclExpertTransport final : public DpExpertTransport {
     CUDA_CHECK(cudaSetDevice(devices_.at(static_cast<size_t>(rank_idx))));
   }
 
-  void attach(int32_t rank_idx, Backend& backend, Model& model,
-              int32_t max_decode_rows) override {
+  void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t max_decode_rows) override {
     auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
     DI_CHECK(cuda != nullptr, "the NCCL EP transport needs the CUDA backend, got '{}'",
              backend.name());
     const std::vector<MoeBlock*> blocks = model.moe_blocks();
     DI_CHECK(!blocks.empty(), "EP needs a MoE model");
     const MoeBlock& b = *blocks.front();
-    auto hook =
-        std::make_unique<EpMoeHook>(*transports_.at(static_cast<size_t>(rank_idx)),
-                                    static_cast<int32_t>(b.experts.gate_up.size(0)),
-                                    static_cast<int32_t>(b.experts.gate_up.size(2)),
-                                    b.routing.top_k, backend.compute_dtype(), cuda->stream(),
-                                    max_decode_rows);
+    const auto hidden = static_cast<int32_t>(b.experts.gate_up.size(2));
+    if (rank_idx == 0 && max_decode_rows > 0)
+      make_peer_exchange(hidden, b.routing.top_k, backend.compute_dtype(), max_decode_rows);
+    auto hook = std::make_unique<EpMoeHook>(
+        *transports_.at(static_cast<size_t>(rank_idx)),
+        static_cast<int32_t>(b.experts.gate_up.size(0)), hidden, b.routing.top_k,
+        backend.compute_dtype(), cuda->stream(), max_decode_rows,
+        peer_ && max_decode_rows > 0 ? &peer_->rank(rank_idx) : nullptr);
     auto& slot = hooks_.at(static_cast<size_t>(rank_idx));
     slot = std::make_unique<GuardedHook>(std::move(hook), broken_);
     parallel::cuda::attach_expert_hook(blocks, slot.get());
@@ -103,13 +106,35 @@ class NcclExpertTransport final : public DpExpertTransport {
     }
     if (broken_.exchange(true)) return;
     DI_LOG_ERROR("DP group: aborting the NCCL communicators ({}); every later step fails", reason);
+    if (peer_) peer_->abort();
     for (EpComm& c : comms_) c.abort();
   }
   void reset() override {}  // an aborted communicator cannot be revived: GuardedHook refuses
 
  private:
+  // The decode exchange peer to peer (peer_exchange.h) when every pair of the group's GPUs has
+  // peer access; DEEPINFER_EP_PEER=0 keeps it on NCCL (A/B). Made once, at rank 0's attach.
+  void make_peer_exchange(int32_t hidden, int32_t top_k, DType dtype, int32_t max_rows) {
+    const char* env = std::getenv("DEEPINFER_EP_PEER");
+    if (env != nullptr && std::string(env) == "0") {
+      DI_LOG_INFO("DP group: decode exchange over NCCL (DEEPINFER_EP_PEER=0)");
+      return;
+    }
+    if (!parallel::cuda::PeerExchangeGroup::supported(devices_)) {
+      DI_LOG_INFO("DP group: decode exchange over NCCL (no peer access between the GPUs)");
+      return;
+    }
+    const auto row_dtype = dtype == DType::kF32 ? parallel::cuda::RowDtype::kFloat32
+                                                : parallel::cuda::RowDtype::kBfloat16;
+    peer_ = std::make_unique<parallel::cuda::PeerExchangeGroup>(
+        devices_, max_rows, parallel::cuda::latency_row_bytes(hidden, top_k, row_dtype),
+        int64_t{hidden} * static_cast<int64_t>(dtype_size(dtype)));
+    DI_LOG_INFO("DP group: decode exchange peer to peer (direct stores between the GPUs)");
+  }
+
   std::vector<int32_t> devices_;
   std::vector<EpComm> comms_;
+  std::unique_ptr<parallel::cuda::PeerExchangeGroup> peer_;  // before the hooks that use it
   std::vector<std::unique_ptr<NcclTransport>> transports_;
   std::vector<std::unique_ptr<GuardedHook>> hooks_;
   std::atomic<bool> broken_{false};

@@ -17,7 +17,8 @@ RowDtype row_dtype(DType dtype) {
 }  // namespace
 
 EpMoeHook::EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden, int32_t top_k,
-                     DType dtype, cudaStream_t stream, int32_t max_latency_rows)
+                     DType dtype, cudaStream_t stream, int32_t max_latency_rows,
+                     const PeerRank* peer)
     : placement_(contiguous_placement(num_experts, transport.num_ranks())),
       num_experts_(num_experts),
       hidden_(hidden),
@@ -29,10 +30,9 @@ EpMoeHook::EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden
     // contiguous_placement: rank r owns [r * spr, min(E, (r + 1) * spr)).
     const int32_t n = transport.num_ranks(), r = transport.rank_idx();
     const int32_t spr = (num_experts + n - 1) / n;
-    latency_ = std::make_unique<EpMoeLatency>(transport, hidden, top_k, row_dtype(dtype),
-                                              std::min(num_experts, r * spr),
-                                              std::min(num_experts, (r + 1) * spr),
-                                              max_latency_rows, stream);
+    latency_ = std::make_unique<EpMoeLatency>(
+        transport, hidden, top_k, row_dtype(dtype), std::min(num_experts, r * spr),
+        std::min(num_experts, (r + 1) * spr), max_latency_rows, stream, peer);
   }
 }
 
@@ -49,14 +49,14 @@ void EpMoeHook::run(Backend& be, const Tensor& x, const Tensor& topk_ids,
   const int64_t t = x.size(0);
   DI_CHECK(x.device() == Device::kCUDA && out.device() == Device::kCUDA,
            "EpMoeHook: x and out must be on the GPU");
-  DI_CHECK(x.dtype() == dtype_ && out.dtype() == dtype_ && x.dim() == 2 &&
-               x.size(1) == hidden_ && out.numel() == x.numel(),
+  DI_CHECK(x.dtype() == dtype_ && out.dtype() == dtype_ && x.dim() == 2 && x.size(1) == hidden_ &&
+               out.numel() == x.numel(),
            "EpMoeHook: x {} / out {} vs hidden {} {}", x.describe(), out.describe(), hidden_,
            dtype_name(dtype_));
   DI_CHECK(topk_ids.dtype() == DType::kI32 && topk_ids.numel() == t * top_k_ &&
                topk_weights.dtype() == DType::kF32 && topk_weights.numel() == t * top_k_,
-           "EpMoeHook: topk_ids {} / topk_weights {} vs {} tokens x top_k {}",
-           topk_ids.describe(), topk_weights.describe(), t, top_k_);
+           "EpMoeHook: topk_ids {} / topk_weights {} vs {} tokens x top_k {}", topk_ids.describe(),
+           topk_weights.describe(), t, top_k_);
   DI_CHECK(experts.gate_up.size(0) == num_experts_,
            "EpMoeHook: the layer has {} experts, the placement {}", experts.gate_up.size(0),
            num_experts_);
@@ -66,8 +66,8 @@ void EpMoeHook::run(Backend& be, const Tensor& x, const Tensor& topk_ids,
              latency_rows_);
     // Decode: fixed sizes on the device only (graph-capturable); this rank's experts over every
     // rank's rows, then the partial sums go back to their tokens' ranks.
-    latency_->dispatch(x.raw(), topk_ids.data<const int32_t>(),
-                       topk_weights.data<const float>(), static_cast<int32_t>(t), latency_rows_);
+    latency_->dispatch(x.raw(), topk_ids.data<const int32_t>(), topk_weights.data<const float>(),
+                       static_cast<int32_t>(t), latency_rows_);
     const int64_t m = latency_->num_rows();
     const Tensor x_all =
         Tensor::view_of(latency_->x_all(), {m, hidden_}, dtype_, nullptr, Device::kCUDA);
@@ -91,9 +91,8 @@ void EpMoeHook::run(Backend& be, const Tensor& x, const Tensor& topk_ids,
   // The dispatch plan is built on the host: bring this rank's routing back (sync).
   ids_host_.assign(static_cast<size_t>(t * top_k_), 0);
   if (t > 0) {
-    CUDA_CHECK(cudaMemcpyAsync(ids_host_.data(), topk_ids.raw(),
-                               ids_host_.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(ids_host_.data(), topk_ids.raw(), ids_host_.size() * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int32_t e : ids_host_) {
       DI_CHECK(e >= 0 && e < num_experts_, "EpMoeHook: routed expert id {} outside [0, {})", e,

@@ -37,12 +37,12 @@ namespace di::parallel::cuda {
 // Totals over every call since construction (or reset_totals()).
 struct EpHookTotals {
   int64_t calls = 0;
-  int64_t tokens = 0;          // routed tokens of this rank
-  int64_t rows_sent = 0;       // dispatch rows sent (incl. to itself)
-  int64_t rows_computed = 0;   // expert rows this rank computed for the whole group
+  int64_t tokens = 0;         // routed tokens of this rank
+  int64_t rows_sent = 0;      // dispatch rows sent (incl. to itself)
+  int64_t rows_computed = 0;  // expert rows this rank computed for the whole group
   int64_t dispatch_bytes = 0;
   int64_t combine_bytes = 0;
-  int64_t latency_calls = 0;   // calls that took the latency exchange
+  int64_t latency_calls = 0;  // calls that took the latency exchange
 };
 
 class EpMoeHook final : public MoeExpertHook {
@@ -51,8 +51,10 @@ class EpMoeHook final : public MoeExpertHook {
   // (cuda::CudaBackend::stream()) so that the exchange is ordered with the model's kernels.
   // dtype: the backend's compute dtype (bf16, or f32 in the verification mode).
   // max_latency_rows > 0 allocates the latency exchange for up to that many tokens per rank.
-  EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden, int32_t top_k,
-            DType dtype, cudaStream_t stream, int32_t max_latency_rows = 0);
+  // peer (optional, with max_latency_rows): the latency exchange runs peer to peer
+  // (peer_exchange.h) instead of over the transport.
+  EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden, int32_t top_k, DType dtype,
+            cudaStream_t stream, int32_t max_latency_rows = 0, const PeerRank* peer = nullptr);
 
   // B > 0: the following calls take the latency exchange with B rows per rank (each call's
   // tokens <= B); 0: the throughput exchange. Same B on every rank for the same step.

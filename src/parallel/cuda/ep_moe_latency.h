@@ -21,8 +21,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "parallel/cuda/ep_moe_cuda.h"
+#include "parallel/cuda/peer_exchange.h"
 
 namespace di::parallel::cuda {
 
@@ -30,9 +32,13 @@ class EpMoeLatency {
  public:
   // Experts [expert_begin, expert_end) are this rank's. Buffers for up to max_rows_per_rank
   // tokens per rank are allocated here, once (graphs captured later keep their addresses).
+  // peer (optional): this rank of a PeerExchangeGroup (peer_exchange.h) sized for at least
+  // max_rows_per_rank rows: the exchanges then run as two peer-to-peer kernels instead of the
+  // transport's collectives (same results, bit for bit).
   EpMoeLatency(EpTransport& transport, int32_t hidden, int32_t top_k, RowDtype dtype,
                int32_t expert_begin, int32_t expert_end, int32_t max_rows_per_rank,
-               cudaStream_t stream);
+               cudaStream_t stream, const PeerRank* peer = nullptr);
+  bool peer_to_peer() const { return peer_.has_value(); }
 
   int32_t max_rows_per_rank() const { return max_rows_; }
   int32_t num_rows() const { return transport_.num_ranks() * rows_; }  // N * B of the last dispatch
@@ -64,6 +70,7 @@ class EpMoeLatency {
   cudaStream_t stream_;
   int64_t row_bytes_;  // packed row
   int32_t rows_ = 0;   // B of the last dispatch
+  std::optional<PeerRank> peer_;
   DeviceBuffer packed_, packed_all_, x_all_, owned_ids_, weights_all_, partial_, returned_;
 };
 

@@ -23,6 +23,7 @@
 #include "parallel/cuda/ep_comm.h"
 #include "parallel/cuda/ep_moe_cuda.h"
 #include "parallel/cuda/ep_moe_latency.h"
+#include "parallel/cuda/peer_exchange_group.h"
 #include "parallel/ep_exchange_ref.h"
 
 namespace di::parallel::cuda {
@@ -625,11 +626,11 @@ TEST_F(EpLoopbackTest, SimulatedRanksWithRedundantReplicasMatchReference) {
 // and uploads it; combine then returns the partials and sums them per token in rank order.
 
 struct LatencyResult {
-  std::vector<float> x_all;         // [N * B, hidden]
-  std::vector<int32_t> owned_ids;   // [N * B, top_k]
-  std::vector<float> weights_all;   // [N * B, top_k]
-  std::vector<float> partial;       // [N * B, hidden], what the "experts" returned
-  std::vector<float> out;           // [T, hidden]
+  std::vector<float> x_all;        // [N * B, hidden]
+  std::vector<int32_t> owned_ids;  // [N * B, top_k]
+  std::vector<float> weights_all;  // [N * B, top_k]
+  std::vector<float> partial;      // [N * B, hidden], what the "experts" returned
+  std::vector<float> out;          // [T, hidden]
 };
 
 // Σ over the owned entries of row i (skipping -1) of w · affine_e(x), fp32, j ascending.
@@ -653,8 +654,7 @@ std::vector<float> host_partials(const std::vector<float>& x_all, const std::vec
 }
 
 LatencyResult run_latency(EpMoeLatency& lat, cudaStream_t stream, const RankBatch& batch,
-                          int32_t rows_per_rank, int32_t num_ranks, int32_t top_k,
-                          int32_t hidden) {
+                          int32_t rows_per_rank, int32_t num_ranks, int32_t top_k, int32_t hidden) {
   const int32_t t = static_cast<int32_t>(batch.topk_ids.size()) / top_k;
   DeviceBuffer x, ids, w, out;
   x.reserve(std::max<size_t>(batch.x.size() * 4, 4));
@@ -662,14 +662,15 @@ LatencyResult run_latency(EpMoeLatency& lat, cudaStream_t stream, const RankBatc
   w.reserve(std::max<size_t>(batch.topk_weights.size() * 4, 4));
   out.reserve(std::max<size_t>(batch.x.size() * 4, 4));
   if (t > 0) {
-    CUDA_CHECK(cudaMemcpy(x.data(), batch.x.data(), batch.x.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(ids.data(), batch.topk_ids.data(), batch.topk_ids.size() * 4,
-                          cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(w.data(), batch.topk_weights.data(), batch.topk_weights.size() * 4,
-                          cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(out.data(), 0x7F, batch.x.size() * 4));  // poison
+    CUDA_CHECK(cudaMemcpyAsync(x.data(), batch.x.data(), batch.x.size() * 4, cudaMemcpyHostToDevice,
+                               stream));
+    CUDA_CHECK(cudaMemcpyAsync(ids.data(), batch.topk_ids.data(), batch.topk_ids.size() * 4,
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(w.data(), batch.topk_weights.data(), batch.topk_weights.size() * 4,
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemsetAsync(out.data(), 0x7F, batch.x.size() * 4, stream));  // poison
   }
-  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), t, rows_per_rank);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   const size_t m = static_cast<size_t>(num_ranks) * rows_per_rank;
@@ -678,20 +679,25 @@ LatencyResult run_latency(EpMoeLatency& lat, cudaStream_t stream, const RankBatc
   r.x_all.resize(m * hidden);
   r.owned_ids.resize(m * top_k);
   r.weights_all.resize(m * top_k);
-  CUDA_CHECK(cudaMemcpy(r.x_all.data(), lat.x_all(), r.x_all.size() * 4, cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(r.owned_ids.data(), lat.owned_ids(), r.owned_ids.size() * 4,
-                        cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(r.weights_all.data(), lat.weights_all(), r.weights_all.size() * 4,
-                        cudaMemcpyDeviceToHost));
-  r.partial = host_partials(r.x_all, r.owned_ids, r.weights_all, static_cast<int32_t>(m), top_k,
-                            hidden);
-  CUDA_CHECK(cudaMemcpy(lat.partial(), r.partial.data(), r.partial.size() * 4,
-                        cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpyAsync(r.x_all.data(), lat.x_all(), r.x_all.size() * 4,
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(r.owned_ids.data(), lat.owned_ids(), r.owned_ids.size() * 4,
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(r.weights_all.data(), lat.weights_all(), r.weights_all.size() * 4,
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  r.partial =
+      host_partials(r.x_all, r.owned_ids, r.weights_all, static_cast<int32_t>(m), top_k, hidden);
+  CUDA_CHECK(cudaMemcpyAsync(lat.partial(), r.partial.data(), r.partial.size() * 4,
+                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   lat.combine(out.data(), t);
   CUDA_CHECK(cudaStreamSynchronize(stream));
   r.out.resize(batch.x.size());
   if (t > 0) {
-    CUDA_CHECK(cudaMemcpy(r.out.data(), out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpyAsync(r.out.data(), out.data(), r.out.size() * 4, cudaMemcpyDeviceToHost,
+                               stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   return r;
 }
@@ -704,73 +710,175 @@ TEST_F(EpLoopbackTest, LatencyExchangeMatchesHostModel) {
   const LatCase cases[] = {
       {1, 8, 2, 64, 4}, {2, 16, 4, 130, 8}, {3, 7, 3, 33, 5}, {4, 64, 6, 256, 16}, {2, 2, 1, 8, 1},
   };
-  for (const LatCase& c : cases) {
-    SCOPED_TRACE(::testing::Message() << c.num_ranks << " ranks, " << c.num_experts
-                                      << " experts, top_k " << c.top_k << ", hidden " << c.hidden
-                                      << ", " << c.rows_per_rank << " rows per rank");
-    const int32_t spr = (c.num_experts + c.num_ranks - 1) / c.num_ranks;
-    std::vector<RankBatch> batches;
-    for (int32_t r = 0; r < c.num_ranks; ++r) {
-      // Rank 1 has no tokens (a padding rank); rank 0 fills its rows; some entries dropped.
-      const int32_t num_tokens =
-          r == 1 ? 0 : (r == 0 ? c.rows_per_rank : 1 + r % c.rows_per_rank);
-      batches.push_back(random_batch(num_tokens, std::min(c.top_k, c.num_experts), c.num_experts,
-                                     c.hidden, rng, 0.1, 0.0));
-    }
-    LoopbackHub hub(c.num_ranks);
-    std::vector<LatencyResult> got(c.num_ranks);
-    const std::vector<std::string> errors =
-        run_simulated_ranks(hub, c.num_ranks, [&](int32_t r, cudaStream_t stream) {
-          LoopbackTransport transport(hub, r);
-          EpMoeLatency lat(transport, c.hidden, c.top_k, RowDtype::kFloat32,
-                           std::min(c.num_experts, r * spr),
-                           std::min(c.num_experts, (r + 1) * spr), c.rows_per_rank, stream);
-          got[r] = run_latency(lat, stream, batches[r], c.rows_per_rank, c.num_ranks, c.top_k,
-                               c.hidden);
-        });
-    for (int32_t q = 0; q < c.num_ranks; ++q) {
-      SCOPED_TRACE(::testing::Message() << "rank " << q);
-      ASSERT_TRUE(errors[q].empty()) << errors[q];
-      const LatencyResult& g = got[q];
-      // Gathered rows: rank r's tokens at [r * B, r * B + T_r), then padding (x 0, ids -1, w 0);
-      // only the experts of rank q kept.
+  // Each case twice: over the transport's collectives, and peer to peer (peer_exchange.h: the
+  // simulated ranks' kernels store into each other's buffers on one GPU and spin on counters).
+  for (const bool peer : {false, true}) {
+    for (const LatCase& c : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << (peer ? "peer to peer, " : "collectives, ") << c.num_ranks << " ranks, "
+                   << c.num_experts << " experts, top_k " << c.top_k << ", hidden " << c.hidden
+                   << ", " << c.rows_per_rank << " rows per rank");
+      const int32_t spr = (c.num_experts + c.num_ranks - 1) / c.num_ranks;
+      std::vector<RankBatch> batches;
       for (int32_t r = 0; r < c.num_ranks; ++r) {
-        const RankBatch& b = batches[r];
-        const int32_t tr = static_cast<int32_t>(b.topk_ids.size()) / c.top_k;
-        for (int32_t i = 0; i < c.rows_per_rank; ++i) {
-          const size_t row = static_cast<size_t>(r) * c.rows_per_rank + i;
+        // Rank 1 has no tokens (a padding rank); rank 0 fills its rows; some entries dropped.
+        const int32_t num_tokens =
+            r == 1 ? 0 : (r == 0 ? c.rows_per_rank : 1 + r % c.rows_per_rank);
+        batches.push_back(random_batch(num_tokens, std::min(c.top_k, c.num_experts), c.num_experts,
+                                       c.hidden, rng, 0.1, 0.0));
+      }
+      LoopbackHub hub(c.num_ranks);
+      std::unique_ptr<PeerExchangeGroup> group;
+      if (peer) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        group = std::make_unique<PeerExchangeGroup>(
+            std::vector<int32_t>(static_cast<size_t>(c.num_ranks), dev), c.rows_per_rank,
+            latency_row_bytes(c.hidden, c.top_k, RowDtype::kFloat32), int64_t{c.hidden} * 4);
+      }
+      std::vector<LatencyResult> got(c.num_ranks);
+      const std::vector<std::string> errors =
+          run_simulated_ranks(hub, c.num_ranks, [&](int32_t r, cudaStream_t stream) {
+            LoopbackTransport transport(hub, r);
+            EpMoeLatency lat(transport, c.hidden, c.top_k, RowDtype::kFloat32,
+                             std::min(c.num_experts, r * spr),
+                             std::min(c.num_experts, (r + 1) * spr), c.rows_per_rank, stream,
+                             group ? &group->rank(r) : nullptr);
+            ASSERT_EQ(lat.peer_to_peer(), peer);
+            got[r] = run_latency(lat, stream, batches[r], c.rows_per_rank, c.num_ranks, c.top_k,
+                                 c.hidden);
+          });
+      for (int32_t q = 0; q < c.num_ranks; ++q) {
+        SCOPED_TRACE(::testing::Message() << "rank " << q);
+        ASSERT_TRUE(errors[q].empty()) << errors[q];
+        const LatencyResult& g = got[q];
+        // Gathered rows: rank r's tokens at [r * B, r * B + T_r), then padding (x 0, ids -1, w 0);
+        // only the experts of rank q kept.
+        for (int32_t r = 0; r < c.num_ranks; ++r) {
+          const RankBatch& b = batches[r];
+          const int32_t tr = static_cast<int32_t>(b.topk_ids.size()) / c.top_k;
+          for (int32_t i = 0; i < c.rows_per_rank; ++i) {
+            const size_t row = static_cast<size_t>(r) * c.rows_per_rank + i;
+            for (int32_t h = 0; h < c.hidden; ++h) {
+              const float want = i < tr ? b.x[static_cast<size_t>(i) * c.hidden + h] : 0.0f;
+              ASSERT_EQ(g.x_all[row * c.hidden + h], want) << "row " << row << " col " << h;
+            }
+            for (int32_t j = 0; j < c.top_k; ++j) {
+              const size_t k = static_cast<size_t>(i) * c.top_k + j;
+              const int32_t id = i < tr ? b.topk_ids[k] : -1;
+              const bool mine = id >= q * spr && id < std::min(c.num_experts, (q + 1) * spr);
+              ASSERT_EQ(g.owned_ids[row * c.top_k + j], mine ? id : -1) << "row " << row;
+              ASSERT_EQ(g.weights_all[row * c.top_k + j], i < tr ? b.topk_weights[k] : 0.0f);
+            }
+          }
+        }
+        // Output: Σ over ranks in rank order of each rank's partial for this rank's tokens.
+        const int32_t tq = static_cast<int32_t>(batches[q].topk_ids.size()) / c.top_k;
+        std::vector<float> want(static_cast<size_t>(tq) * c.hidden);
+        for (int32_t t = 0; t < tq; ++t) {
           for (int32_t h = 0; h < c.hidden; ++h) {
-            const float want = i < tr ? b.x[static_cast<size_t>(i) * c.hidden + h] : 0.0f;
-            ASSERT_EQ(g.x_all[row * c.hidden + h], want) << "row " << row << " col " << h;
-          }
-          for (int32_t j = 0; j < c.top_k; ++j) {
-            const size_t k = static_cast<size_t>(i) * c.top_k + j;
-            const int32_t id = i < tr ? b.topk_ids[k] : -1;
-            const bool mine = id >= q * spr && id < std::min(c.num_experts, (q + 1) * spr);
-            ASSERT_EQ(g.owned_ids[row * c.top_k + j], mine ? id : -1) << "row " << row;
-            ASSERT_EQ(g.weights_all[row * c.top_k + j], i < tr ? b.topk_weights[k] : 0.0f);
+            const size_t row0 = static_cast<size_t>(q) * c.rows_per_rank + t;
+            float acc = got[0].partial[row0 * c.hidden + h];
+            for (int32_t r = 1; r < c.num_ranks; ++r)
+              acc = acc + got[r].partial[row0 * c.hidden + h];
+            want[static_cast<size_t>(t) * c.hidden + h] = acc;
           }
         }
-      }
-      // Output: Σ over ranks in rank order of each rank's partial for this rank's tokens.
-      const int32_t tq = static_cast<int32_t>(batches[q].topk_ids.size()) / c.top_k;
-      std::vector<float> want(static_cast<size_t>(tq) * c.hidden);
-      for (int32_t t = 0; t < tq; ++t) {
-        for (int32_t h = 0; h < c.hidden; ++h) {
-          const size_t row0 = static_cast<size_t>(q) * c.rows_per_rank + t;
-          float acc = got[0].partial[row0 * c.hidden + h];
-          for (int32_t r = 1; r < c.num_ranks; ++r) acc = acc + got[r].partial[row0 * c.hidden + h];
-          want[static_cast<size_t>(t) * c.hidden + h] = acc;
+        EXPECT_TRUE(same_bits(g.out, want));
+        // And it is the MoE output itself within fp32 rounding (every entry computed exactly once).
+        const std::vector<float> moe =
+            run_moe_reference(batches[q], c.top_k, c.hidden, host_affine_expert());
+        ASSERT_EQ(moe.size(), g.out.size());
+        for (size_t i = 0; i < moe.size(); ++i) {
+          ASSERT_NEAR(g.out[i], moe[i], 1e-4f * (1.0f + std::fabs(moe[i]))) << "element " << i;
         }
       }
-      EXPECT_TRUE(same_bits(g.out, want));
-      // And it is the MoE output itself within fp32 rounding (every entry computed exactly once).
-      const std::vector<float> moe =
-          run_moe_reference(batches[q], c.top_k, c.hidden, host_affine_expert());
-      ASSERT_EQ(moe.size(), g.out.size());
-      for (size_t i = 0; i < moe.size(); ++i) {
-        ASSERT_NEAR(g.out[i], moe[i], 1e-4f * (1.0f + std::fabs(moe[i]))) << "element " << i;
-      }
+    }
+  }
+}
+
+// The peer-to-peer exchange captured in CUDA graphs, one per simulated rank, replayed several
+// times: the device-side call counters and the buffer parity carry over between replays. With
+// as many GPUs as ranks the ranks sit on distinct GPUs (real peer stores), else share GPU 0.
+// The "experts" are a copy (partial = x_all), so out[t] = x[t] summed over the ranks in rank
+// order, in fp32.
+TEST_F(EpLoopbackTest, PeerExchangeReplaysInGraphs) {
+  int num_devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&num_devices));
+  for (const int32_t n : {1, 2, 3}) {
+    std::vector<int32_t> devices(static_cast<size_t>(n), 0);
+    if (num_devices >= n) {
+      for (int32_t r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
+    }
+    if (!PeerExchangeGroup::supported(devices)) {
+      for (int32_t& d : devices) d = 0;
+    }
+    SCOPED_TRACE(::testing::Message()
+                 << n << " ranks on devices " << devices[0] << ".." << devices.back());
+    const int32_t hidden = 136, top_k = 3, num_experts = 9, rows = 6;
+    const int32_t spr = (num_experts + n - 1) / n;
+    PeerExchangeGroup group(devices, rows, latency_row_bytes(hidden, top_k, RowDtype::kFloat32),
+                            int64_t{hidden} * 4);
+    LoopbackHub hub(n);
+    std::vector<std::string> failures(static_cast<size_t>(n));
+    const std::vector<std::string> errors =
+        run_simulated_ranks(hub, n, [&](int32_t r, cudaStream_t) {
+          CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(r)]));
+          cudaStream_t stream = nullptr;
+          CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+          LoopbackTransport transport(hub, r);
+          EpMoeLatency lat(transport, hidden, top_k, RowDtype::kFloat32,
+                           std::min(num_experts, r * spr), std::min(num_experts, (r + 1) * spr),
+                           rows, stream, &group.rank(r));
+          const int32_t tokens = 1 + (r * 2) % rows;
+          DeviceBuffer x, ids, w, out;
+          x.reserve(size_t{rows} * hidden * 4);
+          ids.reserve(size_t{rows} * top_k * 4);
+          w.reserve(size_t{rows} * top_k * 4);
+          out.reserve(size_t{rows} * hidden * 4);
+          cudaGraph_t graph = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+          lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens, rows);
+          CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
+                                     static_cast<size_t>(n) * rows * hidden * 4,
+                                     cudaMemcpyDeviceToDevice, stream));
+          lat.combine(out.data(), tokens);
+          CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+          CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          std::mt19937 rng(1000 + r);
+          for (int round = 0; round < 5; ++round) {
+            const RankBatch b = random_batch(tokens, top_k, num_experts, hidden, rng, 0.2, 0.0);
+            CUDA_CHECK(cudaMemcpyAsync(x.data(), b.x.data(), b.x.size() * 4, cudaMemcpyHostToDevice,
+                                       stream));
+            CUDA_CHECK(cudaMemcpyAsync(ids.data(), b.topk_ids.data(), b.topk_ids.size() * 4,
+                                       cudaMemcpyHostToDevice, stream));
+            CUDA_CHECK(cudaMemcpyAsync(w.data(), b.topk_weights.data(), b.topk_weights.size() * 4,
+                                       cudaMemcpyHostToDevice, stream));
+            CUDA_CHECK(cudaMemsetAsync(out.data(), 0x7F, b.x.size() * 4, stream));
+            CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            std::vector<float> got(b.x.size());
+            CUDA_CHECK(cudaMemcpyAsync(got.data(), out.data(), got.size() * 4,
+                                       cudaMemcpyDeviceToHost, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            std::vector<float> want(b.x.size());
+            for (size_t i = 0; i < want.size(); ++i) {
+              float acc = b.x[i];
+              for (int32_t q = 1; q < n; ++q) acc = acc + b.x[i];
+              want[i] = acc;
+            }
+            if (!same_bits(got, want) && failures[static_cast<size_t>(r)].empty()) {
+              failures[static_cast<size_t>(r)] = "replay " + std::to_string(round) + " differs";
+            }
+          }
+          CUDA_CHECK(cudaGraphExecDestroy(exec));
+          CUDA_CHECK(cudaGraphDestroy(graph));
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+          CUDA_CHECK(cudaStreamDestroy(stream));
+        });
+    for (int32_t r = 0; r < n; ++r) {
+      EXPECT_TRUE(errors[static_cast<size_t>(r)].empty()) << "rank " << r << ": " << errors[r];
+      EXPECT_TRUE(failures[static_cast<size_t>(r)].empty()) << "rank " << r << ": " << failures[r];
     }
   }
 }
@@ -799,8 +907,8 @@ TEST_F(EpNcclTest, LatencyExchangeCapturedInGraphWorld1) {
     SCOPED_TRACE(::testing::Message() << "replay " << round);
     const RankBatch b = random_batch(tokens, top_k, num_experts, hidden, rng, 0.2, 0.0);
     CUDA_CHECK(cudaMemcpy(x.data(), b.x.data(), b.x.size() * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(ids.data(), b.topk_ids.data(), b.topk_ids.size() * 4,
-                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(ids.data(), b.topk_ids.data(), b.topk_ids.size() * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(w.data(), b.topk_weights.data(), b.topk_weights.size() * 4,
                           cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(out.data(), 0x7F, b.x.size() * 4));
@@ -937,9 +1045,10 @@ TEST_F(EpNcclTest, TimingLatencyExchangeGraphWorld1) {
     CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // warm-up
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     const float ms = median_ms(stream_, 20, [&] { CUDA_CHECK(cudaGraphLaunch(exec, stream_)); });
-    std::printf("[ep-bench] latency exchange world 1 %s graph (%s): %d rows/rank, %.1f us per "
-                "layer (%d layers %.3f ms)\n",
-                dtype_name(dtype), when, rows, 1000.0f * ms / layers, layers, ms);
+    std::printf(
+        "[ep-bench] latency exchange world 1 %s graph (%s): %d rows/rank, %.1f us per "
+        "layer (%d layers %.3f ms)\n",
+        dtype_name(dtype), when, rows, 1000.0f * ms / layers, layers, ms);
   };
   for (const int32_t rows : row_counts) {
     cudaGraph_t graph = nullptr;
