@@ -1073,6 +1073,74 @@ TEST_F(EpNcclTest, TimingLatencyExchangeGraphWorld1) {
   }
 }
 
+// The peer-to-peer exchange timed like the one above: 26 layers of dispatch + copy + combine in
+// one graph per rank, V2-Lite sizes (hidden 2048, top-6 of 64, bf16), on 1, 2 and 4 GPUs (those
+// present with peer access; 1 rank always). Every rank replays in lockstep; rank 0 is timed.
+TEST_F(EpLoopbackTest, TimingPeerExchangeGraph) {
+  int num_devices = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&num_devices));
+  const int32_t hidden = 2048, top_k = 6, num_experts = 64, layers = 26, max_rows = 128;
+  const RowDtype dtype = RowDtype::kBfloat16;
+  const size_t row = static_cast<size_t>(hidden) * dtype_bytes(dtype);
+  for (const int32_t n : {1, 2, 4}) {
+    std::vector<int32_t> devices(static_cast<size_t>(n));
+    for (int32_t r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
+    if (n > num_devices || !PeerExchangeGroup::supported(devices)) continue;
+    PeerExchangeGroup group(devices, max_rows, latency_row_bytes(hidden, top_k, dtype),
+                            static_cast<int64_t>(row));
+    LoopbackHub hub(n);
+    const int32_t spr = num_experts / n;
+    const std::vector<std::string> errors =
+        run_simulated_ranks(hub, n, [&](int32_t r, cudaStream_t) {
+          CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(r)]));
+          cudaStream_t stream = nullptr;
+          CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+          LoopbackTransport transport(hub, r);
+          EpMoeLatency lat(transport, hidden, top_k, dtype, r * spr, (r + 1) * spr, max_rows,
+                           stream, &group.rank(r));
+          DeviceBuffer x, ids, w, out;
+          x.reserve(max_rows * row);
+          ids.reserve(size_t{max_rows} * top_k * 4);
+          w.reserve(size_t{max_rows} * top_k * 4);
+          out.reserve(max_rows * row);
+          CUDA_CHECK(cudaMemsetAsync(x.data(), 0, max_rows * row, stream));
+          CUDA_CHECK(cudaMemsetAsync(ids.data(), 0, size_t{max_rows} * top_k * 4, stream));
+          CUDA_CHECK(cudaMemsetAsync(w.data(), 0, size_t{max_rows} * top_k * 4, stream));
+          for (const int32_t rows : {1, 8, 32, 128}) {
+            cudaGraph_t graph = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+            for (int32_t l = 0; l < layers; ++l) {
+              lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), rows, rows);
+              CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
+                                         static_cast<size_t>(n) * rows * row,
+                                         cudaMemcpyDeviceToDevice, stream));
+              lat.combine(out.data(), rows);
+            }
+            CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            const float ms =
+                median_ms(stream, 20, [&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+            if (r == 0) {
+              std::printf(
+                  "[ep-bench] peer exchange %d GPU(s) bf16 graph: %d rows/rank, %.1f us per layer "
+                  "(%d layers %.3f ms; dispatch + copy + combine)\n",
+                  n, rows, 1000.0f * ms / layers, layers, ms);
+            }
+            CUDA_CHECK(cudaGraphExecDestroy(exec));
+            CUDA_CHECK(cudaGraphDestroy(graph));
+          }
+          CUDA_CHECK(cudaStreamSynchronize(stream));
+          CUDA_CHECK(cudaStreamDestroy(stream));
+        });
+    for (int32_t r = 0; r < n; ++r) {
+      EXPECT_TRUE(errors[static_cast<size_t>(r)].empty()) << "rank " << r << ": " << errors[r];
+    }
+  }
+}
+
 TEST(EpCommConfigTest, FromEnvironment) {
   ::setenv("DI_EP_RANK", "3", 1);
   ::setenv("DI_EP_WORLD", "8", 1);
