@@ -57,6 +57,16 @@ step_selected() {  # name: true unless GPU_CHECK_ONLY is set and no glob of it m
   done
   return 1
 }
+group_selected() {  # prefix: could GPU_CHECK_ONLY select a step named prefix...? (skip setup)
+  [ -z "${GPU_CHECK_ONLY:-}" ] && return 0
+  local - pat
+  set -f
+  for pat in $GPU_CHECK_ONLY; do
+    # shellcheck disable=SC2053
+    [[ $pat == "$1"* || $1 == $pat ]] && return 0
+  done
+  return 1
+}
 run_step() {  # name timeout_s command...
   local name=$1 limit=$2
   shift 2

@@ -7,7 +7,7 @@
 #   dpN         --dp-size N (every GPU), and dpN_tput with DEEPINFER_EP_LATENCY=0 (the throughput
 #               exchange everywhere, host syncs, eager: the path before the latency exchange)
 # DI_DP_SCALE_CONC overrides the concurrency list. Output under $OUT/dpscale_<name>/.
-if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
+if group_selected dpscale_ && [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
   mkdir -p /tmp/di_tok && tar -xJf .gpu_pack/tokenizers.tar.xz -C /tmp/di_tok
   dps_dir=/tmp/di_models/v2lite_dp
   rm -rf "$dps_dir"

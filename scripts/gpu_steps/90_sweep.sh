@@ -6,7 +6,7 @@
 # larger vocabulary adds 0.1 GB to the 31 GB read per step). gnuplot is not on the GPU machine:
 # the sweep writes sweep.json / sweep.dat / *.gp there (--gnuplot true) and the PNGs are drawn
 # from them afterwards (scripts/plot_sweep.sh). Output under $OUT/sweep_<name>/.
-if [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
+if group_selected sweep_ && [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokenizers.tar.xz ]; then
   mkdir -p /tmp/di_tok && tar -xJf .gpu_pack/tokenizers.tar.xz -C /tmp/di_tok
   http_get() {  # URL: body on stdout, non-zero when unreachable (curl, else python3)
     if command -v curl >/dev/null 2>&1; then curl -sf "$1"; else
