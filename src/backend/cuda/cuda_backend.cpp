@@ -572,10 +572,21 @@ void check_paged_attention(const PagedAttentionParams& p, DType dt) {
            p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk - dr, p.head_dim_v);
 }
 
+// DEEPINFER_GQA_SOFTMAX=token: the GQA decode kernel's per-token online softmax (A/B against
+// the default per-chunk order; attention.h).
+bool gqa_chunk_softmax_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("DEEPINFER_GQA_SOFTMAX");
+    return env == nullptr || std::string(env) != "token";
+  }();
+  return on;
+}
+
 // The kernel params of a paged_attention call, without the plan and its workspace.
 PagedAttentionKernelParams attention_kernel_params(const PagedAttentionParams& p, bool f32) {
   const PagedBatch& b = *p.batch;
   PagedAttentionKernelParams k{};
+  k.gqa_chunk_softmax = gqa_chunk_softmax_enabled() ? 1 : 0;
   if (f32) {  // the fp32 verification mode: the f32 pointers select the float kernels
     k.q_f32 = cptr<float>(*p.q);
     k.out_f32 = mptr<float>(*p.out);

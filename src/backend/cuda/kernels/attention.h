@@ -18,16 +18,16 @@
 namespace di::cuda {
 
 struct PagedAttentionKernelParams {
-  const __nv_bfloat16* q;      // [num_tokens, num_q_heads, head_dim_qk]
-  __nv_bfloat16* out;          // [num_tokens, num_q_heads, head_dim_v]
-  const __nv_bfloat16* pool;   // [num_blocks][num_layers][block_size][entry_size]
-  int64_t block_stride;        // elements per pool block (all layers)
-  int64_t layer_offset;        // elements from a block's start to this layer's entries
-  int32_t block_size;          // tokens per block
-  int32_t entry_size;          // elements per token and layer
-  int32_t k_offset;            // elements from an entry's start to K of kv head 0 (even)
-  int32_t v_offset;            // elements from an entry's start to V of kv head 0 (even)
-  int32_t kv_head_stride;      // elements between kv heads (even; 0 for MLA)
+  const __nv_bfloat16* q;     // [num_tokens, num_q_heads, head_dim_qk]
+  __nv_bfloat16* out;         // [num_tokens, num_q_heads, head_dim_v]
+  const __nv_bfloat16* pool;  // [num_blocks][num_layers][block_size][entry_size]
+  int64_t block_stride;       // elements per pool block (all layers)
+  int64_t layer_offset;       // elements from a block's start to this layer's entries
+  int32_t block_size;         // tokens per block
+  int32_t entry_size;         // elements per token and layer
+  int32_t k_offset;           // elements from an entry's start to K of kv head 0 (even)
+  int32_t v_offset;           // elements from an entry's start to V of kv head 0 (even)
+  int32_t kv_head_stride;     // elements between kv heads (even; 0 for MLA)
   int32_t num_q_heads;
   int32_t num_kv_heads;        // divides num_q_heads
   int32_t head_dim_qk;         // even, <= 576
@@ -41,13 +41,17 @@ struct PagedAttentionKernelParams {
   int32_t num_seqs;
   int32_t num_tokens;
   // plan
-  int32_t rows_per_tile;       // 16 or 64 (a kernel instantiation)
-  int32_t max_tiles;           // ceil(num_tokens * group / rows_per_tile) + num_seqs (grid.x)
-  int32_t* tile_indptr;        // [num_seqs + 1] workspace: first tile of each sequence
-  int32_t split_size;          // kv tokens per split (multiple of 32); >= max kv len when 1 split
-  int32_t num_splits;          // >= ceil(max kv len / split_size)
-  float* partial_o;            // [num_splits, num_tokens * num_q_heads, head_dim_v] (splits > 1)
-  float* partial_ml;           // [num_splits, num_tokens * num_q_heads, 2]: running max, sum
+  int32_t rows_per_tile;  // 16 or 64 (a kernel instantiation)
+  int32_t max_tiles;      // ceil(num_tokens * group / rows_per_tile) + num_seqs (grid.x)
+  int32_t* tile_indptr;   // [num_seqs + 1] workspace: first tile of each sequence
+  int32_t split_size;     // kv tokens per split (multiple of 32); >= max kv len when 1 split
+  int32_t num_splits;     // >= ceil(max kv len / split_size)
+  float* partial_o;       // [num_splits, num_tokens * num_q_heads, head_dim_v] (splits > 1)
+  float* partial_ml;      // [num_splits, num_tokens * num_q_heads, 2]: running max, sum
+  // GQA decode kernel (gqa_decode.cuh): 1 = online softmax once per chunk of tokens (all scores
+  // of the chunk first, one rescale), 0 = once per token (the older order; A/B switch
+  // DEEPINFER_GQA_SOFTMAX=token). Results differ in rounding only.
+  int32_t gqa_chunk_softmax;
   // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
   // are unused and these f32 tensors (same shapes) are read and written instead.
   const float* q_f32;
@@ -61,7 +65,7 @@ struct AttentionPlan {
   int32_t max_tiles = 0;
   int32_t split_size = 0;
   int32_t num_splits = 1;
-  size_t partial_bytes = 0;    // partial_o + partial_ml, 0 when num_splits == 1
+  size_t partial_bytes = 0;  // partial_o + partial_ml, 0 when num_splits == 1
 };
 AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t max_kv_len,
                                    int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim_qk,

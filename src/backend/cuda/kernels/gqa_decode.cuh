@@ -93,6 +93,51 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
       load_bf16_e<E>(ent[j] + k_col, kf[j]);
       load_bf16_e<E>(ent[j] + v_col, vf[j]);
     }
+    if (p.gqa_chunk_softmax != 0) {
+      // Every score of the chunk first (kChunk x G independent warp sums), then one rescale per
+      // head: the per-token chain (sum, max, two exps) no longer serializes the chunk.
+      float sc[kChunk][G];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < E; ++e) d = fmaf(q[h][e], kf[j][e], d);
+          sc[j][h] = d;
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+#pragma unroll
+          for (int h = 0; h < G; ++h) sc[j][h] += __shfl_xor_sync(0xffffffffu, sc[j][h], off);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        float mc = sc[0][h];  // token base is always < t1
+#pragma unroll
+        for (int j = 1; j < kChunk; ++j) {
+          if (base + j < t1) mc = fmaxf(mc, sc[j][h]);
+        }
+        const float mn = fmaxf(m[h], mc);
+        const float corr = expf(m[h] - mn);  // 0 on the first chunk (m = -inf)
+        l[h] *= corr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[h][e] *= corr;
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          const float pe = base + j < t1 ? expf(sc[j][h] - mn) : 0.0f;
+          l[h] += pe;
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pe, vf[j][e], acc[h][e]);
+        }
+        m[h] = mn;
+      }
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       if (base + j >= t1) break;  // uniform over the warp
