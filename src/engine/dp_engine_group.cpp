@@ -88,7 +88,8 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   // it no graphs. The fp32 verification mode's MoE synchronizes with the host, so its capture
   // would fail after NCCL calls were captured: no graphs there either.
   const char* latency_env = std::getenv("DEEPINFER_EP_LATENCY");
-  const bool latency = moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
+  const bool latency =
+      moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
   if (moe && (!latency || config.backend == "cuda-fp32")) rank_config.decode_graphs = false;
   DpExpertTransport* transport = g.transport_.get();
   const std::string backend = config.backend;
@@ -258,6 +259,7 @@ EngineStats DpEngineGroup::stats() const {
     sum.preemptions += s.preemptions;
     sum.steps += s.steps;
     sum.graph_steps += s.graph_steps;
+    sum.device_sample_steps += s.device_sample_steps;
     sum.padding_steps += s.padding_steps;
     sum.forward_us += s.forward_us;
     sum.sample_us += s.sample_us;

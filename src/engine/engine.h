@@ -31,10 +31,10 @@ struct EngineRequest {
   SamplingParams sampling;  // temperature, top-k/p, min-p, penalties, seed, logprobs
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
-  int32_t n = 1;            // parallel samples sharing the prompt's KV blocks
-  int32_t priority = 0;     // lower = more urgent
-  std::string cache_salt;   // isolates prefix-cache entries (mixed into block 0's hash)
-  bool logprobs = false;    // report each token's logprob (also implied by sampling.top_logprobs)
+  int32_t n = 1;           // parallel samples sharing the prompt's KV blocks
+  int32_t priority = 0;    // lower = more urgent
+  std::string cache_salt;  // isolates prefix-cache entries (mixed into block 0's hash)
+  bool logprobs = false;   // report each token's logprob (also implied by sampling.top_logprobs)
 };
 
 struct TokenLogprob {
@@ -48,7 +48,7 @@ struct TokenLogprob {
 struct TokenEvent {
   RequestId id;
   int32_t sample_idx = 0;
-  int32_t token = -1;  // -1 when the event only finishes (abort, error)
+  int32_t token = -1;    // -1 when the event only finishes (abort, error)
   TokenLogprob logprob;  // filled when sampling.top_logprobs or logprobs were asked for
   EngineFinish finish = EngineFinish::kNone;
   int32_t num_prompt_tokens = 0;
@@ -63,16 +63,20 @@ struct EngineConfig {
   std::string model_dir;
   std::string backend = "cpu";
   int32_t block_size = 64;
-  int32_t num_blocks = 0;            // 0 = from kv_cache_bytes
+  int32_t num_blocks = 0;  // 0 = from kv_cache_bytes
   int64_t kv_cache_bytes = 256 << 20;
-  int32_t max_model_len = 0;         // 0 = min(model max positions, pool capacity)
-  int32_t max_batched_tokens = 8192; // per-step token budget (chunked prefill)
+  int32_t max_model_len = 0;          // 0 = min(model max positions, pool capacity)
+  int32_t max_batched_tokens = 8192;  // per-step token budget (chunked prefill)
   int32_t max_running = 256;
   bool enable_prefix_caching = true;
   EplbOptions eplb;  // expert load balancing of MoE models (off by default; issue #8)
   // Decode-only steps replay captured step graphs (CUDA graphs) where the backend has them;
   // false = every step eager (`serve --eager`).
   bool decode_graphs = true;
+  // Sample on the backend's device (Backend::sample_on_device) in steps whose every row allows it
+  // (engine/sample_placement.h); false, or DEEPINFER_GPU_SAMPLING=0, samples every step on the
+  // host. The tokens are the same either way.
+  bool device_sampling = true;
   // Benchmarks: build the model from model_dir/config.json with random weights (filled on the
   // device where the backend can, see Backend::fill_uniform) instead of reading safetensors.
   bool random_weights = false;
@@ -100,8 +104,13 @@ struct EngineStats {
   // DP group rank without work while another rank stepped: one padding token through the model
   // so that its MoE layers still join the expert-parallel exchange.
   uint64_t padding_steps = 0;
+  // Steps whose tokens were drawn by the backend's device sampler (the others sampled on the
+  // host; engine/sample_placement.h says which).
+  uint64_t device_sample_steps = 0;
   // Engine-thread wall time, microseconds: in the model forward (runner execute, up to the logits
-  // on the host, so it includes the GPU work), in sampling, and waiting at a DP group's barriers.
+  // ready on the host, or on the device when the step samples there: it includes the GPU work),
+  // in sampling (sample_batch on the host, or Backend::sample_on_device), and waiting at a DP
+  // group's barriers.
   uint64_t forward_us = 0;
   uint64_t sample_us = 0;
   uint64_t group_wait_us = 0;
