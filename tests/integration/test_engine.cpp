@@ -925,7 +925,7 @@ std::unique_ptr<Engine> start_emulated(const EngineConfig& c, EmulatedDeviceSamp
 
 // Greedy and seeded temperature / top-k / top-p / min-p requests (one with n = 2: two rows from
 // one logits row), plus a penalty request and a logprobs request that end early: while they run,
-// their steps sample on the host; afterwards the device path takes over.
+// the steps sample on the host; afterwards the device path takes over.
 std::vector<EngineRequest> mixed_requests() {
   std::vector<EngineRequest> out;
   uint64_t id = 1;
@@ -949,8 +949,13 @@ std::vector<EngineRequest> mixed_requests() {
   add(1.0f, -1, 1.0f, 0.05f, 12);
   add(0.7f, 50, 0.95f, 0.02f, 10);
   add(1.0f, -1, 0.9f, 0.0f, 8)->n = 2;
-  add(0.0f, -1, 1.0f, 0.0f, 3)->sampling.repetition_penalty = 1.3f;
-  EngineRequest* lp = add(1.0f, -1, 0.9f, 0.0f, 4);
+  // The penalty request outlives the logprobs one, and its penalties change greedy tokens (the
+  // tiny models repeat themselves): a device step for it would show in the tokens.
+  EngineRequest* pen = add(0.0f, -1, 1.0f, 0.0f, 8);
+  pen->sampling.repetition_penalty = 1.5f;
+  pen->sampling.frequency_penalty = 1.0f;
+  pen->sampling.presence_penalty = 1.0f;
+  EngineRequest* lp = add(1.0f, -1, 0.9f, 0.0f, 3);
   lp->logprobs = true;
   lp->sampling.top_logprobs = 2;
   return out;
@@ -961,12 +966,29 @@ struct MixedRun {
   EngineStats stats;
 };
 
+// The mix is submitted from the sink of a one-token starter request, on the engine thread before
+// it drains its inbox again: the engine admits the whole mix at once, so every run steps through
+// the same batches.
 MixedRun run_mixed(Engine& engine) {
   Collector c;
-  const std::vector<EngineRequest> requests = mixed_requests();
-  for (const EngineRequest& r : requests) {
-    Status st = engine.submit(r, c.sink(r.id, r.n));
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  std::vector<EngineRequest> requests = mixed_requests();
+  std::vector<TokenSink> sinks;
+  for (const EngineRequest& r : requests) sinks.push_back(c.sink(r.id, r.n));
+  const RequestId starter_id(500);
+  TokenSink starter_sink = c.sink(starter_id, 1);
+  Status st = engine.submit(greedy_request(starter_id.value(), random_tokens(4, 997, 1), 1),
+                            [&, starter_sink](const TokenEvent& e) {
+                              starter_sink(e);
+                              if (e.finish == EngineFinish::kNone) return;
+                              for (size_t i = 0; i < requests.size(); ++i) {
+                                Status s = engine.submit(requests[i], sinks[i]);
+                                EXPECT_TRUE(s.is_ok()) << s.to_string();
+                                if (!s.is_ok()) c.forget(requests[i].id, requests[i].n);
+                              }
+                            });
+  if (!st.is_ok()) {
+    ADD_FAILURE() << st.to_string();
+    return {};
   }
   EXPECT_TRUE(c.wait_all());
   MixedRun run;
@@ -1028,11 +1050,26 @@ TEST(Engine, DeviceSamplingPathEqualsHostPath) {
               static_cast<unsigned long long>(s.device_sample_steps),
               static_cast<long long>(sampler->num_rows.load()));
   EXPECT_GT(s.device_sample_steps, 0u) << "no step took the device path";
-  // The penalty and logprobs requests' steps (from their prefill on) sample on the host.
-  EXPECT_LT(s.device_sample_steps + 3, s.steps);
+  // The penalty request's 8 steps (its prefill and 7 decodes) sample on the host.
+  EXPECT_GE(s.steps, s.device_sample_steps + 8);
   EXPECT_EQ(static_cast<uint64_t>(sampler->calls.load()), s.device_sample_steps);
   EXPECT_LT(static_cast<uint64_t>(sampler->num_rows.load()), s.generated_tokens);
   EXPECT_EQ(s.steps, want.stats.steps);
+
+  // Alone, a logprobs request and a penalty request never reach the device sampler.
+  const int64_t calls = sampler->calls.load();
+  Collector c;
+  EngineRequest lp = greedy_request(700, random_tokens(6, 997, 7), 3);
+  lp.logprobs = true;
+  lp.sampling.top_logprobs = 2;
+  run_one(*device, c, lp);
+  EngineRequest pen = greedy_request(701, random_tokens(6, 997, 8), 3);
+  pen.sampling.presence_penalty = 0.5f;
+  run_one(*device, c, pen);
+  EXPECT_EQ(sampler->calls.load(), calls);
+  const std::vector<TokenEvent> lp_events = c.events(RequestId(700));
+  ASSERT_EQ(lp_events.size(), 3u);
+  for (const TokenEvent& e : lp_events) EXPECT_EQ(e.logprob.top.size(), 2u);
 }
 
 TEST(Engine, DeviceSamplingSwitchedOffByConfigOrEnvironment) {

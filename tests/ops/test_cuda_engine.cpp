@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -192,6 +193,9 @@ std::vector<std::vector<EngineRequest>> sampling_phases(int64_t vocab) {
   return phases;
 }
 
+// Each phase is submitted from the sink of the previous phase's last final event, on the engine
+// thread before it drains its inbox again, so the engine sees a phase's requests at once and both
+// runs step through the same batches (a split admission would change the GEMMs' shapes).
 SamplingRun run_sampling(const std::string& backend, const std::string& model,
                          bool device_sampling) {
   EngineConfig c;
@@ -203,28 +207,50 @@ SamplingRun run_sampling(const std::string& backend, const std::string& model,
   SamplingRun run;  // before the engine: its sinks write here until it is gone
   std::mutex mu;
   std::condition_variable cv;
+  std::vector<std::vector<EngineRequest>> phases;
+  size_t next_phase = 0;
+  int32_t open = 0;
+  bool done = false;
+  std::function<void()> submit_next;  // called with mu held; declared before the engine too
   auto started = Engine::start(c);
   if (!started.is_ok()) {
     ADD_FAILURE() << started.status().to_string();
     return {};
   }
   std::unique_ptr<Engine> engine = std::move(started).value();
-  for (std::vector<EngineRequest>& phase : sampling_phases(engine->vocab_size())) {
-    int32_t open = 0;
+  phases = sampling_phases(engine->vocab_size());
+  auto sink_of = [&](uint64_t id) {
+    return [&, id](const TokenEvent& e) {
+      std::lock_guard lock(mu);
+      run.events[id].push_back(e);
+      if (e.finish != EngineFinish::kNone && --open == 0) submit_next();
+    };
+  };
+  submit_next = [&] {
+    if (next_phase == phases.size()) {
+      done = true;
+      cv.notify_all();
+      return;
+    }
+    std::vector<EngineRequest>& phase = phases[next_phase++];
     for (const EngineRequest& r : phase) open += r.n;
     for (EngineRequest& r : phase) {
       const uint64_t id = r.id.value();
-      Status st = engine->submit(std::move(r), [&, id](const TokenEvent& e) {
-        std::lock_guard lock(mu);
-        run.events[id].push_back(e);
-        if (e.finish != EngineFinish::kNone && --open == 0) cv.notify_all();
-      });
-      EXPECT_TRUE(st.is_ok()) << st.to_string();
+      const int32_t n = r.n;
+      Status st = engine->submit(std::move(r), sink_of(id));
+      if (!st.is_ok()) {
+        ADD_FAILURE() << "request " << id << ": " << st.to_string();
+        open -= n;
+      }
     }
-    std::unique_lock lock(mu);
-    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return open == 0; }))
-        << model << ": requests did not finish";
-  }
+    if (open == 0) submit_next();
+  };
+  std::unique_lock lock(mu);
+  submit_next();
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; }))
+      << backend << " " << model << ": requests did not finish";
+  next_phase = phases.size();  // after a timeout: the shutdown's abort events submit nothing
+  lock.unlock();
   engine->check_integrity();
   run.stats = engine->stats();
   return run;
