@@ -188,7 +188,7 @@ struct DeviceSampleRow {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   uint64_t seed = 0;
-  int64_t position = 0;      // index of the token being sampled in its sequence
+  int64_t position = 0;  // index of the token being sampled in its sequence
 };
 
 // forward(token_ids [T] i32, batch, logit_rows [R] i32) -> logits [R, vocab] f32 on the device.
