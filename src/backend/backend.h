@@ -180,6 +180,17 @@ struct DecodeStepInputs {
   int32_t block_size = 0;
 };
 
+// One row of Backend::sample_on_device: the part of sampling::SamplingParams a device sampler
+// draws with (penalties need the token history and stay on the host, as do log-probabilities).
+struct DeviceSampleRow {
+  float temperature = 1.0f;  // 0 = greedy (argmax, lowest id on ties)
+  int32_t top_k = -1;        // <= 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  uint64_t seed = 0;
+  int64_t position = 0;  // index of the token being sampled in its sequence
+};
+
 // forward(token_ids [T] i32, batch, logit_rows [R] i32) -> logits [R, vocab] f32 on the device.
 using DecodeForward = std::function<Tensor(const Tensor&, const PagedBatch&, const Tensor&)>;
 
@@ -305,6 +316,19 @@ class Backend {
   // counter hash of `seed`: random weights for benchmarks (`serve --random-weights`). false where
   // the backend has no such fill; the caller then generates the values on the host.
   virtual bool fill_uniform(Tensor& /*t*/, uint64_t /*seed*/, float /*scale*/) { return false; }
+
+  // ---- sampling on the device ----
+  // Whether sample_on_device() is implemented (false on the CPU, where the logits are on the
+  // host already and sampling::sample_batch is the sampler).
+  virtual bool can_sample_on_device() const { return false; }
+  // One token per row of `logits` ([rows.size(), vocab] f32 on this backend's device), drawn
+  // as sampling::sample() draws it for the same temperature / top-k / top-p / min-p, seed and
+  // position and no penalties: the same logits give the same token. -1 for a row whose logits
+  // are all -inf/NaN (where sample() throws). Blocks until the tokens are on the host.
+  virtual std::vector<int32_t> sample_on_device(const Tensor& /*logits*/,
+                                                std::span<const DeviceSampleRow> /*rows*/) {
+    DI_FAIL("backend '{}' does not sample on the device", name());
+  }
 
   // ---- decode step graphs ----
   // Captures one decode step of `forward` for up to `bucket` sequences of at most

@@ -189,5 +189,12 @@ void ProfilingBackend::copy_rows(const Tensor& src, int64_t src_row, Tensor& dst
   timed([&] { return std::string("copy_rows"); },
         [&] { inner_.copy_rows(src, src_row, dst, dst_row, rows); });
 }
+std::vector<int32_t> ProfilingBackend::sample_on_device(const Tensor& logits,
+                                                        std::span<const DeviceSampleRow> rows) {
+  std::vector<int32_t> tokens;
+  timed([&] { return "sample_on_device " + dims(logits); },
+        [&] { tokens = inner_.sample_on_device(logits, rows); });
+  return tokens;
+}
 
 }  // namespace di

@@ -83,6 +83,9 @@ class ProfilingBackend : public Backend {
   bool fill_uniform(Tensor& t, uint64_t seed, float scale) override {
     return inner_.fill_uniform(t, seed, scale);
   }
+  bool can_sample_on_device() const override { return inner_.can_sample_on_device(); }
+  std::vector<int32_t> sample_on_device(const Tensor& logits,
+                                        std::span<const DeviceSampleRow> rows) override;
   std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward forward, int32_t bucket,
                                                      int32_t max_blocks_per_seq,
                                                      int32_t block_size) override {

@@ -259,6 +259,7 @@ EngineStats DpEngineGroup::stats() const {
     sum.preemptions += s.preemptions;
     sum.steps += s.steps;
     sum.graph_steps += s.graph_steps;
+    sum.device_sample_steps += s.device_sample_steps;
     sum.padding_steps += s.padding_steps;
     sum.forward_us += s.forward_us;
     sum.graph_forward_us += s.graph_forward_us;

@@ -73,6 +73,10 @@ struct EngineConfig {
   // Decode-only steps replay captured step graphs (CUDA graphs) where the backend has them;
   // false = every step eager (`serve --eager`).
   bool decode_graphs = true;
+  // Sample on the backend's device (Backend::sample_on_device) in steps whose every row allows it
+  // (engine/sample_placement.h); false, or DEEPINFER_GPU_SAMPLING=0, samples every step on the
+  // host. The tokens are the same either way.
+  bool device_sampling = true;
   // Benchmarks: build the model from model_dir/config.json with random weights (filled on the
   // device where the backend can, see Backend::fill_uniform) instead of reading safetensors.
   bool random_weights = false;
@@ -100,8 +104,13 @@ struct EngineStats {
   // DP group rank without work while another rank stepped: one padding token through the model
   // so that its MoE layers still join the expert-parallel exchange.
   uint64_t padding_steps = 0;
+  // Steps whose tokens were drawn by the backend's device sampler (the others sampled on the
+  // host; engine/sample_placement.h says which).
+  uint64_t device_sample_steps = 0;
   // Engine-thread wall time, microseconds: in the model forward (runner execute, up to the logits
-  // on the host, so it includes the GPU work), in sampling, and waiting at a DP group's barriers.
+  // ready on the host, or on the device when the step samples there: it includes the GPU work),
+  // in sampling (sample_batch on the host, or Backend::sample_on_device), and waiting at a DP
+  // group's barriers.
   uint64_t forward_us = 0;
   uint64_t graph_forward_us = 0;  // the part of forward_us spent in steps replayed from graphs
   uint64_t sample_us = 0;

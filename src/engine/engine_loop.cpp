@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/dp_engine_group.h"
+#include "engine/sample_placement.h"
 #include "model/config.h"
 #include "model/weight_loader.h"
 #include "sampling/sampler.h"
@@ -148,7 +149,8 @@ EngineLoop::EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> back
       max_model_len_(max_model_len),
       hooks_(hooks),
       backend_(std::move(backend)),
-      model_(std::move(model)) {
+      model_(std::move(model)),
+      device_sampling_(config.device_sampling && device_sampling_allowed_by_env()) {
   runner_ = std::make_unique<ModelRunner>(*model_, *backend_, num_blocks, config_.block_size);
   if (hooks_.sample_threads > 0) sample_pool_ = std::make_unique<ThreadPool>(hooks_.sample_threads);
   if (config_.decode_graphs) runner_->enable_decode_graphs(config_.max_running, max_model_len_);
@@ -456,6 +458,7 @@ void EngineLoop::run_step(Outbox& out) {
   std::vector<Draw> draws;
   std::vector<int32_t> logit_rows;
   std::vector<sampling::SamplingRow> rows;
+  SamplePlacement placement(device_sampling_, backend_->can_sample_on_device());
   std::map<std::pair<RequestId, int32_t>, size_t> row_of;  // (request, sample_idx) -> row
   int32_t offset = 0;
   for (const auto* list : {&sched.decodes, &sched.prefills}) {
@@ -472,8 +475,9 @@ void EngineLoop::run_step(Outbox& out) {
         const int32_t sample_idx = e.num_samples > 1 ? k : s.sample_idx;
         row_of[{s.request_id, sample_idx}] = rows.size();
         logit_rows.push_back(offset - 1);
-        rows.push_back(
-            {&r.sample_params[static_cast<size_t>(sample_idx)], position, *s.prompt, s.output});
+        const SamplingParams& params = r.sample_params[static_cast<size_t>(sample_idx)];
+        rows.push_back({&params, position, *s.prompt, s.output});
+        placement.add_row(params, r.request.logprobs);
       }
     }
   }
@@ -483,17 +487,32 @@ void EngineLoop::run_step(Outbox& out) {
   }
   const GroupDecode group = agree_decode(runner_->decode_shape(plan, logit_rows));
   const int64_t graph_steps_before = runner_->graph_steps();
+  const bool on_device = placement.on_device();
   const auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = runner_->execute(plan, logit_rows, group);
+  Tensor logits;
+  if (on_device) {
+    logits = runner_->execute_on_device(plan, logit_rows, group);
+    // Wait for the forward so that forward_us and sample_us keep their meaning (the sampler's
+    // first launch then starts on an idle stream: a few microseconds per step).
+    backend_->synchronize();
+  } else {
+    logits = runner_->execute(plan, logit_rows, group);
+  }
   const auto t1 = std::chrono::steady_clock::now();
   if (runner_->graph_steps() > graph_steps_before) counters_.graph_forward_us += micros(t1 - t0);
+  std::vector<sampling::SampleResult> results;
+  // On the device before eplb_->end_step(), whose expert moves go to the same stream.
+  if (on_device) results = sample_on_device(logits, rows);
+  const auto t2 = std::chrono::steady_clock::now();
   if (eplb_) eplb_->end_step();  // may re-place experts: between steps, on this thread
-  const int64_t vocab = runner_->vocab_size();
-  std::vector<sampling::SampleResult> results = sampling::sample_batch(
-      std::span<const float>(logits.f32(), static_cast<size_t>(logits.numel())), vocab, rows,
-      sample_pool_.get());
+  const auto t3 = std::chrono::steady_clock::now();
+  if (!on_device) {
+    results = sampling::sample_batch(
+        std::span<const float>(logits.f32(), static_cast<size_t>(logits.numel())),
+        runner_->vocab_size(), rows, sample_pool_.get());
+  }
   counters_.forward_us += micros(t1 - t0);
-  counters_.sample_us += micros(std::chrono::steady_clock::now() - t1);
+  counters_.sample_us += micros(t2 - t1) + micros(std::chrono::steady_clock::now() - t3);
 
   std::vector<SampledTokens> sampled;
   size_t next = 0;
@@ -536,6 +555,30 @@ void EngineLoop::run_step(Outbox& out) {
       close_sample(r, ev.sample_idx, to_engine_finish(ev.finish_reason));
     }
   }
+}
+
+std::vector<sampling::SampleResult> EngineLoop::sample_on_device(
+    const Tensor& logits, std::span<const sampling::SamplingRow> rows) {
+  std::vector<DeviceSampleRow> device_rows;
+  device_rows.reserve(rows.size());
+  for (const sampling::SamplingRow& row : rows) {
+    device_rows.push_back(device_sample_row(*row.params, row.position));
+  }
+  const std::vector<int32_t> tokens = backend_->sample_on_device(logits, device_rows);
+  DI_CHECK(tokens.size() == rows.size(), "device sampler returned {} tokens for {} rows",
+           tokens.size(), rows.size());
+  const int64_t vocab = runner_->vocab_size();
+  std::vector<sampling::SampleResult> results(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // -1: every logit of the row is -inf or NaN, where the host sampler throws (sampler.h); the
+    // step fails the same way.
+    DI_CHECK(tokens[i] >= 0 && tokens[i] < vocab,
+             "device sampler: row {} gave token {} (every one of the {} logits -inf or NaN?)", i,
+             tokens[i], vocab);
+    results[i].token = tokens[i];
+  }
+  ++counters_.device_sample_steps;
+  return results;
 }
 
 GroupDecode EngineLoop::agree_decode(DecodeShape mine) {

@@ -5,7 +5,9 @@
 //
 //   submit/abort/finish ──► inbox (mutex + cv) ──► loop: drain inbox ─► step ─► publish stats
 //                                                          │ scheduler.step() → ModelRunner
-//                                                          │ → sample_batch → scheduler.update()
+//                                                          │ → sample (device or host, see
+//                                                          │   sample_placement.h)
+//                                                          │ → scheduler.update()
 //   sinks ◄── TokenEvents (called on the engine thread, after the loop lock is released) ◄──┘
 //
 // Lock order: state_mu_ (everything the loop mutates) → inbox_mu_ → stats_mu_. Sinks run with no
@@ -15,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -30,6 +33,7 @@
 #include "engine/step_sync.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "scheduler/scheduler.h"
 
 namespace di {
@@ -132,6 +136,10 @@ class EngineLoop final : public Engine {
   void end_request(RequestId id, EngineFinish reason, const std::string& error, Outbox& out);
   void end_all(EngineFinish reason, const std::string& error, Outbox& out);
   void run_step(Outbox& out);
+  // The step's tokens from Backend::sample_on_device (logits on the device, one row per entry of
+  // `rows`, every row allowed there by SamplePlacement); no log-probabilities.
+  std::vector<sampling::SampleResult> sample_on_device(const Tensor& logits,
+                                                       std::span<const sampling::SamplingRow> rows);
   // A group rank without work while others step: one padding token through every layer.
   void run_padding_step();
   // Group ranks: the group's decode shape for this step (StepSync::agree_decode), the exchange
@@ -147,12 +155,15 @@ class EngineLoop final : public Engine {
   const EngineLoopHooks hooks_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
+  // config.device_sampling and not DEEPINFER_GPU_SAMPLING=0; each step still asks the backend and
+  // its rows (sample_placement.h).
+  const bool device_sampling_;
 
   // Owned by the engine thread; check_integrity() reads them under state_mu_.
   mutable std::mutex state_mu_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<ThreadPool> sample_pool_;  // hooks_.sample_threads > 0; else the global pool
-  std::unique_ptr<EplbRuntime> eplb_;  // null unless config.eplb.enabled (MoE models only)
+  std::unique_ptr<EplbRuntime> eplb_;        // null unless config.eplb.enabled (MoE models only)
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, RequestState> requests_;

@@ -42,6 +42,16 @@ void ModelRunner::copy_blocks(std::span<const BlockCopy> copies) {
 
 Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit_rows,
                             const GroupDecode& group) {
+  Tensor host = backend_.download(execute_on_device(plan, logit_rows, group));
+  DI_CHECK(host.dtype() == DType::kF32 &&
+               host.numel() == static_cast<int64_t>(logit_rows.size()) * vocab_size(),
+           "forward returned {} for {} logit rows of vocab {}", host.describe(), logit_rows.size(),
+           vocab_size());
+  return host;
+}
+
+Tensor ModelRunner::execute_on_device(const StepPlan& plan, std::span<const int32_t> logit_rows,
+                                      const GroupDecode& group) {
   const ScheduleResult& s = plan.schedule;
   const auto num_tokens = static_cast<int32_t>(plan.input_ids.size());
   DI_CHECK(num_tokens > 0 && plan.positions.size() == plan.input_ids.size(),
@@ -90,12 +100,12 @@ Tensor ModelRunner::execute(const StepPlan& plan, std::span<const int32_t> logit
   Tensor ids = backend_.upload(host_i32(plan.input_ids), DType::kI32);
   Tensor rows = backend_.upload(host_i32(logit_rows), DType::kI32);
   Tensor logits = model_.forward(ids, batch, pool_, rows);
-  Tensor host = backend_.download(logits);
-  DI_CHECK(host.dtype() == DType::kF32 &&
-               host.numel() == static_cast<int64_t>(logit_rows.size()) * vocab_size(),
-           "forward returned {} for {} logit rows of vocab {}", host.describe(), logit_rows.size(),
-           vocab_size());
-  return host;
+  DI_CHECK(logits.dtype() == DType::kF32 && logits.dim() == 2 &&
+               logits.size(0) == static_cast<int64_t>(logit_rows.size()) &&
+               logits.size(1) == vocab_size(),
+           "forward returned {} for {} logit rows of vocab {}", logits.describe(),
+           logit_rows.size(), vocab_size());
+  return logits;
 }
 
 DecodeShape ModelRunner::decode_shape(const StepPlan& plan,
@@ -190,7 +200,7 @@ Tensor ModelRunner::execute_graph(const StepPlan& plan, const std::vector<int32_
   }
   const Tensor& logits = graph->run(in);
   ++graph_steps_;
-  return backend_.download(logits.slice_rows(0, n));
+  return logits.slice_rows(0, n);
 }
 
 DecodeStepGraph* ModelRunner::graph_for(int32_t bucket, int32_t max_blocks) {

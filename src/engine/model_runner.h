@@ -2,15 +2,18 @@
 // ModelRunner: runs one scheduler StepPlan on the model. It owns the KV pool tensor and turns the
 // plan's host metadata (token ids, positions, CSR block tables, slots) into a PagedBatch of device
 // tensors, performs the plan's block copies, runs the forward and brings the requested logit rows
-// back to the host. It knows nothing about requests, sampling or queues.
+// back to the host (execute), or leaves them on the device for a device sampler
+// (execute_on_device). It knows nothing about requests, sampling or queues.
 //
 //   StepPlan ──► copy_blocks(plan.block_copies) ──► upload ids / positions / CSR ──► forward
 //            ◄── logits [rows, vocab] on the host ◄── download ◄──────────────────────┘
+//                                       (execute_on_device: no download)
 //
 // Decode-only steps can replay captured step graphs instead (enable_decode_graphs; CUDA graphs on
 // the CUDA backend, nothing on the CPU): one graph per (power-of-two bucket of sequences,
-// power-of-two context bucket >= 1,024 tokens), captured on first use, padded up to its buckets. The logits are the same computation as the eager
-// forward's (the padding rows write no KV and are never read back).
+// power-of-two context bucket >= 1,024 tokens), captured on first use, padded up to its buckets.
+// The logits are the same computation as the eager forward's (the padding rows write no KV and are
+// never read back).
 //
 // Only the engine thread calls it.
 #include <cstdint>
@@ -55,6 +58,11 @@ class ModelRunner {
   // In a DP group (group.bucket > 0, every rank the same) a decode step runs as that bucket.
   Tensor execute(const StepPlan& plan, std::span<const int32_t> logit_rows,
                  const GroupDecode& group = {});
+  // execute() without the download: the logits [logit_rows.size(), vocab] f32 on the backend's
+  // device (the host on the CPU backend), possibly still being computed (stream order). Valid
+  // until the next execute*: a graph step's logits are rows of the graph's own buffer.
+  Tensor execute_on_device(const StepPlan& plan, std::span<const int32_t> logit_rows,
+                           const GroupDecode& group = {});
 
   // This rank's side of the group's agreement: rows = sequences when the step is a plain decode
   // step (one token per sequence, every row's logits in order), else -1; its longest context.
@@ -78,7 +86,8 @@ class ModelRunner {
   int64_t graph_steps() const { return graph_steps_; }  // steps served by a replay
 
  private:
-  // The graph path of execute(); a null Tensor when the step does not qualify or graphs are off.
+  // The graph path of execute_on_device(); a null Tensor when the step does not qualify or
+  // graphs are off.
   Tensor execute_graph(const StepPlan& plan, const std::vector<int32_t>& slots,
                        std::span<const int32_t> logit_rows, const GroupDecode& group);
   // The step graph of (bucket sequences, max_blocks context), captured on first use; null when

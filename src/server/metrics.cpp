@@ -123,14 +123,20 @@ std::string ServerMetrics::render(const EngineStats& e) const {
   counter("deepinfer_engine_steps_total", "Engine steps.", e.steps);
   counter("deepinfer_engine_graph_steps_total",
           "Decode steps replayed from a captured step graph (CUDA graphs).", e.graph_steps);
+  counter("deepinfer_engine_device_sample_steps_total",
+          "Steps whose tokens were sampled on the device (GPU sampler) instead of the host.",
+          e.device_sample_steps);
   counter("deepinfer_engine_forward_microseconds_total",
-          "Engine-thread time in model forwards, up to the logits on the host (sum over ranks).",
+          "Engine-thread time in model forwards, up to the logits ready for the sampler (sum "
+          "over ranks).",
           e.forward_us);
   counter("deepinfer_engine_graph_forward_microseconds_total",
           "The part of the forward time spent in steps replayed from step graphs (sum over ranks).",
           e.graph_forward_us);
   counter("deepinfer_engine_sample_microseconds_total",
-          "Engine-thread time sampling tokens from the logits (sum over ranks).", e.sample_us);
+          "Engine-thread time sampling tokens from the logits, on the host or the device (sum "
+          "over ranks).",
+          e.sample_us);
   counter("deepinfer_engine_group_wait_microseconds_total",
           "Time DP group ranks waited at the per-step barriers (sum over ranks).", e.group_wait_us);
   gauge("deepinfer_num_requests_waiting", "Requests queued in the engine (queue depth).",

@@ -2,7 +2,8 @@
 // greedy output equals the offline Generator (and so HF transformers); differential tests for
 // prefix-cache hit vs miss, chunked vs whole prefill, alone vs batched, seeded sampling, n > 1
 // forks, preemption under a tiny pool; aborts, finishes, validation, shutdown, and a concurrent
-// stress run that must end with every block free and every invariant intact.
+// stress run that must end with every block free and every invariant intact; the engine's device
+// sampling path (emulated on the CPU) against its host path.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -19,21 +20,23 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/profiling_backend.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
 #include "engine/generator.h"
 #include "engine_test_util.h"
 #include "golden_util.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 
 namespace di {
 namespace {
 
-using testing::golden_model_dirs;
-using testing::source_dir;
 using testing::fixture;
-using testing::random_tokens;
+using testing::golden_model_dirs;
 using testing::greedy_request;
+using testing::random_tokens;
+using testing::source_dir;
 using testing::start_engine;
 using Clock = std::chrono::steady_clock;
 
@@ -861,6 +864,260 @@ TEST(Engine, ConcurrentStressFreesEverything) {
     EXPECT_EQ(c.tokens(again.id), c.tokens(id)) << "request " << id.value();
   }
   EXPECT_GT(checked, 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device sampling (engine/sample_placement.h). The CPU backend has no device sampler, so every
+// step samples on the host. EmulatedDeviceSampler gives it one that keeps Backend::
+// sample_on_device's promise (sampling::sample from DeviceSampleRow's fields alone), so the
+// engine's device path (logits left where the forward put them, rows handed over, tokens mapped
+// back) runs in CI and must reproduce the host path's events exactly.
+
+class EmulatedDeviceSampler final : public ProfilingBackend {
+ public:
+  explicit EmulatedDeviceSampler(std::unique_ptr<Backend> inner)
+      : ProfilingBackend(*inner), owned_(std::move(inner)) {}
+
+  bool can_sample_on_device() const override { return true; }
+  std::vector<int32_t> sample_on_device(const Tensor& logits,
+                                        std::span<const DeviceSampleRow> rows) override {
+    EXPECT_EQ(logits.dim(), 2);
+    EXPECT_EQ(logits.size(0), static_cast<int64_t>(rows.size()));
+    const int64_t vocab = logits.size(1);
+    std::vector<int32_t> tokens;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      SamplingParams p;
+      p.temperature = rows[r].temperature;
+      p.top_k = rows[r].top_k;
+      p.top_p = rows[r].top_p;
+      p.min_p = rows[r].min_p;
+      p.seed = rows[r].seed;
+      std::span<const float> l(logits.f32() + static_cast<int64_t>(r) * vocab,
+                               static_cast<size_t>(vocab));
+      tokens.push_back(all_masked ? -1 : sampling::sample_token(l, p, rows[r].position, {}, {}));
+    }
+    ++calls;
+    num_rows += static_cast<int64_t>(rows.size());
+    return tokens;
+  }
+
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> num_rows{0};
+  std::atomic<bool> all_masked{false};  // answer -1 (every logit -inf/NaN) for every row
+
+ private:
+  std::unique_ptr<Backend> owned_;  // the inner backend the base forwards to
+};
+
+// An EngineLoop on the CPU backend wrapped in an EmulatedDeviceSampler (`*sampler` points at it).
+std::unique_ptr<Engine> start_emulated(const EngineConfig& c, EmulatedDeviceSampler** sampler) {
+  Result<EngineParts> parts = load_engine_parts(c);
+  if (!parts.is_ok()) {
+    ADD_FAILURE() << parts.status().to_string();
+    return nullptr;
+  }
+  EngineParts& p = parts.value();
+  auto backend = std::make_unique<EmulatedDeviceSampler>(std::move(p.backend));
+  *sampler = backend.get();
+  return std::make_unique<EngineLoop>(c, std::move(backend), std::move(p.model), p.num_blocks,
+                                      p.max_model_len);
+}
+
+// Greedy and seeded temperature / top-k / top-p / min-p requests (one with n = 2: two rows from
+// one logits row), plus a penalty request and a logprobs request that end early: while they run,
+// the steps sample on the host; afterwards the device path takes over.
+std::vector<EngineRequest> mixed_requests() {
+  std::vector<EngineRequest> out;
+  uint64_t id = 1;
+  auto add = [&](float t, int32_t top_k, float top_p, float min_p, int32_t max_tokens) {
+    EngineRequest r = greedy_request(
+        id, random_tokens(3 + 7 * static_cast<int64_t>(id), 997, 900 + static_cast<uint32_t>(id)),
+        max_tokens);
+    r.sampling.temperature = t;
+    r.sampling.top_k = top_k;
+    r.sampling.top_p = top_p;
+    r.sampling.min_p = min_p;
+    r.sampling.seed = 1000 + id;
+    ++id;
+    out.push_back(std::move(r));
+    return &out.back();
+  };
+  add(0.0f, -1, 1.0f, 0.0f, 12);
+  add(0.0f, -1, 1.0f, 0.0f, 9);
+  add(0.8f, 20, 1.0f, 0.0f, 12);
+  add(1.2f, -1, 0.9f, 0.0f, 11);
+  add(1.0f, -1, 1.0f, 0.05f, 12);
+  add(0.7f, 50, 0.95f, 0.02f, 10);
+  add(1.0f, -1, 0.9f, 0.0f, 8)->n = 2;
+  // The penalty request outlives the logprobs one, and its penalties change greedy tokens (the
+  // tiny models repeat themselves): a device step for it would show in the tokens.
+  EngineRequest* pen = add(0.0f, -1, 1.0f, 0.0f, 8);
+  pen->sampling.repetition_penalty = 1.5f;
+  pen->sampling.frequency_penalty = 1.0f;
+  pen->sampling.presence_penalty = 1.0f;
+  EngineRequest* lp = add(1.0f, -1, 0.9f, 0.0f, 3);
+  lp->logprobs = true;
+  lp->sampling.top_logprobs = 2;
+  return out;
+}
+
+struct MixedRun {
+  std::map<RequestId, std::vector<TokenEvent>> events;
+  EngineStats stats;
+};
+
+// The mix is submitted from the sink of a one-token starter request, on the engine thread before
+// it drains its inbox again: the engine admits the whole mix at once, so every run steps through
+// the same batches.
+MixedRun run_mixed(Engine& engine) {
+  Collector c;
+  std::vector<EngineRequest> requests = mixed_requests();
+  std::vector<TokenSink> sinks;
+  for (const EngineRequest& r : requests) sinks.push_back(c.sink(r.id, r.n));
+  const RequestId starter_id(500);
+  TokenSink starter_sink = c.sink(starter_id, 1);
+  Status st = engine.submit(greedy_request(starter_id.value(), random_tokens(4, 997, 1), 1),
+                            [&, starter_sink](const TokenEvent& e) {
+                              starter_sink(e);
+                              if (e.finish == EngineFinish::kNone) return;
+                              for (size_t i = 0; i < requests.size(); ++i) {
+                                Status s = engine.submit(requests[i], sinks[i]);
+                                EXPECT_TRUE(s.is_ok()) << s.to_string();
+                                if (!s.is_ok()) c.forget(requests[i].id, requests[i].n);
+                              }
+                            });
+  if (!st.is_ok()) {
+    ADD_FAILURE() << st.to_string();
+    return {};
+  }
+  EXPECT_TRUE(c.wait_all());
+  MixedRun run;
+  for (const EngineRequest& r : requests) run.events[r.id] = c.events(r.id);
+  expect_all_free(engine);
+  run.stats = engine.stats();
+  return run;
+}
+
+void expect_same_events(const MixedRun& want, const MixedRun& got, const std::string& what) {
+  ASSERT_EQ(want.events.size(), got.events.size()) << what;
+  for (const auto& [id, a] : want.events) {
+    const std::vector<TokenEvent>& b = got.events.at(id);
+    ASSERT_EQ(a.size(), b.size()) << what << ": request " << id.value();
+    for (size_t k = 0; k < a.size(); ++k) {
+      const std::string at =
+          what + ": request " + std::to_string(id.value()) + " event " + std::to_string(k);
+      EXPECT_EQ(a[k].sample_idx, b[k].sample_idx) << at;
+      EXPECT_EQ(a[k].token, b[k].token) << at;
+      EXPECT_EQ(a[k].finish, b[k].finish) << at;
+      EXPECT_EQ(a[k].num_output_tokens, b[k].num_output_tokens) << at;
+      EXPECT_EQ(a[k].logprob.token, b[k].logprob.token) << at;
+      EXPECT_EQ(a[k].logprob.logprob, b[k].logprob.logprob) << at;
+      EXPECT_EQ(a[k].logprob.top, b[k].logprob.top) << at;
+    }
+  }
+}
+
+// The CPU backend never samples on the device: the engine's output and step count are those of
+// device sampling switched off.
+TEST(Engine, CpuBackendSamplesEveryStepOnTheHost) {
+  auto on = start_engine(small_config("qwen3"));
+  EngineConfig off_config = small_config("qwen3");
+  off_config.device_sampling = false;
+  auto off = start_engine(off_config);
+  ASSERT_TRUE(on && off);
+  const MixedRun a = run_mixed(*on);
+  const MixedRun b = run_mixed(*off);
+  EXPECT_EQ(a.stats.device_sample_steps, 0u);
+  EXPECT_EQ(b.stats.device_sample_steps, 0u);
+  EXPECT_EQ(a.stats.steps, b.stats.steps);
+  expect_same_events(b, a, "cpu backend");
+}
+
+TEST(Engine, DeviceSamplingPathEqualsHostPath) {
+  const EngineConfig config = small_config("qwen3");
+  auto host = start_engine(config);
+  ASSERT_TRUE(host);
+  const MixedRun want = run_mixed(*host);
+
+  EmulatedDeviceSampler* sampler = nullptr;
+  auto device = start_emulated(config, &sampler);
+  ASSERT_TRUE(device);
+  const MixedRun got = run_mixed(*device);
+  expect_same_events(want, got, "device path");
+  const EngineStats& s = got.stats;
+  std::printf("[engine-device-sampling] steps=%llu device_sample_steps=%llu rows=%lld\n",
+              static_cast<unsigned long long>(s.steps),
+              static_cast<unsigned long long>(s.device_sample_steps),
+              static_cast<long long>(sampler->num_rows.load()));
+  EXPECT_GT(s.device_sample_steps, 0u) << "no step took the device path";
+  // The penalty request's 8 steps (its prefill and 7 decodes) sample on the host.
+  EXPECT_GE(s.steps, s.device_sample_steps + 8);
+  EXPECT_EQ(static_cast<uint64_t>(sampler->calls.load()), s.device_sample_steps);
+  EXPECT_LT(static_cast<uint64_t>(sampler->num_rows.load()), s.generated_tokens);
+  EXPECT_EQ(s.steps, want.stats.steps);
+
+  // Alone, a logprobs request and a penalty request never reach the device sampler.
+  const int64_t calls = sampler->calls.load();
+  Collector c;
+  EngineRequest lp = greedy_request(700, random_tokens(6, 997, 7), 3);
+  lp.logprobs = true;
+  lp.sampling.top_logprobs = 2;
+  run_one(*device, c, lp);
+  EngineRequest pen = greedy_request(701, random_tokens(6, 997, 8), 3);
+  pen.sampling.presence_penalty = 0.5f;
+  run_one(*device, c, pen);
+  EXPECT_EQ(sampler->calls.load(), calls);
+  const std::vector<TokenEvent> lp_events = c.events(RequestId(700));
+  ASSERT_EQ(lp_events.size(), 3u);
+  for (const TokenEvent& e : lp_events) EXPECT_EQ(e.logprob.top.size(), 2u);
+}
+
+TEST(Engine, DeviceSamplingSwitchedOffByConfigOrEnvironment) {
+  EngineConfig config = small_config("llama_tied");
+  config.device_sampling = false;
+  EmulatedDeviceSampler* sampler = nullptr;
+  auto off = start_emulated(config, &sampler);
+  ASSERT_TRUE(off);
+  const MixedRun a = run_mixed(*off);
+  EXPECT_EQ(a.stats.device_sample_steps, 0u);
+  EXPECT_EQ(sampler->calls.load(), 0);
+
+  config.device_sampling = true;
+  const char* saved = std::getenv("DEEPINFER_GPU_SAMPLING");
+  const std::string old = saved != nullptr ? saved : "";
+  ::setenv("DEEPINFER_GPU_SAMPLING", "0", 1);
+  auto env_off = start_emulated(config, &sampler);  // read when the engine starts
+  if (saved != nullptr) {
+    ::setenv("DEEPINFER_GPU_SAMPLING", old.c_str(), 1);
+  } else {
+    ::unsetenv("DEEPINFER_GPU_SAMPLING");
+  }
+  ASSERT_TRUE(env_off);
+  const MixedRun b = run_mixed(*env_off);
+  EXPECT_EQ(b.stats.device_sample_steps, 0u);
+  EXPECT_EQ(sampler->calls.load(), 0);
+  expect_same_events(a, b, "environment switch");
+}
+
+// A device row whose logits are all -inf/NaN (-1) fails the step as the host sampler's throw
+// does: every request in flight ends with kError, and the engine serves the next request.
+TEST(Engine, DeviceSamplerFailureFailsTheStepOnly) {
+  EmulatedDeviceSampler* sampler = nullptr;
+  auto engine = start_emulated(small_config("llama_tied"), &sampler);
+  ASSERT_TRUE(engine);
+  Collector c;
+  sampler->all_masked = true;
+  run_one(*engine, c, greedy_request(1, random_tokens(9, 997, 5), 4));
+  const TokenEvent f = c.final_event(RequestId(1));
+  EXPECT_EQ(f.finish, EngineFinish::kError);
+  EXPECT_NE(f.error.find("device sampler"), std::string::npos) << f.error;
+  EXPECT_TRUE(c.tokens(RequestId(1)).empty());
+  sampler->all_masked = false;
+  run_one(*engine, c, greedy_request(2, random_tokens(9, 997, 5), 4));
+  EXPECT_EQ(c.final_event(RequestId(2)).finish, EngineFinish::kLength);
+  EXPECT_EQ(c.tokens(RequestId(2)).size(), 4u);
+  EXPECT_EQ(engine->stats().requests_failed, 1u);
+  expect_all_free(*engine);
 }
 
 }  // namespace

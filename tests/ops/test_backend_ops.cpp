@@ -898,5 +898,69 @@ TEST(GpuSampling, SameTokenAsCpuSampler) {
 #endif
 }
 
+// Backend::sample_on_device as the engine calls it: the sampler keeps its buffers between calls,
+// so calls of 40, 3 (rows of a larger buffer, as a graph step's logits are), 1 (all -inf: -1)
+// and 40 rows again must each give the CPU sampler's tokens.
+TEST(GpuSampling, BuffersReusedAcrossBatchSizes) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "GPU sampling test skipped: " << skip_reason();
+  ASSERT_TRUE(be->can_sample_on_device());
+  const int64_t vocab = 129280, rows = 40;
+  std::vector<DeviceSampleRow> params;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t kind = static_cast<int32_t>(r % 4);
+    params.push_back(DeviceSampleRow{kind == 0 ? 0.0f : 0.5f + 0.25f * static_cast<float>(kind),
+                                     kind == 1 ? 30 : -1, kind == 2 ? 0.9f : 1.0f,
+                                     kind == 3 ? 0.05f : 0.0f, static_cast<uint64_t>(11 + r),
+                                     40 + 3 * r});
+  }
+  Tensor logits = Tensor::empty({rows, vocab}, DType::kF32);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] = nd(rng);
+  auto cpu_token = [&](const Tensor& host, int64_t r, const DeviceSampleRow& d) {
+    sampling::SamplingParams p;
+    p.temperature = d.temperature;
+    p.top_k = d.top_k;
+    p.top_p = d.top_p;
+    p.min_p = d.min_p;
+    p.seed = d.seed;
+    std::span<const float> l(host.f32() + r * vocab, static_cast<size_t>(vocab));
+    return sampling::sample_token(l, p, d.position, {}, {});
+  };
+  const Tensor dev = be->upload(logits, DType::kF32);
+  int mismatches = 0;
+  auto check = [&](int64_t begin, int64_t end) {
+    const std::span<const DeviceSampleRow> part(params.data() + begin,
+                                                static_cast<size_t>(end - begin));
+    const std::vector<int32_t> got = be->sample_on_device(dev.slice_rows(begin, end), part);
+    ASSERT_EQ(got.size(), part.size());
+    for (int64_t r = begin; r < end; ++r) {
+      const int32_t want = cpu_token(logits, r, params[static_cast<size_t>(r)]);
+      if (want != got[static_cast<size_t>(r - begin)]) {
+        ++mismatches;
+        std::printf("[sample] rows [%lld, %lld) row %lld: cpu %d gpu %d\n",
+                    static_cast<long long>(begin), static_cast<long long>(end),
+                    static_cast<long long>(r), want, got[static_cast<size_t>(r - begin)]);
+      }
+    }
+  };
+  check(0, rows);
+  check(17, 20);
+  Tensor masked = Tensor::empty({1, vocab}, DType::kF32);
+  for (int64_t v = 0; v < vocab; ++v) masked.f32()[v] = v % 2 ? -INFINITY : NAN;
+  const std::vector<int32_t> none =
+      be->sample_on_device(be->upload(masked, DType::kF32), std::span(params.data(), 1));
+  EXPECT_EQ(none, std::vector<int32_t>{-1});
+  check(0, rows);
+  std::printf("[op] %-60s mismatches=%d %s\n", "gpu_sampling_reused_buffers_v129280", mismatches,
+              mismatches == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(mismatches, 0);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 }  // namespace
 }  // namespace di::testing

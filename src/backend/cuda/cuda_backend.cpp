@@ -112,6 +112,7 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   host_cache_.clear();
+  sampler_.reset();
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   for (uint32_t* c : retired_attention_counters_) cudaFree(c);

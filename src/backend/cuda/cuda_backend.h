@@ -33,6 +33,8 @@ namespace di::cuda {
 // Whether a CUDA device is usable here (tests skip when not).
 bool cuda_available();
 
+class CudaSampler;  // cuda_sampler.h
+
 class CudaBackend final : public Backend {
  public:
   // compute: DType::kBF16 (default) or DType::kF32 (the verification mode).
@@ -97,6 +99,10 @@ class CudaBackend final : public Backend {
     fill_random(t, seed, scale);
     return true;
   }
+  // The GPU sampler (cuda_sampler.cpp, kernels/sampling.h); its buffers live until the backend.
+  bool can_sample_on_device() const override { return true; }
+  std::vector<int32_t> sample_on_device(const Tensor& logits,
+                                        std::span<const DeviceSampleRow> rows) override;
   // Captures a cuda::DecodeGraph (cuda_graph.cpp) after one eager warm-up step.
   std::unique_ptr<DecodeStepGraph> make_decode_graph(DecodeForward forward, int32_t bucket,
                                                      int32_t max_blocks_per_seq,
@@ -164,6 +170,7 @@ class CudaBackend final : public Backend {
     const char* env = std::getenv("DEEPINFER_PINNED_DOWNLOAD");
     return env == nullptr || std::string(env) != "0";
   }();
+  std::shared_ptr<CudaSampler> sampler_;  // after allocator_: its tensors go back to it first
   int32_t attention_max_kv_override_ = 0;
   int32_t gemv_max_rows_ = 0;  // set in the constructor
   int32_t num_sms_ = 0;
