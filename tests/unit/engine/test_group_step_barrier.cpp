@@ -21,7 +21,7 @@ class CountingTransport final : public DpExpertTransport {
  public:
   int32_t num_ranks() const override { return 3; }
   void bind_thread(int32_t) override {}
-  void attach(int32_t, Backend&, Model&, int32_t) override {}
+  void attach(int32_t, Backend&, Model&, int32_t, int32_t) override {}
   void abort(const std::string&) override { ++aborts; }
   void reset() override { ++resets; }
   std::atomic<int> aborts{0}, resets{0};
@@ -122,7 +122,6 @@ TEST(GroupStepBarrier, FailedStepAbortsTheTransportAndResetsItAtTheNextRound) {
   EXPECT_EQ(t.resets.load(), 1);
 }
 
-
 // Runs one agree_decode round on n threads; returns each rank's answer.
 std::vector<DecodeShape> agree(GroupStepBarrier& b, const std::vector<DecodeShape>& mine) {
   std::vector<DecodeShape> out(mine.size());
@@ -135,7 +134,8 @@ std::vector<DecodeShape> agree(GroupStepBarrier& b, const std::vector<DecodeShap
 }
 
 TEST(GroupStepBarrier, AgreeDecodeGivesEveryRankTheGroupShape) {
-  GroupStepBarrier b(3, [](int32_t) {}, nullptr);
+  GroupStepBarrier b(
+      3, [](int32_t) {}, nullptr);
   // Plain decode steps of 3 and 5 sequences and a padding step: max rows, max blocks.
   for (const DecodeShape& d : agree(b, {{3, 7}, {5, 2}, {0, 0}})) {
     EXPECT_EQ(d.rows, 5);
@@ -157,7 +157,8 @@ TEST(GroupStepBarrier, AgreeDecodeGivesEveryRankTheGroupShape) {
 
 TEST(GroupStepBarrier, AgreeDecodeIsReleasedByAFailedStep) {
   CountingTransport transport;
-  GroupStepBarrier b(3, [](int32_t) {}, &transport);
+  GroupStepBarrier b(
+      3, [](int32_t) {}, &transport);
   round(b, {true, true, true}, {false, false, false});
   // Ranks 0 and 1 wait in agree_decode; rank 2 fails its step before reaching it.
   std::vector<DecodeShape> out(2);
