@@ -170,13 +170,34 @@ TEST(GroupStepBarrier, AgreeDecodeIsReleasedByAFailedStep) {
   t1.join();
   EXPECT_EQ(out[0].rows, -1);
   EXPECT_EQ(out[1].rows, -1);
+  EXPECT_TRUE(out[0].failed && out[1].failed);
   EXPECT_EQ(transport.aborts.load(), 1);
   // A late arrival of the failed round is not blocked either.
-  EXPECT_EQ(b.agree_decode(2, {1, 1}).rows, -1);
+  const DecodeShape late = b.agree_decode(2, {1, 1});
+  EXPECT_EQ(late.rows, -1);
+  EXPECT_TRUE(late.failed);
   // The next round resets the transport, and agreement works again.
   round(b, {true, false, false}, {false, false, false});
   EXPECT_EQ(transport.resets.load(), 1);
   for (const DecodeShape& d : agree(b, {{1, 3}, {0, 0}, {0, 0}})) EXPECT_EQ(d.rows, 1);
+}
+
+// The EPLB phase of a group step: prefill when any rank has a prompt token, on every rank, with a
+// plain decode shape (rows >= 0) or not; never marked failed.
+TEST(GroupStepBarrier, AgreeDecodeAgreesOnThePrefillPhase) {
+  GroupStepBarrier b(
+      3, [](int32_t) {}, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    round(b, {true, false, false}, {false, false, false});
+    const int32_t who = i % 4;  // 3: nobody prefills
+    std::vector<DecodeShape> mine(3, DecodeShape{.rows = 1, .max_blocks = 1});
+    if (who < 3) mine[static_cast<size_t>(who)] = DecodeShape{.rows = -1, .prefill = true};
+    for (const DecodeShape& d : agree(b, mine)) {
+      EXPECT_EQ(d.prefill, who < 3) << i;
+      EXPECT_EQ(d.rows, who < 3 ? -1 : 1) << i;
+      EXPECT_FALSE(d.failed);
+    }
+  }
 }
 
 }  // namespace
