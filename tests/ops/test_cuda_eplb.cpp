@@ -340,7 +340,9 @@ TEST_P(CudaEplbDpGroup, GroupWithEplbEqualsOneEngineWithout) {
               fp32 ? "" : " (bf16: reported)");
   std::fflush(stdout);
   // One GPU: a one-rank group (NCCL self exchange), where the planner makes no replicas.
-  if (dp >= 2) EXPECT_GE(rebalances.front(), 2u);
+  if (dp >= 2) {
+    EXPECT_GE(rebalances.front(), 2u);
+  }
   for (uint64_t n : rebalances) EXPECT_EQ(n, rebalances.front());
   if (fp32) {
     EXPECT_EQ(same, want.size()) << "greedy tokens differ with DP + EPLB (fp32)";
