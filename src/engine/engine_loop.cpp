@@ -538,6 +538,7 @@ void EngineLoop::run_step(Outbox& out) {
 }
 
 GroupDecode EngineLoop::agree_step(DecodeShape mine) {
+  mine.eplb_steps = eplb_ ? eplb_->num_steps() : -1;
   DecodeShape shape = mine;
   if (hooks_.sync != nullptr) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -545,6 +546,10 @@ GroupDecode EngineLoop::agree_step(DecodeShape mine) {
     counters_.group_wait_us += micros(std::chrono::steady_clock::now() - t0);
     // Nothing of this step ran yet on any rank, and no rank begins its EPLB step.
     DI_CHECK(!shape.failed, "another rank of the DP group failed this step");
+    DI_CHECK(shape.eplb_steps == mine.eplb_steps,
+             "EPLB: the ranks of the DP group closed different numbers of EPLB steps ({} on rank "
+             "{}): their load all-reduces would not pair up",
+             mine.eplb_steps, hooks_.rank_idx);
   }
   // Right after the agreement, with nothing in between that can throw: every rank of a group that
   // got here begins its EPLB step (and ends it, in end_step or end_failed_eplb_step).

@@ -86,6 +86,8 @@ class EplbRuntime {
   // steps stay in lockstep with the rest of its group. No-op when the step was closed.
   bool end_failed_step();
   bool in_step() const { return in_step_; }
+  // Steps closed so far, both phases (equal on every rank of a DP group: engine_loop.cpp checks).
+  int64_t num_steps() const { return controllers_[0]->step() + controllers_[1]->step(); }
 
   // Plans from `phase`'s window now and applies the result (tests, operators). min_gain applies.
   // One engine only (in a group it would re-place one rank).

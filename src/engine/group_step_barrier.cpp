@@ -65,6 +65,9 @@ DecodeShape GroupStepBarrier::agree_decode(int32_t rank_idx, DecodeShape mine) {
         agree_acc_.rows < 0 || mine.rows < 0 ? -1 : std::max(agree_acc_.rows, mine.rows);
     agree_acc_.max_blocks = std::max(agree_acc_.max_blocks, mine.max_blocks);
     agree_acc_.prefill = agree_acc_.prefill || mine.prefill;
+    if (agree_acc_.eplb_steps != mine.eplb_steps) {
+      agree_acc_.eplb_steps = DecodeShape::kEplbStepsDiffer;
+    }
   }
   const uint64_t gen = agree_generation_;
   if (++agree_arrived_ < num_ranks_) {
@@ -74,7 +77,9 @@ DecodeShape GroupStepBarrier::agree_decode(int32_t rank_idx, DecodeShape mine) {
   }
   agreed_ = agree_acc_;
   agreed_.failed = false;
-  if (agreed_.rows < 0) agreed_ = DecodeShape{.prefill = agreed_.prefill};
+  if (agreed_.rows < 0) {
+    agreed_ = DecodeShape{.prefill = agreed_.prefill, .eplb_steps = agreed_.eplb_steps};
+  }
   agree_arrived_ = 0;
   ++agree_generation_;
   cv_.notify_all();

@@ -28,6 +28,11 @@ struct DecodeShape {
   int32_t max_blocks = 0;  // KV blocks of this rank's longest sequence in the step
   bool prefill = false;    // in: this rank's step has a prompt token; out: some rank's has
   bool failed = false;     // out: no agreement (a rank's step failed; rows -1): the step fails
+  // in: EPLB steps this rank closed so far (-1 without EPLB); out: the same value when every rank
+  // brought it, else kEplbStepsDiffer (the ranks would meet at different load all-reduces and
+  // hang: the step fails on every rank instead).
+  int64_t eplb_steps = -1;
+  static constexpr int64_t kEplbStepsDiffer = -2;
 };
 
 struct GroupDecision {

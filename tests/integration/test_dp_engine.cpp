@@ -628,6 +628,27 @@ TEST(DpEngineGroupEplb, AFailedStepKeepsTheRanksInLockstep) {
   EXPECT_NO_THROW(engine->check_integrity());
 }
 
+// A rank whose EPLB steps got out of line (here: one extra step closed by hand) would wait in a
+// load all-reduce the others never reach. The step agreement catches it first: the steps fail on
+// every rank with a message, nothing hangs.
+TEST(DpEngineGroupEplb, RanksAtDifferentEplbStepsFailInsteadOfHanging) {
+  EngineConfig c = config_for("qwen3_moe", 2);
+  c.eplb = busy_eplb();
+  auto engine = start_engine(c);
+  ASSERT_TRUE(engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  group->rank(1).with_eplb([](EplbRuntime* e) {
+    e->begin_step(EplbPhase::kDecode);
+    e->end_step();
+  });
+  Collector col;
+  const EngineRequest r = greedy_request(1, random_tokens(10, engine->vocab_size(), 3), 4);
+  ASSERT_TRUE(engine->submit(r, col.sink(r.id)).is_ok());
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "the group hung";
+  EXPECT_EQ(col.finish(r.id), EngineFinish::kError);
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
 TEST(DpEngineGroup, DenseModelRunsIndependentRanks) {
   auto single = start_engine(config_for("qwen3", 0));
   auto engine = start_engine(config_for("qwen3", 2));

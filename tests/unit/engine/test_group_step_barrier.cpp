@@ -200,5 +200,22 @@ TEST(GroupStepBarrier, AgreeDecodeAgreesOnThePrefillPhase) {
   }
 }
 
+// EPLB step counts: passed through when every rank brings the same, kEplbStepsDiffer to every
+// rank when one differs (decode or not).
+TEST(GroupStepBarrier, AgreeDecodeFlagsRanksAtDifferentEplbSteps) {
+  GroupStepBarrier b(
+      3, [](int32_t) {}, nullptr);
+  for (int32_t rows : {1, -1}) {
+    round(b, {true, false, false}, {false, false, false});
+    std::vector<DecodeShape> mine(3, DecodeShape{.rows = rows, .eplb_steps = 7});
+    for (const DecodeShape& d : agree(b, mine)) EXPECT_EQ(d.eplb_steps, 7);
+    round(b, {true, false, false}, {false, false, false});
+    mine[1].eplb_steps = 8;
+    for (const DecodeShape& d : agree(b, mine)) {
+      EXPECT_EQ(d.eplb_steps, DecodeShape::kEplbStepsDiffer);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace di
