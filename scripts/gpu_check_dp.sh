@@ -6,7 +6,8 @@
 #
 #   scripts/gpu_check_dp.sh [N|auto] [deepinfer binary] [model dir] [backend]
 #   defaults: auto build/bin/deepinfer models/deepinfer-demo-code cuda-fp32
-# Extra serve flags: DI_DP_SERVE_ARGS="--kv-cache-mb 4096 --random-weights". Logs in
+# Extra serve flags: DI_DP_SERVE_ARGS="--kv-cache-mb 4096 --random-weights" (both servers),
+# DI_DP_GROUP_ARGS="--eplb ..." (the group only: EPLB in the group vs a plain engine without). Logs in
 # ${OUT:-/tmp}/dp_{plain,group}.log. LD_LIBRARY_PATH gets libnccl.so.2 as in scripts/ep_launch.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,8 @@ echo "[dp-check] libnccl dir: ${nccl_dir:-(the linker cache)}"
 common=(serve --backend "$backend" --model "$model" --port 0 --block-size 16 ${DI_DP_SERVE_ARGS:-})
 "$bin" "${common[@]}" >"$out/dp_plain.log" 2>&1 &
 plain_pid=$!
-"$bin" "${common[@]}" --dp-size "$dp" >"$out/dp_group.log" 2>&1 &
+# shellcheck disable=SC2086
+"$bin" "${common[@]}" --dp-size "$dp" ${DI_DP_GROUP_ARGS:-} >"$out/dp_group.log" 2>&1 &
 group_pid=$!
 port_of() {  # waits up to 240 s for the "listening on" line
   for _ in $(seq 480); do
@@ -38,7 +40,7 @@ plain_port=$(port_of "$out/dp_plain.log") || { echo "[dp-check] plain server did
 group_port=$(port_of "$out/dp_group.log") || { echo "[dp-check] group server did not start"; tail -20 "$out/dp_group.log"; }
 status=1
 if [ -n "${plain_port:-}" ] && [ -n "${group_port:-}" ]; then
-  grep -h "dp-size\|DP group\|NCCL" "$out/dp_group.log" | sed 's/^/[dp-check] group log: /'
+  grep -h "dp-size\|DP group\|NCCL\|EPLB" "$out/dp_group.log" | sed 's/^/[dp-check] group log: /'
   python3 - "$plain_port" "$group_port" "$(basename "$model")" <<'PY'
 import json, sys, threading, urllib.request
 plain, group, name = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -12,5 +12,10 @@ if [ -x .gpu_bin/deepinfer ]; then
         scripts/gpu_check_dp.sh "$w" .gpu_bin/deepinfer models/deepinfer-demo-code "$be"
       { echo "dp w=$w backend=$be rc=${rcs[${#rcs[@]}-1]}"; grep -E '^\[dp-check\] (summary|exit|identical|DIFF)' "$OUT/dp_w${w}_$be.log" | head -6; } >>"$OUT/summary_extra.txt"
     done
+    # EPLB in the group (tiny periods: several rebalances mid-request) vs the plain engine without.
+    run_step "dp_eplb_w${w}" 120 env OUT="$OUT/dp_eplb_w${w}" \
+      DI_DP_GROUP_ARGS="--eplb --eplb-window-prefill 2 --eplb-period-prefill 2 --eplb-window-decode 4 --eplb-period-decode 3 --eplb-bucket-decode 2 --eplb-min-gain-prefill 0 --eplb-min-gain-decode 0" \
+      scripts/gpu_check_dp.sh "$w" .gpu_bin/deepinfer models/deepinfer-demo-code cuda-fp32
+    { echo "dp+eplb w=$w backend=cuda-fp32 rc=${rcs[${#rcs[@]}-1]}"; grep -E '^\[dp-check\] (summary|exit|identical|DIFF|group log: EPLB rebalance)' "$OUT/dp_eplb_w${w}.log" | head -8; } >>"$OUT/summary_extra.txt"
   done
 fi

@@ -289,7 +289,9 @@ CommandRegistration reg(
           "--backend cpu: N threads (shared-memory exchange); --backend cuda: one GPU per rank, "
           "devices 0..N-1, NCCL exchange; auto = every visible GPU that passes a context "
           "creation and a 64 MiB allocation (printed). --kv-cache-mb, --max-running and "
-          "--max-batched-tokens apply per rank. Not with --eplb. Omit for one engine");
+          "--max-batched-tokens apply per rank. With --eplb: EPLB over the N ranks (every rank "
+          "holds all N*S expert slots and computes its own S; loads summed over the group). "
+          "Omit for one engine");
       add_eplb_flags(app, &o->eplb);
       return [o] { return run_serve(*o); };
     });

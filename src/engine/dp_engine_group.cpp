@@ -30,12 +30,6 @@ DpEngineGroup::DpEngineGroup(const EngineConfig& config)
 Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config) {
   const int32_t n = config.dp_size;
   if (n < 1) return bad(fmt::format("dp_size must be >= 1, got {}", n));
-  if (config.eplb.enabled) {
-    // TODO(#8): EPLB across ranks needs all-reduced loads and expert weight transfers.
-    return bad(
-        "EPLB (--eplb) cannot be combined with --dp-size yet: the group places experts "
-        "statically (contiguous ranges per rank)");
-  }
   const bool on_cpu = config.backend == "cpu";
   std::vector<int32_t> devices = config.dp_devices;
   if (devices.empty()) {
@@ -54,6 +48,18 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
     return bad(fmt::format("--dp-size {} is more than the model's {} routed experts", n,
                            mc.value().num_experts));
   }
+  const bool eplb = config.eplb.enabled;
+  if (eplb && !moe) return bad("EPLB (--eplb) needs a MoE model");
+  if (eplb && config.eplb.ep_ranks != 1 && config.eplb.ep_ranks != n) {
+    return bad(fmt::format(
+        "--ep-ranks {} with --dp-size {}: a DP group's EPLB places the experts over its {} ranks",
+        config.eplb.ep_ranks, n, n));
+  }
+  EplbOptions eplb_options = config.eplb;
+  eplb_options.ep_ranks = n;
+  // EPLB: the EP hook owns physical slots, rank r the S of [r·S, (r+1)·S) (eplb_runtime.h).
+  const int32_t num_expert_slots =
+      eplb ? n * eplb_options.slots_per_rank(mc.value().num_experts) : 0;
 
   std::unique_ptr<DpEngineGroup> group(new DpEngineGroup(config));
   DpEngineGroup& g = *group;
@@ -69,12 +75,13 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
                                config.backend));
 #endif
       }
+      if (eplb) g.loads_ = std::make_unique<GroupLoadSum>(n);
       g.barrier_ = std::make_unique<GroupStepBarrier>(
           n,
           [&g](int32_t r) {
             if (EngineLoop* e = g.wake_targets_[r].load()) e->wake();
           },
-          g.transport_.get());
+          g.transport_.get(), g.loads_.get());
     }
   } catch (const std::exception& e) {
     return Status(StatusCode::kInternal, fmt::format("cannot set up the DP group: {}", e.what()));
@@ -83,6 +90,7 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   EngineConfig rank_config = config;
   rank_config.dp_size = 0;
   rank_config.dp_devices.clear();
+  rank_config.eplb = eplb_options;
   // Decode steps on every rank take the latency exchange (no host sync, so the step graphs stay
   // on); DEEPINFER_EP_LATENCY=0 keeps the throughput exchange (host syncs) everywhere, and with
   // it no graphs. The fp32 verification mode's MoE synchronizes with the host, so its capture
@@ -105,13 +113,16 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
     Status failed = Status::ok();
     try {
       bind(r);
-      Result<EngineParts> parts = load_engine_parts(rank_config);
+      EngineConfig this_rank = rank_config;
+      this_rank.eplb.log = rank_config.eplb.log && r == 0;  // the group logs its EPLB once
+      Result<EngineParts> parts = load_engine_parts(this_rank);
       if (!parts.is_ok()) {
         failed = parts.status();
       } else {
         EngineParts& p = parts.value();
         if (transport != nullptr) {
-          transport->attach(r, *p.backend, *p.model, latency ? rank_config.max_running : 0);
+          transport->attach(r, *p.backend, *p.model, latency ? rank_config.max_running : 0,
+                            num_expert_slots);
         }
         EngineLoopHooks hooks;
         hooks.sync = g.barrier_.get();
@@ -126,7 +137,8 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
           };
         }
         if (!on_cpu) hooks.bind_thread = bind;
-        g.ranks_.push_back(std::make_unique<EngineLoop>(rank_config, std::move(p.backend),
+        hooks.eplb_loads = g.loads_.get();
+        g.ranks_.push_back(std::make_unique<EngineLoop>(this_rank, std::move(p.backend),
                                                         std::move(p.model), p.num_blocks,
                                                         p.max_model_len, std::move(hooks)));
         g.wake_targets_[r].store(g.ranks_.back().get());
@@ -147,10 +159,13 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   if (moe) {
     const int64_t spr = (mc.value().num_experts + n - 1) / n;
     DI_LOG_INFO(
-        "DP group: {} ranks ({}), DP attention + EP over {}: {} routed experts, {} per rank; "
+        "DP group: {} ranks ({}), DP attention + EP over {}: {} routed experts, {} per rank{}; "
         "KV pool of {} blocks per rank; decode steps: {}",
         n, on_cpu ? "CPU threads" : fmt::format("CUDA devices {}", fmt::join(devices, ",")),
         on_cpu ? "shared memory" : "NCCL", mc.value().num_experts, spr,
+        eplb ? fmt::format(" (EPLB: {} weight slots per rank, every rank holds all {})",
+                           num_expert_slots / n, num_expert_slots)
+             : std::string(),
         g.ranks_.front()->stats().kv_blocks_total,
         latency ? (rank_config.decode_graphs ? "latency exchange + CUDA graphs"
                                              : "latency exchange, eager")
@@ -272,12 +287,39 @@ EngineStats DpEngineGroup::stats() const {
     sum.kv_blocks_cached += s.kv_blocks_cached;
     sum.dp_ranks.push_back({s.num_running, s.num_waiting, s.kv_blocks_used});
   }
+  // EPLB: every rank applies the same placements from the same summed loads, so rank 0's
+  // counters are the group's.
+  const EngineStats first = ranks_.front()->stats();
+  sum.eplb_enabled = first.eplb_enabled;
+  sum.eplb_rebalances = first.eplb_rebalances;
+  sum.moe_lb = first.moe_lb;
   sum.dp_size = num_ranks();
   return sum;
 }
 
 void DpEngineGroup::check_integrity() const {
   for (const auto& rank : ranks_) rank->check_integrity();
+  if (loads_) {
+    // The ranks step concurrently, so each rank's history is read at its own moment: any two
+    // histories agree on their common prefix (same phase, step and placement per rebalance).
+    std::vector<std::vector<EplbRebalanceRecord>> history(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      ranks_[r]->with_eplb([&](EplbRuntime* e) {
+        DI_CHECK(e != nullptr, "DP group: rank {} has no EPLB runtime", r);
+        history[r] = e->history();
+      });
+    }
+    for (size_t r = 1; r < ranks_.size(); ++r) {
+      const size_t common = std::min(history[0].size(), history[r].size());
+      for (size_t i = 0; i < common; ++i) {
+        DI_CHECK(history[0][i] == history[r][i],
+                 "DP group: EPLB rebalance #{} differs on ranks 0 and {} (step {} / {}, "
+                 "placement {:x} / {:x})",
+                 i + 1, r, history[0][i].step, history[r][i].step, history[0][i].placement_digest,
+                 history[r][i].placement_digest);
+      }
+    }
+  }
   // Group invariants. mu_ first, then each rank's inbox lock (the order submit() uses): a live
   // id of a rank stays live until its final event's delivery, which waits for mu_ in
   // release_sample, so both views are consistent.

@@ -18,14 +18,18 @@
 // stats snapshot), then the lowest rank.
 //
 // Dense models have no collective: the ranks run independently (plain DP, no barrier, no hook).
-// Not combined with EPLB (Start rejects it). Decode steps: the ranks agree on one decode shape per
-// step (StepSync::agree_decode); when every rank decodes (or pads), all take the latency exchange
-// (parallel/cuda/ep_moe_latency.h, no host sync) and replay CUDA step graphs of one key; other
-// steps take the throughput exchange eagerly. DEEPINFER_EP_LATENCY=0: throughput everywhere.
+// EPLB (--eplb): one EplbRuntime per rank over the group's N ranks; every rank holds all N·S
+// weight slots and computes its own [r·S, (r+1)·S) (the hook owns physical slots); window loads
+// are summed over the group (group_load_sum.h) and all ranks re-place at the same step with the
+// same plan (docs/expert_parallelism.md "EPLB in a DP group"). Decode steps: the ranks agree on one
+// decode shape per step (StepSync::agree_decode); when every rank decodes (or pads), all take the
+// latency exchange (parallel/cuda/ep_moe_latency.h, no host sync) and replay CUDA step graphs of
+// one key; other steps take the throughput exchange eagerly. DEEPINFER_EP_LATENCY=0: throughput
+// everywhere.
 //
 // Invariants (check_integrity): every rank's own invariants; every id live on a rank is placed on
 // that rank in the group's table, and on no other rank; per-rank open-sample counts equal the
-// table's.
+// table's; EPLB: the ranks' rebalance histories agree (same step, phase and placement).
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -38,6 +42,7 @@
 #include "engine/dp_expert_transport.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
+#include "engine/group_load_sum.h"
 #include "engine/group_step_barrier.h"
 
 namespace di {
@@ -91,6 +96,7 @@ class DpEngineGroup final : public Engine {
   // Declaration order = reverse destruction order: the ranks (threads) go first, then the
   // barrier and the transport they use.
   std::unique_ptr<DpExpertTransport> transport_;              // null for a dense model
+  std::unique_ptr<GroupLoadSum> loads_;                       // EPLB's load all-reduce, or null
   std::unique_ptr<GroupStepBarrier> barrier_;                 // null for a dense model
   std::unique_ptr<std::atomic<EngineLoop*>[]> wake_targets_;  // for the barrier's wake()
   std::vector<std::unique_ptr<EngineLoop>> ranks_;

@@ -15,7 +15,8 @@ class ShmExpertTransport final : public DpExpertTransport {
   int32_t num_ranks() const override { return num_ranks_; }
   void bind_thread(int32_t /*rank_idx*/) override {}
 
-  void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t /*max_decode_rows*/) override {
+  void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t /*max_decode_rows*/,
+              int32_t num_expert_slots) override {
     DI_CHECK(backend.device() == Device::kCPU,
              "the shared-memory EP transport runs on the CPU backend, not '{}'", backend.name());
     const std::vector<MoeBlock*> blocks = model.moe_blocks();
@@ -23,10 +24,15 @@ class ShmExpertTransport final : public DpExpertTransport {
     const MoeBlock& b = *blocks.front();
     const auto num_experts = static_cast<int32_t>(b.experts.gate_up.size(0));
     const auto hidden = static_cast<int32_t>(b.experts.gate_up.size(2));
+    const int32_t owned = num_expert_slots > 0 ? num_expert_slots : num_experts;
+    DI_CHECK(num_expert_slots == 0 || num_expert_slots % num_ranks_ == 0,
+             "EP: {} EPLB slots over {} ranks", num_expert_slots, num_ranks_);
     if (!group_) {
-      group_ =
-          std::make_unique<parallel::ShmEpGroup>(num_ranks_, num_experts, b.routing.top_k, hidden);
+      group_ = std::make_unique<parallel::ShmEpGroup>(num_ranks_, owned, b.routing.top_k, hidden);
     }
+    DI_CHECK(group_->placement().num_experts() == owned,
+             "EP: rank {} attaches {} experts, the group has {}", rank_idx, owned,
+             group_->placement().num_experts());
     for (MoeBlock* m : blocks) {
       DI_CHECK(m->experts.gate_up.size(0) == num_experts && m->routing.top_k == b.routing.top_k,
                "EP: every MoE layer must have {} experts and top-{}", num_experts, b.routing.top_k);

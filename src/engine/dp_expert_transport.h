@@ -31,8 +31,11 @@ class DpExpertTransport {
   // Called once per rank, in rank order, on a thread bound to the rank's device.
   // max_decode_rows > 0: the hook also gets the decode (latency) exchange for up to that many
   // tokens per rank (CUDA; the shared-memory exchange has one path for every step).
-  virtual void attach(int32_t rank_idx, Backend& backend, Model& model,
-                      int32_t max_decode_rows) = 0;
+  // num_expert_slots: 0 = the model's E routed experts, rank r owns [r·spr, (r+1)·spr),
+  // spr = ceil(E / N); > 0 = EPLB's physical slots (N·S, a multiple of N): the hook then gets
+  // physical ids and weights (MoeBlock::forward) and rank r owns slots [r·S, (r+1)·S).
+  virtual void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t max_decode_rows,
+                      int32_t num_expert_slots) = 0;
   // The exchange of rank r's next forwards: rows > 0 the latency exchange with that many rows
   // per rank (same on every rank), 0 the throughput exchange. On the engine thread of rank r.
   virtual void set_latency_rows(int32_t /*rank_idx*/, int32_t /*rows*/) {}

@@ -68,7 +68,8 @@ class NcclExpertTransport final : public DpExpertTransport {
     CUDA_CHECK(cudaSetDevice(devices_.at(static_cast<size_t>(rank_idx))));
   }
 
-  void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t max_decode_rows) override {
+  void attach(int32_t rank_idx, Backend& backend, Model& model, int32_t max_decode_rows,
+              int32_t num_expert_slots) override {
     auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
     DI_CHECK(cuda != nullptr, "the NCCL EP transport needs the CUDA backend, got '{}'",
              backend.name());
@@ -76,11 +77,17 @@ class NcclExpertTransport final : public DpExpertTransport {
     DI_CHECK(!blocks.empty(), "EP needs a MoE model");
     const MoeBlock& b = *blocks.front();
     const auto hidden = static_cast<int32_t>(b.experts.gate_up.size(2));
+    const int32_t n = num_ranks();
+    DI_CHECK(num_expert_slots == 0 || num_expert_slots % n == 0, "EP: {} EPLB slots over {} ranks",
+             num_expert_slots, n);
+    // With EPLB the hook's "experts" are the N·S physical slots: contiguous_placement(N·S, N)
+    // gives rank r exactly [r·S, (r+1)·S) in the throughput and the latency exchange.
+    const int32_t owned =
+        num_expert_slots > 0 ? num_expert_slots : static_cast<int32_t>(b.experts.gate_up.size(0));
     if (rank_idx == 0 && max_decode_rows > 0)
       make_peer_exchange(hidden, b.routing.top_k, backend.compute_dtype(), max_decode_rows);
     auto hook = std::make_unique<EpMoeHook>(
-        *transports_.at(static_cast<size_t>(rank_idx)),
-        static_cast<int32_t>(b.experts.gate_up.size(0)), hidden, b.routing.top_k,
+        *transports_.at(static_cast<size_t>(rank_idx)), owned, hidden, b.routing.top_k,
         backend.compute_dtype(), cuda->stream(), max_decode_rows,
         peer_ && max_decode_rows > 0 ? &peer_->rank(rank_idx) : nullptr);
     auto& slot = hooks_.at(static_cast<size_t>(rank_idx));

@@ -155,7 +155,8 @@ EngineLoop::EngineLoop(const EngineConfig& config, std::unique_ptr<Backend> back
   if (hooks_.sample_threads > 0) sample_pool_ = std::make_unique<ThreadPool>(hooks_.sample_threads);
   if (config_.decode_graphs) runner_->enable_decode_graphs(config_.max_running, max_model_len_);
   if (config_.eplb.enabled) {
-    eplb_ = std::make_unique<EplbRuntime>(*model_, *backend_, config_.eplb);
+    eplb_ = std::make_unique<EplbRuntime>(*model_, *backend_, config_.eplb, hooks_.eplb_loads,
+                                          hooks_.rank_idx);
   }
   KvCacheConfig kv_config;
   kv_config.num_blocks = num_blocks;
@@ -316,6 +317,7 @@ void EngineLoop::run() {
           DI_LOG_ERROR("engine step {} failed: {}", counters_.steps, e.what());
           if (sync != nullptr) sync->step_failed(hooks_.rank_idx, e.what());
           end_all(EngineFinish::kError, fmt::format("engine step failed: {}", e.what()), out);
+          end_failed_eplb_step();
         }
       }
       busy = sync != nullptr ? group.step : scheduler_->has_unfinished();
@@ -482,10 +484,9 @@ void EngineLoop::run_step(Outbox& out) {
     }
   }
 
-  if (eplb_) {
-    eplb_->begin_step(sched.prefills.empty() ? EplbPhase::kDecode : EplbPhase::kPrefill);
-  }
-  const GroupDecode group = agree_decode(runner_->decode_shape(plan, logit_rows));
+  DecodeShape mine = runner_->decode_shape(plan, logit_rows);
+  mine.prefill = !sched.prefills.empty();
+  const GroupDecode group = agree_step(mine);
   const int64_t graph_steps_before = runner_->graph_steps();
   const bool on_device = placement.on_device();
   const auto t0 = std::chrono::steady_clock::now();
@@ -581,11 +582,24 @@ std::vector<sampling::SampleResult> EngineLoop::sample_on_device(
   return results;
 }
 
-GroupDecode EngineLoop::agree_decode(DecodeShape mine) {
+GroupDecode EngineLoop::agree_step(DecodeShape mine) {
+  mine.eplb_steps = eplb_ ? eplb_->num_steps() : -1;
+  DecodeShape shape = mine;
+  if (hooks_.sync != nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    shape = hooks_.sync->agree_decode(hooks_.rank_idx, mine);
+    counters_.group_wait_us += micros(std::chrono::steady_clock::now() - t0);
+    // Nothing of this step ran yet on any rank, and no rank begins its EPLB step.
+    DI_CHECK(!shape.failed, "another rank of the DP group failed this step");
+    DI_CHECK(shape.eplb_steps == mine.eplb_steps,
+             "EPLB: the ranks of the DP group closed different numbers of EPLB steps ({} on rank "
+             "{}): their load all-reduces would not pair up",
+             mine.eplb_steps, hooks_.rank_idx);
+  }
+  // Right after the agreement, with nothing in between that can throw: every rank of a group that
+  // got here begins its EPLB step (and ends it, in end_step or end_failed_eplb_step).
+  if (eplb_) eplb_->begin_step(shape.prefill ? EplbPhase::kPrefill : EplbPhase::kDecode);
   if (hooks_.sync == nullptr) return {};
-  const auto t0 = std::chrono::steady_clock::now();
-  const DecodeShape shape = hooks_.sync->agree_decode(hooks_.rank_idx, mine);
-  counters_.group_wait_us += micros(std::chrono::steady_clock::now() - t0);
   GroupDecode group;
   if (shape.rows >= 0) {
     group.bucket = ModelRunner::decode_bucket(shape.rows, config_.max_running);
@@ -596,14 +610,32 @@ GroupDecode EngineLoop::agree_decode(DecodeShape mine) {
 }
 
 void EngineLoop::run_padding_step() {
-  const GroupDecode group = agree_decode(DecodeShape{.rows = 0, .max_blocks = 0});
+  const GroupDecode group = agree_step(DecodeShape{.rows = 0, .max_blocks = 0});
   const int64_t graph_steps_before = runner_->graph_steps();
   const auto t0 = std::chrono::steady_clock::now();
   runner_->execute_padding(group);
   const uint64_t us = micros(std::chrono::steady_clock::now() - t0);
   counters_.forward_us += us;
   if (runner_->graph_steps() > graph_steps_before) counters_.graph_forward_us += us;
+  // A padding step is an EPLB step of the group's phase like any other: every rank's bucket
+  // boundaries and periods stay aligned. Its token is routed, dispatched and computed like a real
+  // one, so it is counted (one row here; on CUDA a graph replay's bucket of padding rows).
+  if (eplb_) eplb_->end_step();
   ++counters_.padding_steps;
+}
+
+void EngineLoop::end_failed_eplb_step() {
+  if (!eplb_ || !eplb_->in_step()) return;
+  try {
+    eplb_->end_failed_step();
+  } catch (const std::exception& e) {
+    DI_LOG_ERROR("EPLB: closing the failed step: {}", e.what());
+  }
+}
+
+void EngineLoop::with_eplb(const std::function<void(EplbRuntime*)>& fn) {
+  std::lock_guard state(state_mu_);
+  fn(eplb_.get());
 }
 
 void EngineLoop::publish_stats() {

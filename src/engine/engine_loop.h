@@ -29,6 +29,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/eplb_runtime.h"
+#include "engine/group_load_sum.h"
 #include "engine/model_runner.h"
 #include "engine/step_sync.h"
 #include "kv/kv_cache_manager.h"
@@ -66,6 +67,8 @@ struct EngineLoopHooks {
   // same moment, and the shared global pool serves one caller at a time (the others sample
   // serially): on 2 H200s that made a rank's sampling 4x slower than one engine's.
   int32_t sample_threads = 0;
+  // Group ranks with EPLB: the group's load all-reduce (not owned); rank rank_idx of it.
+  GroupLoadSum* eplb_loads = nullptr;
 };
 
 class EngineLoop final : public Engine {
@@ -95,6 +98,9 @@ class EngineLoop final : public Engine {
   // Ids accepted and not yet released (the duplicate-id set), for the group's invariants.
   std::vector<RequestId> live_request_ids() const;
   Model& model() { return *model_; }
+  // Tests: runs fn on this engine's EPLB runtime (null when EPLB is off) under the state lock, so
+  // never during a step.
+  void with_eplb(const std::function<void(EplbRuntime*)>& fn);
   Backend& backend() { return *backend_; }
 
  private:
@@ -142,9 +148,12 @@ class EngineLoop final : public Engine {
                                                        std::span<const sampling::SamplingRow> rows);
   // A group rank without work while others step: one padding token through every layer.
   void run_padding_step();
-  // Group ranks: the group's decode shape for this step (StepSync::agree_decode), the exchange
-  // set on this rank's expert hook accordingly; {} for a standalone engine.
-  GroupDecode agree_decode(DecodeShape mine);
+  // The step's agreement (StepSync::agree_decode for group ranks): returns the group's decode
+  // shape, the exchange set on this rank's expert hook accordingly ({} for a standalone engine);
+  // begins the EPLB step in the group's phase. Throws when another rank failed the step.
+  GroupDecode agree_step(DecodeShape mine);
+  // After a step threw: closes its EPLB step if it was begun (keeps the group's EPLB lockstep).
+  void end_failed_eplb_step();
   // Records a sample's final event; closes the request when it was the last open sample.
   void close_sample(RequestState& r, int32_t sample_idx, EngineFinish reason);
   void publish_stats();

@@ -10,7 +10,8 @@ namespace di {
 
 struct EplbOptions {
   bool enabled = false;
-  // Simulated EP ranks for the planner's placement; the single device holds every rank's slots.
+  // EP ranks of the planner's placement; the device holds every rank's slots. One engine: simulated
+  // ranks. A DP group (engine/dp_engine_group.h) sets it to the group's size.
   // With 1 rank the planner gives no expert a second replica (a second copy on one rank adds no
   // capacity), so redundant slots only get used with ep_ranks > 1.
   int32_t ep_ranks = 1;
@@ -21,6 +22,9 @@ struct EplbOptions {
   parallel::EplbConfig decode = parallel::EplbConfig::decode();
   bool log = true;  // one info line per rebalance
 
+  // Physical weight slots per rank for a layer of `num_experts` routed experts:
+  // ceil(num_experts / ep_ranks) + max(prefill, decode).redundant_per_rank.
+  int32_t slots_per_rank(int32_t num_experts) const;
   void validate() const;
   std::string describe() const;
 };

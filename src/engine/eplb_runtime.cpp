@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <span>
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/group_load_sum.h"
 
 namespace di {
 namespace {
@@ -38,6 +40,11 @@ const char* phase_name(EplbPhase p) {
 
 }  // namespace
 
+int32_t EplbOptions::slots_per_rank(int32_t num_experts) const {
+  return (num_experts + ep_ranks - 1) / ep_ranks +
+         std::max(prefill.redundant_per_rank, decode.redundant_per_rank);
+}
+
 void EplbOptions::validate() const {
   DI_CHECK(ep_ranks >= 1, "--ep-ranks must be >= 1, got {}", ep_ranks);
   prefill.validate();
@@ -54,9 +61,14 @@ std::string EplbOptions::describe() const {
                      one(prefill), one(decode));
 }
 
-EplbRuntime::EplbRuntime(Model& model, Backend& backend, const EplbOptions& options)
-    : backend_(backend), options_(options) {
+EplbRuntime::EplbRuntime(Model& model, Backend& backend, const EplbOptions& options,
+                         GroupLoadSum* group, int32_t rank_idx)
+    : backend_(backend), options_(options), group_(group), rank_idx_(rank_idx) {
   options_.validate();
+  DI_CHECK(group == nullptr || (group->num_ranks() == options_.ep_ranks && rank_idx >= 0 &&
+                                rank_idx < group->num_ranks()),
+           "EPLB: rank {} of a group of {} with {} EP ranks", rank_idx,
+           group ? group->num_ranks() : 0, options_.ep_ranks);
   const std::vector<MoeBlock*> blocks = model.moe_blocks();
   DI_CHECK(!blocks.empty(), "EPLB: the model ({}) has no MoE layers",
            arch_name(model.config().arch));
@@ -70,9 +82,7 @@ EplbRuntime::EplbRuntime(Model& model, Backend& backend, const EplbOptions& opti
              "EPLB: MoE layers differ in expert count ({} vs {})", b->experts.gate_up.size(0),
              num_experts_);
   }
-  const int32_t redundant =
-      std::max(options_.prefill.redundant_per_rank, options_.decode.redundant_per_rank);
-  slots_per_rank_ = (num_experts_ + n - 1) / n + redundant;
+  slots_per_rank_ = options_.slots_per_rank(num_experts_);
   num_slots_ = n * slots_per_rank_;
   const std::vector<int64_t> uniform(static_cast<size_t>(num_experts_), 1);
   const ExpertPlacement initial =
@@ -82,6 +92,7 @@ EplbRuntime::EplbRuntime(Model& model, Backend& backend, const EplbOptions& opti
   controllers_[1] = std::make_unique<parallel::EplbController>(options_.decode, initials);
   for (auto& t : totals_)
     t.assign(blocks.size(), std::vector<int64_t>(static_cast<size_t>(num_experts_), 0));
+  for (auto& p : pending_) p.assign(blocks.size() * static_cast<size_t>(num_experts_), 0);
   zero_counts_ = backend_.zeros({num_experts_}, DType::kI32);
 
   layers_.resize(blocks.size());  // never resized again: blocks point into it
@@ -111,8 +122,11 @@ EplbRuntime::EplbRuntime(Model& model, Backend& backend, const EplbOptions& opti
     L.block->eplb = &L.state;
   }
   if (options_.log) {
-    DI_LOG_INFO("{}; {} MoE layers x {} experts -> {} weight slots ({} per rank)",
-                options_.describe(), layers_.size(), num_experts_, num_slots_, slots_per_rank_);
+    DI_LOG_INFO("{}; {} MoE layers x {} experts -> {} weight slots ({} per rank){}",
+                options_.describe(), layers_.size(), num_experts_, num_slots_, slots_per_rank_,
+                group_ ? "; DP group: every rank holds all slots, computes its own, loads summed "
+                         "over the group"
+                       : "");
   }
 }
 
@@ -170,22 +184,40 @@ void EplbRuntime::begin_step(EplbPhase phase) {
   for (Layer& L : layers_) L.state.counts = &L.counts[static_cast<size_t>(phase)];
 }
 
-void EplbRuntime::read_back(EplbPhase phase) {
+void EplbRuntime::flush_counts(EplbPhase phase) {
   const size_t p = static_cast<size_t>(phase);
-  parallel::EplbController& ctrl = *controllers_[p];
-  std::vector<int64_t> counts(static_cast<size_t>(num_experts_));
+  const auto ne = static_cast<size_t>(num_experts_);
   for (size_t l = 0; l < layers_.size(); ++l) {
     Tensor host = backend_.download(layers_[l].counts[p]);
     DI_CHECK(host.dtype() == DType::kI32 && host.numel() == num_experts_,
              "EPLB: counts read back as {}", host.describe());
     const int32_t* c = host.data<int32_t>();
-    for (int32_t e = 0; e < num_experts_; ++e) {
-      counts[static_cast<size_t>(e)] = c[e];
-      totals_[p][l][static_cast<size_t>(e)] += c[e];
+    for (size_t e = 0; e < ne; ++e) {
+      totals_[p][l][e] += c[e];
+      pending_[p][l * ne + e] += c[e];
     }
-    ctrl.add_loads(static_cast<int32_t>(l), counts);
     backend_.copy_rows(zero_counts_, 0, layers_[l].counts[p], 0, num_experts_);
   }
+}
+
+void EplbRuntime::close_bucket(EplbPhase phase) {
+  const size_t p = static_cast<size_t>(phase);
+  try {
+    flush_counts(phase);
+  } catch (const std::exception& e) {
+    // The other ranks would wait for this rank's bucket forever.
+    if (group_)
+      group_->abort(fmt::format("rank {} cannot read its counts: {}", rank_idx_, e.what()));
+    throw;
+  }
+  std::vector<int64_t>& loads = pending_[p];
+  if (group_) group_->all_reduce(rank_idx_, loads);  // every rank: the same sum, in rank order
+  const auto ne = static_cast<size_t>(num_experts_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    controllers_[p]->add_loads(static_cast<int32_t>(l),
+                               std::span<const int64_t>(loads.data() + l * ne, ne));
+  }
+  std::fill(loads.begin(), loads.end(), 0);
 }
 
 double EplbRuntime::current_moe_lb(EplbPhase phase) const {
@@ -207,7 +239,7 @@ bool EplbRuntime::end_step() {
   // Read the device counts only when this step completes a bucket of the window (every step for
   // prefill's 1-step buckets, every 10th decode step by default).
   const bool bucket_done = (ctrl.step() + 1) % ctrl.config().steps_per_bucket == 0;
-  if (bucket_done) read_back(phase);
+  if (bucket_done) close_bucket(phase);
   std::optional<parallel::Rebalance> plan = ctrl.end_step();
   if (bucket_done) stats_.moe_lb = current_moe_lb(phase);
   if (!plan) return false;
@@ -215,8 +247,13 @@ bool EplbRuntime::end_step() {
   return true;
 }
 
+bool EplbRuntime::end_failed_step() {
+  return in_step_ ? end_step() : false;
+}
+
 bool EplbRuntime::rebalance_now(EplbPhase phase) {
   DI_CHECK(!in_step_, "EPLB: rebalance_now inside a step");
+  DI_CHECK(group_ == nullptr, "EPLB: rebalance_now on one rank of a DP group");
   parallel::EplbController& ctrl = *controllers_[static_cast<size_t>(phase)];
   std::optional<parallel::Rebalance> plan = ctrl.plan_now();
   if (!plan) return false;
@@ -264,6 +301,7 @@ void EplbRuntime::apply(const parallel::Rebalance& plan, EplbPhase phase) {
   // Both phases serve with the one placement the device holds.
   controllers_[0]->commit(plan);
   controllers_[1]->commit(plan);
+  history_.push_back({phase, plan.step, placement_digest()});
   ++stats_.rebalances;
   stats_.experts_moved += moves.size();
   stats_.moe_lb_before = mean(plan.moe_lb_current);
@@ -272,16 +310,28 @@ void EplbRuntime::apply(const parallel::Rebalance& plan, EplbPhase phase) {
   if (options_.log) {
     const auto changed = std::count(plan.changed.begin(), plan.changed.end(), true);
     DI_LOG_INFO(
-        "EPLB rebalance #{} ({} step {}): moe_lb {:.3f} -> {:.3f} (mean of {} MoE layers, {} "
-        "re-placed), {} expert copies",
-        stats_.rebalances, phase_name(phase), plan.step, stats_.moe_lb_before, stats_.moe_lb_after,
-        layers_.size(), changed, moves.size());
+        "EPLB rebalance #{} ({} step {}{}): moe_lb {:.3f} -> {:.3f} (mean of {} MoE layers, {} "
+        "re-placed), {} expert copies{}",
+        stats_.rebalances, phase_name(phase), plan.step,
+        group_ ? fmt::format(", DP group of {}", group_->num_ranks()) : std::string(),
+        stats_.moe_lb_before, stats_.moe_lb_after, layers_.size(), changed, moves.size(),
+        group_ ? " on every rank" : "");
   }
 }
 
 std::vector<std::vector<int64_t>> EplbRuntime::total_counts(EplbPhase phase) {
-  read_back(phase);
+  flush_counts(phase);
   return totals_[static_cast<size_t>(phase)];
+}
+
+uint64_t EplbRuntime::placement_digest() const {
+  uint64_t h = 1469598103934665603ull;
+  for (const ExpertPlacement& p : placements()) {
+    for (int32_t s = 0; s < p.num_slots(); ++s) {
+      h = (h ^ static_cast<uint32_t>(p.expert_at(s))) * 1099511628211ull;
+    }
+  }
+  return h;
 }
 
 void EplbRuntime::set_trace(std::vector<std::vector<int32_t>>* traces) {
@@ -296,6 +346,8 @@ void EplbRuntime::check_integrity(bool compare_weights) {
   DI_CHECK(controllers_[1]->placements() == pl, "EPLB: the phases disagree on the placement");
   DI_CHECK(pl.size() == layers_.size(), "EPLB: {} placements for {} layers", pl.size(),
            layers_.size());
+  DI_CHECK(history_.empty() || history_.back().placement_digest == placement_digest(),
+           "EPLB: the placement is not the last one applied (rebalance #{})", history_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const ExpertPlacement& p = pl[l];
     p.check_integrity();

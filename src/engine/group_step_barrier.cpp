@@ -9,8 +9,11 @@
 namespace di {
 
 GroupStepBarrier::GroupStepBarrier(int32_t num_ranks, std::function<void(int32_t)> wake_rank,
-                                   DpExpertTransport* transport)
-    : num_ranks_(num_ranks), wake_rank_(std::move(wake_rank)), transport_(transport) {
+                                   DpExpertTransport* transport, GroupLoadSum* loads)
+    : num_ranks_(num_ranks),
+      wake_rank_(std::move(wake_rank)),
+      transport_(transport),
+      loads_(loads) {
   DI_CHECK(num_ranks >= 1, "GroupStepBarrier: {} ranks", num_ranks);
 }
 
@@ -38,6 +41,7 @@ GroupDecision GroupStepBarrier::arrive(int32_t rank_idx, bool has_work, bool sto
   decision_.stop = any_stop_ || stop_requested_;
   decision_.step = any_work_ && !decision_.stop;
   if (failed_ && transport_ != nullptr) transport_->reset();
+  if (failed_ && loads_ != nullptr) loads_->reset();
   failed_ = false;
   agree_failed_ = false;  // every rank is here: none is inside agree_decode
   arrived_ = 0;
@@ -52,22 +56,30 @@ DecodeShape GroupStepBarrier::agree_decode(int32_t rank_idx, DecodeShape mine) {
   DI_CHECK(rank_idx >= 0 && rank_idx < num_ranks_, "GroupStepBarrier: rank {} of {}", rank_idx,
            num_ranks_);
   std::unique_lock lock(mu_);
-  if (abandoned_ || agree_failed_) return DecodeShape{};
+  const DecodeShape failed{.failed = true};
+  if (abandoned_ || agree_failed_) return failed;
   if (agree_arrived_ == 0) {
     agree_acc_ = mine;
   } else {
     agree_acc_.rows =
         agree_acc_.rows < 0 || mine.rows < 0 ? -1 : std::max(agree_acc_.rows, mine.rows);
     agree_acc_.max_blocks = std::max(agree_acc_.max_blocks, mine.max_blocks);
+    agree_acc_.prefill = agree_acc_.prefill || mine.prefill;
+    if (agree_acc_.eplb_steps != mine.eplb_steps) {
+      agree_acc_.eplb_steps = DecodeShape::kEplbStepsDiffer;
+    }
   }
   const uint64_t gen = agree_generation_;
   if (++agree_arrived_ < num_ranks_) {
     cv_.wait(lock, [&] { return agree_generation_ != gen || abandoned_ || agree_failed_; });
-    if (agree_generation_ == gen) return DecodeShape{};
+    if (agree_generation_ == gen) return failed;
     return agreed_;  // not overwritten before this rank arrives at the next agreement
   }
   agreed_ = agree_acc_;
-  if (agreed_.rows < 0) agreed_ = DecodeShape{};
+  agreed_.failed = false;
+  if (agreed_.rows < 0) {
+    agreed_ = DecodeShape{.prefill = agreed_.prefill, .eplb_steps = agreed_.eplb_steps};
+  }
   agree_arrived_ = 0;
   ++agree_generation_;
   cv_.notify_all();

@@ -5,9 +5,10 @@
 //   rank 1 ──arrive(work?, stop?)──┼─► last arrival decides for all: step = any work, stop = any
 //   rank N-1 ─arrive(...)──────────┘   stop or request_stop(); after a failed step, transport
 //                                       reset() (every rank is here, none inside an exchange)
-//   then, inside the step, agree_decode(rows, blocks): a second round that gives every rank the
-//   same decode shape (max rows, max blocks; rows -1 unless every rank runs a plain decode or
-//   padding step), so all ranks pick the same exchange and the same step-graph key
+//   then, inside the step, agree_decode(rows, blocks, prefill): a second round that gives every
+//   rank the same decode shape (max rows, max blocks; rows -1 unless every rank runs a plain
+//   decode or padding step), so all ranks pick the same exchange and the same step-graph key,
+//   and the same EPLB phase (prefill if any rank has a prompt token)
 //
 // The first arrival of a round that follows an idle round wakes every rank (EngineLoop::wake), so
 // ranks idling on their inboxes come to the barrier: a rank that gets a request starts a round and
@@ -20,15 +21,17 @@
 #include <string>
 
 #include "engine/dp_expert_transport.h"
+#include "engine/group_load_sum.h"
 #include "engine/step_sync.h"
 
 namespace di {
 
 class GroupStepBarrier final : public StepSync {
  public:
-  // wake_rank(r) wakes rank r's engine thread; transport: reset after a failed step.
+  // wake_rank(r) wakes rank r's engine thread; transport and loads (EPLB's load all-reduce, may
+  // be null): reset after a failed step, at the next round (every rank is between steps).
   GroupStepBarrier(int32_t num_ranks, std::function<void(int32_t)> wake_rank,
-                   DpExpertTransport* transport);
+                   DpExpertTransport* transport, GroupLoadSum* loads = nullptr);
 
   GroupDecision arrive(int32_t rank_idx, bool has_work, bool stopping) override;
   DecodeShape agree_decode(int32_t rank_idx, DecodeShape mine) override;
@@ -46,6 +49,7 @@ class GroupStepBarrier final : public StepSync {
   const int32_t num_ranks_;
   const std::function<void(int32_t)> wake_rank_;
   DpExpertTransport* const transport_;
+  GroupLoadSum* const loads_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -20,9 +20,19 @@ namespace di {
 // so a plain decode step on every rank runs the latency exchange with one agreed row count (and,
 // on CUDA, replays step graphs of one agreed (bucket, context) key); anything else runs the
 // throughput exchange.
+//
+// The same round also agrees on the step's EPLB phase (eplb_runtime.h): a group step is a prefill
+// step when any rank's step has a prompt token, so every rank counts it in the same phase.
 struct DecodeShape {
   int32_t rows = -1;       // sequences of a plain decode step; 0 for a padding step; -1 otherwise
   int32_t max_blocks = 0;  // KV blocks of this rank's longest sequence in the step
+  bool prefill = false;    // in: this rank's step has a prompt token; out: some rank's has
+  bool failed = false;     // out: no agreement (a rank's step failed; rows -1): the step fails
+  // in: EPLB steps this rank closed so far (-1 without EPLB); out: the same value when every rank
+  // brought it, else kEplbStepsDiffer (the ranks would meet at different load all-reduces and
+  // hang: the step fails on every rank instead).
+  int64_t eplb_steps = -1;
+  static constexpr int64_t kEplbStepsDiffer = -2;
 };
 
 struct GroupDecision {
@@ -37,7 +47,8 @@ class StepSync {
   virtual GroupDecision arrive(int32_t rank_idx, bool has_work, bool stopping) = 0;
   // Called once per step by every rank, between arrive() and its forward. Returns rows = the max
   // over ranks and max_blocks = the max over ranks when every rank brought rows >= 0, else
-  // rows = -1. Blocks until every rank arrived (or a rank's step failed: then rows = -1).
+  // rows = -1; prefill = any rank's. Blocks until every rank arrived (or a rank's step failed:
+  // then failed = true, rows = -1, on every rank of the round).
   virtual DecodeShape agree_decode(int32_t rank_idx, DecodeShape mine) = 0;
   // This rank's step threw (a bug, not bad input): ranks waiting for it inside a collective of
   // the same step must be released (their step fails too).

@@ -76,16 +76,21 @@ void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
   MoeRoutingParams p = routing;
   p.correction_bias = correction_bias.is_null() ? nullptr : &correction_bias;
   be.moe_route(logits, p, ids, weights);
-  if (expert_hook != nullptr) {
-    DI_CHECK(eplb == nullptr, "MoeBlock: an expert hook (EP) and EPLB state are both set");
-    expert_hook->run(be, x, ids, weights, experts, out);
-  } else if (eplb != nullptr) {
+  if (eplb != nullptr) {
+    // Logical ids are counted (this rank's tokens) and mapped to physical slots; an EP hook then
+    // owns physical slots (rank r: [r·S, (r+1)·S), docs/expert_parallelism.md).
     if (eplb->counts != nullptr) be.moe_count_experts(ids, *eplb->counts);
     if (eplb->trace != nullptr && ids.device() == Device::kCPU)
       eplb->trace->insert(eplb->trace->end(), ids.data<int32_t>(), ids.data<int32_t>() + t * k);
     Tensor phys = be.empty({t, k}, DType::kI32);
     be.moe_map_replicas(ids, eplb->replica_indptr, eplb->replica_slots, phys);
-    be.moe_experts(x, phys, weights, eplb->physical, out);
+    if (expert_hook != nullptr) {
+      expert_hook->run(be, x, phys, weights, eplb->physical, out);
+    } else {
+      be.moe_experts(x, phys, weights, eplb->physical, out);
+    }
+  } else if (expert_hook != nullptr) {
+    expert_hook->run(be, x, ids, weights, experts, out);
   } else {
     be.moe_experts(x, ids, weights, experts, out);
   }

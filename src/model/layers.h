@@ -43,7 +43,8 @@ struct MoeEplbState {
 };
 
 // Expert execution hook (issue #8, expert parallelism): when set on a MoeBlock, the block routes
-// as usual and then calls run() instead of Backend::moe_experts. The implementation may move rows
+// as usual (and maps to physical slots when EPLB is attached) and then calls run() instead of
+// Backend::moe_experts. The implementation may move rows
 // to other ranks (parallel/cuda/ep_moe_hook.h: NCCL dispatch -> local experts -> combine), so
 // every rank of an EP group must call every MoE layer the same number of times (lockstep), with
 // 0 rows when it has no tokens. A plain interface: no NCCL or CUDA here.
@@ -52,8 +53,8 @@ class MoeExpertHook {
   virtual ~MoeExpertHook() = default;
   // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), like moe_experts.
   //   x, out [T, H] compute dtype; topk_ids [T, k] i32; topk_weights [T, k] f32.
-  virtual void run(Backend& be, const Tensor& x, const Tensor& topk_ids,
-                   const Tensor& topk_weights, const ExpertWeights& experts, Tensor& out) = 0;
+  virtual void run(Backend& be, const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const ExpertWeights& experts, Tensor& out) = 0;
 };
 
 struct MoeBlock {
@@ -64,7 +65,9 @@ struct MoeBlock {
   Mlp shared;
   MoeRoutingParams routing;
   MoeEplbState* eplb = nullptr;  // not owned; set by the EPLB runtime
-  MoeExpertHook* expert_hook = nullptr;  // not owned; EP (issue #8); excludes `eplb`
+  // Not owned; EP (issue #8). With `eplb` too, run() gets the physical slot ids and the physical
+  // weights, so the hook must have been made for num_slots "experts" (a DP group with EPLB).
+  MoeExpertHook* expert_hook = nullptr;
 
   void forward(Backend& be, const Tensor& x, Tensor& out) const;  // x, out [T, H]
 };

@@ -8,13 +8,20 @@ import { startServer, modelName, metrics } from './harness.mjs';
 
 let single;
 let group;
+let groupEplb;
+// EPLB over the group's 2 ranks, with tiny windows and periods so that it re-places mid-request.
+const eplbFlags = ['--eplb', '--eplb-window-prefill', '2', '--eplb-period-prefill', '2',
+  '--eplb-window-decode', '4', '--eplb-period-decode', '3', '--eplb-bucket-decode', '2',
+  '--eplb-min-gain-prefill', '0', '--eplb-min-gain-decode', '0'];
 before(async () => {
   // The smallest pool that holds the requests below keeps start-up fast.
   const common = ['--kv-cache-mb', '16', '--block-size', '16', '--max-batched-tokens', '64'];
-  [single, group] = await Promise.all([startServer(common), startServer([...common, '--dp-size', '2'])]);
+  [single, group, groupEplb] = await Promise.all([startServer(common),
+    startServer([...common, '--dp-size', '2']),
+    startServer([...common, '--dp-size', '2', ...eplbFlags])]);
 });
 after(async () => {
-  await Promise.all([single?.stop(), group?.stop()]);
+  await Promise.all([single?.stop(), group?.stop(), groupEplb?.stop()]);
 });
 
 const prompts = [
@@ -81,8 +88,18 @@ test('--dp-size 2 serves concurrent streams with the output of one engine', asyn
   assert.equal((await fetch(`${group.baseURL}/health`)).status, 200);
 });
 
+test('--dp-size 2 --eplb re-places experts and keeps the output of one engine', async () => {
+  const [expected, got] = await Promise.all([runAll(single), runAll(groupEplb)]);
+  assert.deepEqual(got, expected);
+  const m = await metrics(groupEplb.baseURL);
+  assert.ok(m.deepinfer_eplb_rebalances_total > 0, 'no rebalance');
+  assert.ok(m.deepinfer_moe_lb >= 1);
+  assert.equal(m.deepinfer_dp_size, 2);
+});
+
 test('--dp-size rejects bad values with a clear message', async () => {
   await assert.rejects(startServer(['--dp-size', '0']), /--dp-size must be a number >= 1 or auto/);
   await assert.rejects(startServer(['--dp-size', 'auto']), /--dp-size auto needs --backend cuda/);
-  await assert.rejects(startServer(['--dp-size', '2', '--eplb']), /cannot be combined with --dp-size/);
+  await assert.rejects(startServer(['--dp-size', '2', '--eplb', '--ep-ranks', '3']),
+    /--ep-ranks 3 with --dp-size 2/);
 });

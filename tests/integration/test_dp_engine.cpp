@@ -10,9 +10,11 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "engine/dp_engine_group.h"
 #include "engine/engine.h"
+#include "engine/eplb_runtime.h"
 #include "engine_test_util.h"
 #include "golden_util.h"
 #include "model/layers.h"
@@ -20,10 +22,10 @@
 namespace di {
 namespace {
 
-using testing::source_dir;
 using testing::fixture;
-using testing::random_tokens;
 using testing::greedy_request;
+using testing::random_tokens;
+using testing::source_dir;
 using testing::start_engine;
 
 // Every event by request; waits for final events.
@@ -104,9 +106,9 @@ Workload workload(int64_t vocab, uint64_t id_base) {
   const int32_t prompt_len[] = {70, 3, 41, 9, 33, 1, 57, 12};
   const int32_t max_tokens[] = {14, 2, 11, 1, 12, 3, 9, 2};
   for (int i = 0; i < 8; ++i) {
-    w.first.push_back(greedy_request(id_base + static_cast<uint64_t>(i),
-                             random_tokens(prompt_len[i], vocab, 100 + static_cast<uint32_t>(i)),
-                             max_tokens[i]));
+    w.first.push_back(greedy_request(
+        id_base + static_cast<uint64_t>(i),
+        random_tokens(prompt_len[i], vocab, 100 + static_cast<uint32_t>(i)), max_tokens[i]));
   }
   w.late.push_back(greedy_request(id_base + 8, random_tokens(50, vocab, 200), 6));
   w.late.push_back(greedy_request(id_base + 9, random_tokens(29, vocab, 201), 5));
@@ -255,8 +257,8 @@ TEST(DpEngineGroup, PlacesOnTheLeastLoadedRankAndAbortsOnTheHoldingRank) {
     b_sink(e);
     const int k = ++b_events;
     if (k == 1) {
-      duplicate_code =
-          static_cast<int>(engine->submit(greedy_request(2, {1, 2}, 2), [](const TokenEvent&) {}).code());
+      duplicate_code = static_cast<int>(
+          engine->submit(greedy_request(2, {1, 2}, 2), [](const TokenEvent&) {}).code());
     }
     if (k == 4) engine->abort(RequestId(2));
   };
@@ -306,7 +308,9 @@ TEST(DpEngineGroup, DestructionWithRequestsInFlightAbortsThemWithoutDeadlock) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       };
       ASSERT_TRUE(
-          engine->submit(greedy_request(i, random_tokens(9, vocab, static_cast<uint32_t>(i)), 200), slow)
+          engine
+              ->submit(greedy_request(i, random_tokens(9, vocab, static_cast<uint32_t>(i)), 200),
+                       slow)
               .is_ok());
     }
     ASSERT_TRUE(col.wait_tokens(RequestId(1), 2));
@@ -347,10 +351,11 @@ TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
   const int64_t vocab = engine->vocab_size();
   Collector col;
   for (uint64_t i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(engine
-                    ->submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
-                             col.sink(RequestId(i)))
-                    .is_ok());
+    ASSERT_TRUE(
+        engine
+            ->submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
+                     col.sink(RequestId(i)))
+            .is_ok());
   }
   ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked in the exchange";
   for (uint64_t i = 1; i <= 4; ++i) {
@@ -364,6 +369,283 @@ TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
   const Workload w = workload(vocab, 20);
   Collector ref_col, col2;
   EXPECT_EQ(run(*engine, w, col2), run(*single, w, ref_col));
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+// EPLB in a DP group (issue #8): tiny windows and periods so that several rebalances happen while
+// requests run, min_gain 0 so that a plan is applied whenever it differs, redundant slots so that
+// replicas exist. Fields: redundant per rank, window, period, steps per bucket, min_gain.
+EplbOptions busy_eplb() {
+  EplbOptions o;
+  o.enabled = true;
+  o.prefill = {2, 2, 2, 1, 0.0};
+  o.decode = {1, 4, 3, 2, 0.0};
+  return o;
+}
+
+// Every rank ran one forward per group step (the rank that padded in the last round may publish
+// its stats just after the other rank's final event).
+void wait_lockstep(DpEngineGroup& group) {
+  const auto forwards = [&](int32_t r) {
+    const EngineStats st = group.rank_stats(r);
+    return st.steps + st.padding_steps;
+  };
+  const auto in_step = [&] {
+    for (int32_t r = 0; r < group.num_ranks(); ++r)
+      if (forwards(r) != group.group_steps()) return false;
+    return true;
+  };
+  for (int i = 0; i < 200 && !in_step(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int32_t r = 0; r < group.num_ranks(); ++r) {
+    EXPECT_EQ(forwards(r), group.group_steps()) << "rank " << r;
+  }
+}
+
+// What a test reads from one rank's EplbRuntime, between steps.
+struct RankEplb {
+  EplbStats stats;
+  std::vector<EplbRebalanceRecord> history;
+  std::vector<parallel::ExpertPlacement> placements;
+  std::vector<std::vector<std::vector<int64_t>>> window;  // [phase][layer][expert], group sums
+  std::vector<std::vector<int64_t>> counts;               // [layer][expert], this rank, both phases
+  std::vector<int64_t> steps;                             // [phase] EPLB steps closed
+};
+
+RankEplb read_eplb(DpEngineGroup& group, int32_t r) {
+  RankEplb out;
+  group.rank(r).with_eplb([&](EplbRuntime* e) {
+    ASSERT_NE(e, nullptr);
+    EXPECT_NO_THROW(e->check_integrity(/*compare_weights=*/true)) << "rank " << r;
+    out.stats = e->stats();
+    out.history = e->history();
+    out.placements = e->placements();
+    for (EplbPhase p : {EplbPhase::kPrefill, EplbPhase::kDecode}) {
+      out.window.push_back(e->controller(p).window().all_loads());
+      out.steps.push_back(e->controller(p).step());
+    }
+    out.counts = e->total_counts(EplbPhase::kPrefill);
+    const auto dec = e->total_counts(EplbPhase::kDecode);
+    for (size_t l = 0; l < dec.size(); ++l)
+      for (size_t x = 0; x < dec[l].size(); ++x) out.counts[l][x] += dec[l][x];
+  });
+  return out;
+}
+
+// Starts tracing every routed logical id of every MoE layer on every rank (before any step).
+std::vector<std::vector<std::vector<int32_t>>> trace_all(DpEngineGroup& group) {
+  std::vector<std::vector<std::vector<int32_t>>> traces(static_cast<size_t>(group.num_ranks()));
+  for (int32_t r = 0; r < group.num_ranks(); ++r) {
+    group.rank(r).with_eplb([&](EplbRuntime* e) {
+      ASSERT_NE(e, nullptr);
+      traces[static_cast<size_t>(r)].resize(static_cast<size_t>(e->num_layers()));
+      e->set_trace(&traces[static_cast<size_t>(r)]);
+    });
+  }
+  return traces;
+}
+
+void stop_tracing(DpEngineGroup& group) {
+  for (int32_t r = 0; r < group.num_ranks(); ++r) {
+    group.rank(r).with_eplb([](EplbRuntime* e) { e->set_trace(nullptr); });
+  }
+}
+
+// The group's EPLB invariants after a run: every rank rebalanced >= min_rebalances times, at the
+// same steps with the same placements; every rank's window holds the same (group-summed) loads;
+// the ranks' own counts sum to a recount of every routed id, and every token forwarded by the
+// group (padding tokens too) was counted top_k times per layer.
+void expect_group_eplb(DpEngineGroup& group,
+                       const std::vector<std::vector<std::vector<int32_t>>>& traces,
+                       uint64_t min_rebalances) {
+  wait_lockstep(group);
+  const int32_t n = group.num_ranks();
+  std::vector<RankEplb> ranks;
+  for (int32_t r = 0; r < n; ++r) ranks.push_back(read_eplb(group, r));
+  EXPECT_NO_THROW(group.check_integrity());
+  const RankEplb& first = ranks.front();
+  EXPECT_GE(first.stats.rebalances, min_rebalances);
+  EXPECT_EQ(first.history.size(), first.stats.rebalances);
+  for (int32_t r = 1; r < n; ++r) {
+    const RankEplb& rk = ranks[static_cast<size_t>(r)];
+    EXPECT_EQ(rk.stats.rebalances, first.stats.rebalances) << "rank " << r;
+    EXPECT_TRUE(rk.history == first.history) << "rank " << r << " re-placed differently";
+    EXPECT_TRUE(rk.placements == first.placements) << "rank " << r;
+    EXPECT_EQ(rk.window, first.window) << "rank " << r << " planned from other loads";
+    EXPECT_EQ(rk.steps, first.steps) << "rank " << r << " counted other EPLB steps";
+  }
+  // Replicas landed on some hot expert.
+  bool replicated = false;
+  for (const parallel::ExpertPlacement& p : first.placements)
+    for (int32_t x = 0; x < p.num_experts(); ++x) replicated = replicated || p.num_replicas(x) > 1;
+  EXPECT_TRUE(replicated) << "no expert got a second replica";
+
+  const int32_t layers = static_cast<int32_t>(first.counts.size());
+  const int32_t experts = static_cast<int32_t>(first.counts.front().size());
+  const int32_t top_k = group.rank(0).model().moe_blocks().front()->routing.top_k;
+  int64_t forwarded = 0;  // tokens through the model on every rank: prompt (not cached), decode
+  for (int32_t r = 0; r < n; ++r) {
+    const EngineStats st = group.rank_stats(r);
+    EXPECT_EQ(st.preemptions, 0u);
+    forwarded +=
+        static_cast<int64_t>(st.prompt_tokens - st.cached_prompt_tokens + st.generated_tokens -
+                             st.requests_finished + st.padding_steps);
+  }
+  for (int32_t l = 0; l < layers; ++l) {
+    std::vector<int64_t> recount(static_cast<size_t>(experts), 0), sum(recount);
+    for (int32_t r = 0; r < n; ++r) {
+      for (int32_t x : traces[static_cast<size_t>(r)][static_cast<size_t>(l)]) {
+        ASSERT_TRUE(x >= 0 && x < experts);
+        ++recount[static_cast<size_t>(x)];
+      }
+      for (int32_t x = 0; x < experts; ++x) {
+        sum[static_cast<size_t>(x)] +=
+            ranks[static_cast<size_t>(r)].counts[static_cast<size_t>(l)][static_cast<size_t>(x)];
+      }
+    }
+    EXPECT_EQ(sum, recount) << "layer " << l;
+    int64_t total = 0;
+    for (int64_t c : sum) total += c;
+    EXPECT_EQ(total, forwarded * top_k) << "layer " << l;
+  }
+}
+
+// Prompts made of one repeated token load few experts: replicas go there.
+Workload skewed_workload(int64_t vocab, uint64_t id_base) {
+  Workload w = workload(vocab, id_base);
+  for (size_t i = 0; i < w.first.size(); i += 3) {
+    std::fill(w.first[i].prompt.begin(), w.first[i].prompt.end(), 7 + static_cast<int32_t>(i));
+  }
+  std::fill(w.late[0].prompt.begin(), w.late[0].prompt.end(), 11);
+  return w;
+}
+
+class DpEplbGolden : public ::testing::TestWithParam<std::tuple<std::string, int32_t>> {};
+
+// EPLB on in an N-rank group vs a plain engine without EPLB: the same greedy tokens while the
+// group re-places its experts several times mid-run (every rank computing only its own physical
+// slots), and every rank holds the same placement after each rebalance.
+TEST_P(DpEplbGolden, GroupWithEplbEqualsOneEngineWithout) {
+  const auto& [model, n] = GetParam();
+  auto single = start_engine(config_for(model, 0));
+  EngineConfig c = config_for(model, n);
+  c.eplb = busy_eplb();
+  auto engine = start_engine(c);
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  ASSERT_NE(group, nullptr);
+  EXPECT_TRUE(engine->stats().eplb_enabled);
+  auto traces = trace_all(*group);
+  const Workload w = skewed_workload(single->vocab_size(), 500);
+
+  Collector ref_col, col;
+  const auto expected = run(*single, w, ref_col);
+  std::atomic<bool> done{false};
+  std::thread checker([&] {  // the group's invariants, racing with its steps
+    while (!done.load()) {
+      EXPECT_NO_THROW(group->check_integrity());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  const auto got = run(*group, w, col);
+  done = true;
+  checker.join();
+  for (const auto& [id, tokens] : expected) {
+    EXPECT_EQ(got.at(id), tokens) << model << " x" << n << " request " << id.value();
+    EXPECT_EQ(col.finish(id), EngineFinish::kLength);
+  }
+  expect_group_eplb(*group, traces, 3);
+  EXPECT_EQ(engine->stats().eplb_rebalances, group->rank_stats(0).eplb_rebalances);
+  stop_tracing(*group);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DpEplbGolden,
+                         ::testing::Values(std::tuple{"deepseek_v2", 2},
+                                           std::tuple{"deepseek_v3", 2}, std::tuple{"qwen3_moe", 2},
+                                           std::tuple{"qwen3_moe", 3}));
+
+// One request on a 2-rank group: rank 1 only pads (no token of its own) through every rebalance,
+// yet plans from the group's loads and re-places exactly like rank 0.
+TEST(DpEngineGroupEplb, AnIdleRankRebalancesWithTheGroup) {
+  auto single = start_engine(config_for("deepseek_v3", 0));
+  EngineConfig c = config_for("deepseek_v3", 2);
+  c.eplb = busy_eplb();
+  auto engine = start_engine(c);
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  auto traces = trace_all(*group);
+  std::vector<int32_t> prompt = random_tokens(40, single->vocab_size(), 9);
+  std::fill(prompt.begin(), prompt.begin() + 20, 5);  // skew
+  const EngineRequest req = greedy_request(1, prompt, 24);
+  Collector ref_col, col;
+  ASSERT_TRUE(single->submit(req, ref_col.sink(req.id)).is_ok());
+  ASSERT_TRUE(engine->submit(req, col.sink(req.id)).is_ok());
+  ASSERT_TRUE(ref_col.wait_all() && col.wait_all());
+  EXPECT_EQ(col.tokens(req.id), ref_col.tokens(req.id));
+  expect_group_eplb(*group, traces, 3);
+  EXPECT_EQ(group->rank_stats(1).steps, 0u);
+  EXPECT_EQ(group->rank_stats(1).padding_steps, group->group_steps());
+  stop_tracing(*group);
+}
+
+// A step that fails on rank 1 mid-exchange (bad physical expert weights) with EPLB on: no rank
+// waits forever (in the exchange or in the load all-reduce at the per-step prefill buckets), every
+// request ends kError, the ranks' EPLB steps stay aligned, and after the repair the group serves
+// again with the single engine's tokens and identical windows on both ranks.
+TEST(DpEngineGroupEplb, AFailedStepKeepsTheRanksInLockstep) {
+  auto single = start_engine(config_for("qwen3_moe", 0));
+  EngineConfig c = config_for("qwen3_moe", 2);
+  c.eplb.enabled = true;  // default periods: no rebalance, but a load all-reduce every prefill step
+  auto engine = start_engine(c);
+  ASSERT_TRUE(single && engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  MoeEplbState* state = group->rank(1).model().moe_blocks()[0]->eplb;
+  ASSERT_NE(state, nullptr);
+  const Tensor good = state->physical.down;
+  state->physical.down = Tensor::zeros({good.size(0), good.size(1) + 1, good.size(2)}, DType::kF32);
+  const int64_t vocab = engine->vocab_size();
+  Collector col;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(
+        engine
+            ->submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
+                     col.sink(RequestId(i)))
+            .is_ok());
+  }
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked";
+  for (uint64_t i = 1; i <= 4; ++i) EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kError) << i;
+  state->physical.down = good;  // the ranks are idle
+  const Workload w = workload(vocab, 40);
+  Collector ref_col, col2;
+  EXPECT_EQ(run(*engine, w, col2), run(*single, w, ref_col));
+  // No wait_lockstep: the failed steps count as neither steps nor padding steps. Every rank was in
+  // the last step (its exchange needs them all), and with_eplb waits for a step to end.
+  const RankEplb r0 = read_eplb(*group, 0), r1 = read_eplb(*group, 1);
+  EXPECT_EQ(r0.steps, r1.steps);
+  EXPECT_GT(r0.steps[0], 0);
+  EXPECT_EQ(r0.window, r1.window);
+  EXPECT_NO_THROW(engine->check_integrity());
+}
+
+// A rank whose EPLB steps got out of line (here: one extra step closed by hand) would wait in a
+// load all-reduce the others never reach. The step agreement catches it first: the steps fail on
+// every rank with a message, nothing hangs.
+TEST(DpEngineGroupEplb, RanksAtDifferentEplbStepsFailInsteadOfHanging) {
+  EngineConfig c = config_for("qwen3_moe", 2);
+  c.eplb = busy_eplb();
+  auto engine = start_engine(c);
+  ASSERT_TRUE(engine);
+  auto* group = dynamic_cast<DpEngineGroup*>(engine.get());
+  group->rank(1).with_eplb([](EplbRuntime* e) {
+    e->begin_step(EplbPhase::kDecode);
+    e->end_step();
+  });
+  Collector col;
+  const EngineRequest r = greedy_request(1, random_tokens(10, engine->vocab_size(), 3), 4);
+  ASSERT_TRUE(engine->submit(r, col.sink(r.id)).is_ok());
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "the group hung";
+  EXPECT_EQ(col.finish(r.id), EngineFinish::kError);
   EXPECT_NO_THROW(engine->check_integrity());
 }
 
@@ -382,11 +664,17 @@ TEST(DpEngineGroup, DenseModelRunsIndependentRanks) {
 }
 
 TEST(DpEngineGroup, RejectsBadConfigs) {
-  EngineConfig c = config_for("qwen3_moe", 2);
+  EngineConfig c = config_for("qwen3", 2);  // dense
   c.eplb.enabled = true;
   auto r = Engine::start(c);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("--eplb"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("MoE"), std::string::npos) << r.status().to_string();
+  c = config_for("qwen3_moe", 2);
+  c.eplb.enabled = true;
+  c.eplb.ep_ranks = 4;  // the group's EPLB plans over its 2 ranks
+  r = Engine::start(c);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("--ep-ranks"), std::string::npos) << r.status().to_string();
   c = config_for("qwen3_moe", 9);  // 8 routed experts
   r = Engine::start(c);
   ASSERT_FALSE(r.is_ok());

@@ -1,20 +1,29 @@
 // EPLB on the CUDA backend (issue #8; kernels/moe_stats.cu): the three EPLB ops against the CPU
 // oracle (exact: integer counts, integer maps, raw row copies) over odd sizes, then EplbRuntime on
 // the MoE golden models through the CUDA backend: generation with EPLB on (4 simulated ranks,
-// redundant replicas, a rebalance every few steps) against EPLB off on the same GPU. Skips
-// without a GPU. Prints one machine-readable line per case: "[eplb-op] ..." / "[eplb-golden] ...".
+// redundant replicas, a rebalance every few steps) against EPLB off on the same GPU; and EPLB in
+// a DP group (`--dp-size N --eplb`, N = min(2, GPUs), NCCL exchange over physical slots) against
+// one engine without EPLB. Skips without a GPU. Prints one machine-readable line per case:
+// "[eplb-op] ..." / "[eplb-golden] ...".
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 
 #include "../integration/golden_util.h"
 #include "backend/backend.h"
+#include "engine/dp_engine_group.h"
+#include "engine/dp_expert_transport.h"
+#include "engine/engine.h"
 #include "engine/eplb_runtime.h"
 #include "engine/generator.h"
 #include "model/layers.h"
@@ -237,6 +246,114 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair<std::string, std::string>{"qwen3_moe", "cuda"},
                       std::pair<std::string, std::string>{"deepseek_v3", "cuda"},
                       std::pair<std::string, std::string>{"demo_code", "cuda"}),
+    [](const auto& info) {
+      return info.param.first + (info.param.second == "cuda" ? "_bf16" : "_fp32");
+    });
+
+// ---------------------------------------------------------------------------------------------
+
+// EPLB in a DP group on GPUs (issue #8): every rank holds all N·S slots and computes its own over
+// NCCL, loads are summed over the ranks, all re-place at the same steps. Against one engine
+// without EPLB on the same golden prompts (concurrent greedy requests). cuda-fp32: tokens equal
+// (eager, throughput exchange); cuda (bf16: latency exchange + decode graphs): reported.
+class CudaEplbDpGroup : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+std::map<RequestId, std::vector<int32_t>> serve_greedy(Engine& engine,
+                                                       const std::vector<std::vector<int32_t>>& p,
+                                                       int32_t max_tokens) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<RequestId, std::vector<int32_t>> out;
+  size_t finals = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    EngineRequest r;
+    r.id = RequestId(i + 1);
+    r.prompt = p[i];
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0.0f;
+    const Status st = engine.submit(r, [&](const TokenEvent& e) {
+      std::lock_guard lock(mu);
+      if (e.token >= 0) out[e.id].push_back(e.token);
+      if (e.finish != EngineFinish::kNone) ++finals;
+      cv.notify_all();
+    });
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+  }
+  std::unique_lock lock(mu);
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return finals == p.size(); }))
+      << "requests did not finish";
+  return out;
+}
+
+TEST_P(CudaEplbDpGroup, GroupWithEplbEqualsOneEngineWithout) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "CUDA DP+EPLB test skipped: " << why;
+#ifndef DI_HAVE_EP_NCCL
+  GTEST_SKIP() << "CUDA DP+EPLB test skipped: built without NCCL";
+#endif
+  const std::string model_name = GetParam().first, backend_name = GetParam().second;
+  const bool fp32 = backend_name == "cuda-fp32";
+  const std::string fixture = testing::source_dir() + "/tests/fixtures/golden/" + model_name;
+  std::ifstream f(fixture + "/golden.json");
+  auto golden = nlohmann::json::parse(f);
+  auto prompts = golden["prompts"].get<std::vector<std::vector<int32_t>>>();
+  prompts.push_back(std::vector<int32_t>(40, prompts.front().front()));  // few hot experts
+  const auto gpus = static_cast<int32_t>(probe_healthy_cuda_devices(nullptr).size());
+  const int32_t dp = std::clamp<int32_t>(gpus, 1, 2);
+
+  EngineConfig c;
+  c.model_dir = testing::golden_model_path(fixture, golden.value("model_dir", ""));
+  c.backend = backend_name;
+  c.block_size = 16;
+  c.num_blocks = 256;
+  c.max_batched_tokens = 24;  // chunked prefill: prefill and decode steps interleave
+  auto one = Engine::start(c);
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  const auto want = serve_greedy(*one.value(), prompts, 12);
+  one.value().reset();
+
+  c.dp_size = dp;
+  c.eplb.enabled = true;
+  c.eplb.prefill = {2, 2, 2, 1, 0.0};
+  c.eplb.decode = {1, 4, 3, 2, 0.0};
+  auto started = Engine::start(c);
+  ASSERT_TRUE(started.is_ok()) << started.status().to_string();
+  Engine& engine = *started.value();
+  const auto got = serve_greedy(engine, prompts, 12);
+  ASSERT_NO_THROW(engine.check_integrity());
+  auto* group = dynamic_cast<DpEngineGroup*>(&engine);
+  ASSERT_NE(group, nullptr);
+  std::vector<uint64_t> rebalances;
+  for (int32_t r = 0; r < group->num_ranks(); ++r) {
+    group->rank(r).with_eplb([&](EplbRuntime* e) {
+      ASSERT_NE(e, nullptr);
+      EXPECT_NO_THROW(e->check_integrity(/*compare_weights=*/true)) << "rank " << r;
+      rebalances.push_back(e->stats().rebalances);
+    });
+  }
+  ASSERT_EQ(static_cast<int32_t>(rebalances.size()), dp);
+  size_t same = 0;
+  for (const auto& [id, tokens] : want) same += got.count(id) && got.at(id) == tokens;
+  std::printf("[eplb-dp] model=%s backend=%s dp=%d rebalances=%llu greedy_same=%zu/%zu%s\n",
+              model_name.c_str(), backend_name.c_str(), dp,
+              static_cast<unsigned long long>(rebalances.front()), same, want.size(),
+              fp32 ? "" : " (bf16: reported)");
+  std::fflush(stdout);
+  // One GPU: a one-rank group (NCCL self exchange), where the planner makes no replicas.
+  if (dp >= 2) {
+    EXPECT_GE(rebalances.front(), 2u);
+  }
+  for (uint64_t n : rebalances) EXPECT_EQ(n, rebalances.front());
+  if (fp32) {
+    EXPECT_EQ(same, want.size()) << "greedy tokens differ with DP + EPLB (fp32)";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MoeFixtures, CudaEplbDpGroup,
+    ::testing::Values(std::pair<std::string, std::string>{"qwen3_moe", "cuda-fp32"},
+                      std::pair<std::string, std::string>{"deepseek_v3", "cuda-fp32"},
+                      std::pair<std::string, std::string>{"qwen3_moe", "cuda"}),
     [](const auto& info) {
       return info.param.first + (info.param.second == "cuda" ? "_bf16" : "_fp32");
     });

@@ -21,7 +21,7 @@ class CountingTransport final : public DpExpertTransport {
  public:
   int32_t num_ranks() const override { return 3; }
   void bind_thread(int32_t) override {}
-  void attach(int32_t, Backend&, Model&, int32_t) override {}
+  void attach(int32_t, Backend&, Model&, int32_t, int32_t) override {}
   void abort(const std::string&) override { ++aborts; }
   void reset() override { ++resets; }
   std::atomic<int> aborts{0}, resets{0};
@@ -122,7 +122,6 @@ TEST(GroupStepBarrier, FailedStepAbortsTheTransportAndResetsItAtTheNextRound) {
   EXPECT_EQ(t.resets.load(), 1);
 }
 
-
 // Runs one agree_decode round on n threads; returns each rank's answer.
 std::vector<DecodeShape> agree(GroupStepBarrier& b, const std::vector<DecodeShape>& mine) {
   std::vector<DecodeShape> out(mine.size());
@@ -135,7 +134,8 @@ std::vector<DecodeShape> agree(GroupStepBarrier& b, const std::vector<DecodeShap
 }
 
 TEST(GroupStepBarrier, AgreeDecodeGivesEveryRankTheGroupShape) {
-  GroupStepBarrier b(3, [](int32_t) {}, nullptr);
+  GroupStepBarrier b(
+      3, [](int32_t) {}, nullptr);
   // Plain decode steps of 3 and 5 sequences and a padding step: max rows, max blocks.
   for (const DecodeShape& d : agree(b, {{3, 7}, {5, 2}, {0, 0}})) {
     EXPECT_EQ(d.rows, 5);
@@ -157,7 +157,8 @@ TEST(GroupStepBarrier, AgreeDecodeGivesEveryRankTheGroupShape) {
 
 TEST(GroupStepBarrier, AgreeDecodeIsReleasedByAFailedStep) {
   CountingTransport transport;
-  GroupStepBarrier b(3, [](int32_t) {}, &transport);
+  GroupStepBarrier b(
+      3, [](int32_t) {}, &transport);
   round(b, {true, true, true}, {false, false, false});
   // Ranks 0 and 1 wait in agree_decode; rank 2 fails its step before reaching it.
   std::vector<DecodeShape> out(2);
@@ -169,13 +170,51 @@ TEST(GroupStepBarrier, AgreeDecodeIsReleasedByAFailedStep) {
   t1.join();
   EXPECT_EQ(out[0].rows, -1);
   EXPECT_EQ(out[1].rows, -1);
+  EXPECT_TRUE(out[0].failed && out[1].failed);
   EXPECT_EQ(transport.aborts.load(), 1);
   // A late arrival of the failed round is not blocked either.
-  EXPECT_EQ(b.agree_decode(2, {1, 1}).rows, -1);
+  const DecodeShape late = b.agree_decode(2, {1, 1});
+  EXPECT_EQ(late.rows, -1);
+  EXPECT_TRUE(late.failed);
   // The next round resets the transport, and agreement works again.
   round(b, {true, false, false}, {false, false, false});
   EXPECT_EQ(transport.resets.load(), 1);
   for (const DecodeShape& d : agree(b, {{1, 3}, {0, 0}, {0, 0}})) EXPECT_EQ(d.rows, 1);
+}
+
+// The EPLB phase of a group step: prefill when any rank has a prompt token, on every rank, with a
+// plain decode shape (rows >= 0) or not; never marked failed.
+TEST(GroupStepBarrier, AgreeDecodeAgreesOnThePrefillPhase) {
+  GroupStepBarrier b(
+      3, [](int32_t) {}, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    round(b, {true, false, false}, {false, false, false});
+    const int32_t who = i % 4;  // 3: nobody prefills
+    std::vector<DecodeShape> mine(3, DecodeShape{.rows = 1, .max_blocks = 1});
+    if (who < 3) mine[static_cast<size_t>(who)] = DecodeShape{.rows = -1, .prefill = true};
+    for (const DecodeShape& d : agree(b, mine)) {
+      EXPECT_EQ(d.prefill, who < 3) << i;
+      EXPECT_EQ(d.rows, who < 3 ? -1 : 1) << i;
+      EXPECT_FALSE(d.failed);
+    }
+  }
+}
+
+// EPLB step counts: passed through when every rank brings the same, kEplbStepsDiffer to every
+// rank when one differs (decode or not).
+TEST(GroupStepBarrier, AgreeDecodeFlagsRanksAtDifferentEplbSteps) {
+  GroupStepBarrier b(
+      3, [](int32_t) {}, nullptr);
+  for (int32_t rows : {1, -1}) {
+    round(b, {true, false, false}, {false, false, false});
+    std::vector<DecodeShape> mine(3, DecodeShape{.rows = rows, .eplb_steps = 7});
+    for (const DecodeShape& d : agree(b, mine)) EXPECT_EQ(d.eplb_steps, 7);
+    round(b, {true, false, false}, {false, false, false});
+    mine[1].eplb_steps = 8;
+    for (const DecodeShape& d : agree(b, mine)) {
+      EXPECT_EQ(d.eplb_steps, DecodeShape::kEplbStepsDiffer);
+    }
+  }
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // with top-1 and weight 1, and the token's rank combines sum_j w[t, j] * y[t, j] in j order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 #include "backend/backend.h"
@@ -92,21 +94,70 @@ TEST(MoeExpertHook, SimulatedEpEqualsMoeExperts) {
   }
 }
 
-TEST(MoeExpertHook, RefusesEplbAtTheSameTime) {
+// With EPLB attached too (a DP group with EPLB): the block counts the logical ids, maps them to
+// physical slots, and the hook gets the physical ids and the physical weights (its ranks own
+// slots, not experts). 4 experts in 6 slots, experts 0 and 1 with a second replica: the output
+// equals plain moe_experts on the logical experts, the counts are the logical routing, and the
+// hook saw ids of replica slots.
+TEST(MoeExpertHook, WithEplbGetsPhysicalSlots) {
   auto be = make_cpu_backend();
+  const int64_t e = 4, h = 8, inter = 4, k = 2, t = 9;
   MoeBlock b;
-  b.gate = filled({4, 8}, 1, 1.0f);
-  b.experts.gate_up = filled({4, 8, 8}, 2, 0.5f);
-  b.experts.down = filled({4, 8, 4}, 3, 0.5f);
-  b.routing.num_experts = 4;
-  b.routing.top_k = 1;
-  SimulatedEpHook hook(2);
+  b.gate = filled({e, h}, 1, 1.0f);
+  b.experts.gate_up = filled({e, 2 * inter, h}, 2, 0.5f);
+  b.experts.down = filled({e, h, inter}, 3, 0.5f);
+  b.routing.num_experts = static_cast<int32_t>(e);
+  b.routing.top_k = static_cast<int32_t>(k);
+  b.routing.renormalize = true;
+  const Tensor x = filled({t, h}, 5, 1.0f);
+  Tensor plain = Tensor::empty({t, h}, DType::kF32), got = Tensor::empty({t, h}, DType::kF32);
+  b.forward(*be, x, plain);
+
+  const std::vector<int32_t> slot_expert{0, 1, 2, 3, 0, 1};  // 2 ranks x 3 slots
   MoeEplbState eplb;
-  b.expert_hook = &hook;
+  eplb.physical.gate_up = Tensor::empty({6, 2 * inter, h}, DType::kF32);
+  eplb.physical.down = Tensor::empty({6, h, inter}, DType::kF32);
+  for (int32_t s = 0; s < 6; ++s) {
+    be->copy_rows(b.experts.gate_up, slot_expert[static_cast<size_t>(s)], eplb.physical.gate_up, s,
+                  1);
+    be->copy_rows(b.experts.down, slot_expert[static_cast<size_t>(s)], eplb.physical.down, s, 1);
+  }
+  eplb.replica_indptr = Tensor::empty({e + 1}, DType::kI32);
+  eplb.replica_slots = Tensor::empty({6}, DType::kI32);
+  const int32_t indptr[] = {0, 2, 4, 5, 6}, slots[] = {0, 4, 1, 5, 2, 3};
+  std::copy(std::begin(indptr), std::end(indptr), eplb.replica_indptr.data<int32_t>());
+  std::copy(std::begin(slots), std::end(slots), eplb.replica_slots.data<int32_t>());
+  Tensor counts = Tensor::zeros({e}, DType::kI32);
+  eplb.counts = &counts;
+  std::vector<int32_t> trace;
+  eplb.trace = &trace;
+
+  class RecordingHook final : public MoeExpertHook {
+   public:
+    void run(Backend& be, const Tensor& x, const Tensor& ids, const Tensor& w,
+             const ExpertWeights& experts, Tensor& out) override {
+      rows = experts.gate_up.size(0);
+      for (int64_t i = 0; i < ids.numel(); ++i) max_id = std::max(max_id, ids.data<int32_t>()[i]);
+      inner.run(be, x, ids, w, experts, out);
+    }
+    SimulatedEpHook inner{2};
+    int64_t rows = 0;
+    int32_t max_id = -1;
+  } hook;
+  b.experts = ExpertWeights{};  // as EplbRuntime leaves it: the slots hold every expert
   b.eplb = &eplb;
-  const Tensor x = filled({2, 8}, 5, 1.0f);
-  Tensor out = Tensor::empty({2, 8}, DType::kF32);
-  EXPECT_THROW(b.forward(*be, x, out), Error);
+  b.expert_hook = &hook;
+  b.forward(*be, x, got);
+  EXPECT_EQ(hook.inner.calls, 1);
+  EXPECT_EQ(hook.rows, 6) << "the hook must get the physical weights";
+  EXPECT_GE(hook.max_id, 4) << "no token went to a replica slot";
+  for (int64_t i = 0; i < t * h; ++i) EXPECT_NEAR(plain.f32()[i], got.f32()[i], 1e-5) << i;
+  std::vector<int32_t> recount(static_cast<size_t>(e), 0);
+  for (int32_t id : trace) ++recount[static_cast<size_t>(id)];
+  EXPECT_EQ(static_cast<int64_t>(trace.size()), t * k);
+  for (int64_t x_idx = 0; x_idx < e; ++x_idx) {
+    EXPECT_EQ(counts.data<int32_t>()[x_idx], recount[static_cast<size_t>(x_idx)]);
+  }
 }
 
 }  // namespace
