@@ -39,7 +39,7 @@ if group_selected dpscale_ && [ -x .gpu_bin/deepinfer ] && [ -f .gpu_pack/tokeni
         --output-dir "$o" --gnuplot true --no-progress
       python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
         "http://127.0.0.1:$port/metrics" 2>/dev/null |
-        grep -E '^deepinfer_(engine_graph_steps_total|engine_device_sample_steps_total|engine_steps_total|engine_padding_steps_total|generation_tokens_total|engine_[a-z_]*microseconds_total)' \
+        grep -E '^deepinfer_(eplb_rebalances_total|moe_lb|engine_graph_steps_total|engine_device_sample_steps_total|engine_steps_total|engine_padding_steps_total|generation_tokens_total|engine_[a-z_]*microseconds_total)' \
         >"$o/metrics_tail.txt"
     else
       echo "[dpscale] $name: the server did not come up" >>"$OUT/summary_extra.txt"
