@@ -36,7 +36,7 @@ PY
     first=$(rs_complete)
     echo "[dp-restart] $(grep -m1 'healthy GPUs' "$rs_dir/supervise.log"); completion: '${first}'" >>"$OUT/summary_extra.txt"
     touch /tmp/di_dead_gpu_1
-    pkill -KILL -f -- "--port $rs_port" 2>/dev/null
+    pkill -KILL -P "$rs_sup" 2>/dev/null  # the server: the supervisor's child (not itself)
     if rs_wait_listening 2; then
       second=$(rs_complete)
       echo "[dp-restart] after GPU 1 failed: $(grep 'healthy GPUs' "$rs_dir/supervise.log" | tail -1); $(grep -m1 'restart 1' "$rs_dir/supervise.log"); $(grep 'DP group: [0-9]* ranks' "$rs_dir/supervise.log" | tail -1 | sed 's/.*DP group: \([0-9]* ranks ([^)]*)\).*/\1/'); completion: '${second}' (same as before: $([ "$first" = "$second" ] && echo yes || echo no))" >>"$OUT/summary_extra.txt"

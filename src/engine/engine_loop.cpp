@@ -601,6 +601,7 @@ GroupDecode EngineLoop::agree_step(DecodeShape mine) {
   if (eplb_) eplb_->begin_step(shape.prefill ? EplbPhase::kPrefill : EplbPhase::kDecode);
   if (hooks_.sync == nullptr) return {};
   GroupDecode group;
+  group.member = true;
   if (shape.rows >= 0) {
     group.bucket = ModelRunner::decode_bucket(shape.rows, config_.max_running);
     group.max_blocks = shape.max_blocks;

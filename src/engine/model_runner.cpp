@@ -176,6 +176,7 @@ Tensor ModelRunner::execute_graph(const StepPlan& plan, const std::vector<int32_
   const auto n = static_cast<int32_t>(plan.input_ids.size());
   // Decode only (one token per sequence), every row's logits once in order, within the sizes
   // the graphs were made for.
+  if (group.member && group.bucket <= 0) return Tensor();  // the group steps eagerly
   const DecodeShape shape = decode_shape(plan, logit_rows);
   if (shape.rows < 0 || n > graph_max_batch_) return Tensor();
   int32_t bucket = decode_bucket(n, graph_max_batch_);

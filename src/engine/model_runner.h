@@ -37,6 +37,11 @@ namespace di {
 struct GroupDecode {
   int32_t bucket = 0;
   int32_t max_blocks = 0;
+  // A rank of a DP group: it may replay or capture a step graph only when the group agreed on a
+  // decode bucket (bucket > 0). With bucket 0 another rank runs a prefill or mixed step, every
+  // rank takes the throughput exchange eagerly, and a graph (which holds the latency exchange)
+  // would pair its collectives with nobody's.
+  bool member = false;
 };
 
 class ModelRunner {

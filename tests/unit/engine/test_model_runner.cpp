@@ -206,5 +206,39 @@ TEST(ModelRunner, DecodeGraphPathEqualsEagerSteps) {
   EXPECT_EQ(replaying.captures, want);
 }
 
+// A DP group rank replays (or captures) a step graph only on a decode step the whole group
+// agreed on (GroupDecode::bucket > 0): with bucket 0 another rank prefills, every rank takes the
+// throughput exchange eagerly, and a graph would hold the other exchange (on the GPU: a hang or
+// mismatched collectives). A rank's own pure decode step must then run eagerly; the agreed
+// bucket and context come from the group.
+TEST(ModelRunner, GroupRankUsesGraphsOnlyOnAgreedDecodeSteps) {
+  auto cpu = make_cpu_backend();
+  ReplayingCpuBackend replaying(*cpu);
+  auto model = load_model(model_dir(), replaying);
+  constexpr int32_t bs = 4, per_seq = 80;
+  const int32_t vocab = static_cast<int32_t>(model->config().vocab_size);
+  ModelRunner runner(*model, replaying, 2 * per_seq, bs);
+  runner.enable_decode_graphs(8, per_seq * bs);
+  const std::vector<int32_t> lens{6, 11};
+  const StepPlan d = make_step(lens, false, bs, per_seq, vocab);
+  const std::vector<int32_t> rows{0, 1};
+  GroupDecode other_rank_prefills;
+  other_rank_prefills.member = true;  // bucket 0
+  runner.execute(d, rows, other_rank_prefills);
+  EXPECT_EQ(runner.graph_steps(), 0);
+  EXPECT_TRUE(replaying.captures.empty());
+  GroupDecode agreed;
+  agreed.member = true;
+  agreed.bucket = 4;      // another rank decodes 3 or 4 sequences
+  agreed.max_blocks = 3;  // within the first context bucket
+  runner.execute(d, rows, agreed);
+  EXPECT_EQ(runner.graph_steps(), 1);
+  const std::vector<std::pair<int32_t, int32_t>> want{{4, 80}};
+  EXPECT_EQ(replaying.captures, want);
+  runner.execute(d, rows, GroupDecode{});  // a standalone engine: its own bucket, 2
+  EXPECT_EQ(runner.graph_steps(), 2);
+  EXPECT_EQ(replaying.captures.size(), 2u);
+}
+
 }  // namespace
 }  // namespace di
