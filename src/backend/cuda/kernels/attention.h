@@ -48,9 +48,9 @@ struct PagedAttentionKernelParams {
   int32_t num_splits;     // >= ceil(max kv len / split_size)
   float* partial_o;       // [num_splits, num_tokens * num_q_heads, head_dim_v] (splits > 1)
   float* partial_ml;      // [num_splits, num_tokens * num_q_heads, 2]: running max, sum
-  // GQA decode kernel (gqa_decode.cuh): 1 = online softmax once per chunk of tokens (all scores
-  // of the chunk first, one rescale), 0 = once per token (the older order; A/B switch
-  // DEEPINFER_GQA_SOFTMAX=token). Results differ in rounding only.
+  // GQA decode kernel (gqa_decode.cuh): 0 = online softmax once per token (default), 1 = once
+  // per chunk of tokens (all scores of the chunk first, one rescale; opt-in
+  // DEEPINFER_GQA_SOFTMAX=chunk). Results differ in rounding only.
   int32_t gqa_chunk_softmax;
   // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
   // are unused and these f32 tensors (same shapes) are read and written instead.
