@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <string>
 
 #include "backend/profiling_backend.h"
@@ -28,7 +31,8 @@ struct TestEmbedding : OpCase {
   int64_t vocab, hidden, tokens;
   TestEmbedding(int64_t v, int64_t h, int64_t t) : vocab(v), hidden(h), tokens(t) {}
   std::string name() const override {
-    return "embedding_v" + std::to_string(vocab) + "_h" + std::to_string(hidden) + "_t" + std::to_string(tokens);
+    return "embedding_v" + std::to_string(vocab) + "_h" + std::to_string(hidden) + "_t" +
+           std::to_string(tokens);
   }
   std::vector<Output> run(Backend& be) const override {
     Tensor table = act(be, host_random({vocab, hidden}, 1));
@@ -66,7 +70,8 @@ struct TestRmsNorm : OpCase {
   bool in_place;
   TestRmsNorm(int64_t r, int64_t d_, bool ip = false) : rows(r), d(d_), in_place(ip) {}
   std::string name() const override {
-    return "rms_norm_r" + std::to_string(rows) + "_d" + std::to_string(d) + (in_place ? "_inplace" : "");
+    return "rms_norm_r" + std::to_string(rows) + "_d" + std::to_string(d) +
+           (in_place ? "_inplace" : "");
   }
   std::vector<Output> run(Backend& be) const override {
     Tensor x = act(be, host_random({rows, d}, 6, 3.0f));
@@ -84,7 +89,9 @@ struct TestRmsNorm : OpCase {
 struct TestAddRmsNorm : OpCase {
   int64_t rows, d;
   TestAddRmsNorm(int64_t r, int64_t d_) : rows(r), d(d_) {}
-  std::string name() const override { return "add_rms_norm_r" + std::to_string(rows) + "_d" + std::to_string(d); }
+  std::string name() const override {
+    return "add_rms_norm_r" + std::to_string(rows) + "_d" + std::to_string(d);
+  }
   std::vector<Output> run(Backend& be) const override {
     Tensor x = act(be, host_random({rows, d}, 8));
     Tensor res = act(be, host_random({rows, d}, 9, 4.0f));
@@ -105,7 +112,13 @@ struct TestFusedLinear : OpCase {
   bool bias, y_f32, residual, y_too;
   TestFusedLinear(int64_t m_, int64_t n_, int64_t k_, In in_, bool bias_, bool y_f32_,
                   bool residual_, bool y_too_ = false)
-      : m(m_), n(n_), k(k_), in(in_), bias(bias_), y_f32(y_f32_), residual(residual_),
+      : m(m_),
+        n(n_),
+        k(k_),
+        in(in_),
+        bias(bias_),
+        y_f32(y_f32_),
+        residual(residual_),
         y_too(y_too_) {}
   std::string name() const override {
     static constexpr const char* kIn[] = {"plain", "norm", "silu"};
@@ -154,7 +167,9 @@ struct TestAdd : OpCase {
 struct TestSiluMul : OpCase {
   int64_t rows, inter;
   TestSiluMul(int64_t r, int64_t i) : rows(r), inter(i) {}
-  std::string name() const override { return "silu_mul_r" + std::to_string(rows) + "_i" + std::to_string(inter); }
+  std::string name() const override {
+    return "silu_mul_r" + std::to_string(rows) + "_i" + std::to_string(inter);
+  }
   std::vector<Output> run(Backend& be) const override {
     Tensor gu = act(be, host_random({rows, 2 * inter}, 13, 4.0f));
     Tensor y = be.empty({rows, inter}, be.compute_dtype());
@@ -170,8 +185,9 @@ struct TestRope : OpCase {
   TestRope(int64_t t, int64_t h, int64_t r, int32_t b, int32_t d, bool il)
       : tokens(t), heads(h), row(r), rot_begin(b), rot_dim(d), interleaved(il) {}
   std::string name() const override {
-    return "rope_t" + std::to_string(tokens) + "_h" + std::to_string(heads) + "_row" + std::to_string(row) +
-           "_rot" + std::to_string(rot_begin) + "+" + std::to_string(rot_dim) + (interleaved ? "_interleaved" : "_half");
+    return "rope_t" + std::to_string(tokens) + "_h" + std::to_string(heads) + "_row" +
+           std::to_string(row) + "_rot" + std::to_string(rot_begin) + "+" +
+           std::to_string(rot_dim) + (interleaved ? "_interleaved" : "_half");
   }
   std::vector<Output> run(Backend& be) const override {
     const int64_t max_pos = 4096;
@@ -194,7 +210,8 @@ struct TestRope : OpCase {
 struct TestColumns : OpCase {
   int64_t rows, cols, begin, width;
   bool write;
-  TestColumns(int64_t r, int64_t c, int64_t b, int64_t w, bool wr) : rows(r), cols(c), begin(b), width(w), write(wr) {}
+  TestColumns(int64_t r, int64_t c, int64_t b, int64_t w, bool wr)
+      : rows(r), cols(c), begin(b), width(w), write(wr) {}
   std::string name() const override {
     return std::string(write ? "write" : "copy") + "_columns_r" + std::to_string(rows) + "_c" +
            std::to_string(cols) + "_at" + std::to_string(begin) + "_w" + std::to_string(width);
@@ -230,7 +247,8 @@ struct PagedSetup {
     size_t next = 0;
     for (auto [c, n] : seqs) {
       const int32_t len = c + n, nb = (len + block_size - 1) / block_size;
-      std::vector<int32_t> table(perm.begin() + static_cast<long>(next), perm.begin() + static_cast<long>(next + static_cast<size_t>(nb)));
+      std::vector<int32_t> table(perm.begin() + static_cast<long>(next),
+                                 perm.begin() + static_cast<long>(next + static_cast<size_t>(nb)));
       next += static_cast<size_t>(nb);
       for (int32_t p = c; p < len; ++p) {
         positions.push_back(p);
@@ -262,7 +280,8 @@ struct PagedSetup {
 
 struct TestStoreKv : OpCase {
   int32_t block_size, width, entry, offset;
-  TestStoreKv(int32_t bs, int32_t w, int32_t e, int32_t off) : block_size(bs), width(w), entry(e), offset(off) {}
+  TestStoreKv(int32_t bs, int32_t w, int32_t e, int32_t off)
+      : block_size(bs), width(w), entry(e), offset(off) {}
   std::string name() const override {
     return "store_kv_bs" + std::to_string(block_size) + "_w" + std::to_string(width) + "_entry" +
            std::to_string(entry) + "_at" + std::to_string(offset);
@@ -362,7 +381,8 @@ struct TestHeadLinear : OpCase {
   int64_t t, heads, k, n;
   TestHeadLinear(int64_t t_, int64_t h, int64_t k_, int64_t n_) : t(t_), heads(h), k(k_), n(n_) {}
   std::string name() const override {
-    return "head_linear_t" + std::to_string(t) + "_h" + std::to_string(heads) + "_k" + std::to_string(k) + "_n" + std::to_string(n);
+    return "head_linear_t" + std::to_string(t) + "_h" + std::to_string(heads) + "_k" +
+           std::to_string(k) + "_n" + std::to_string(n);
   }
   std::vector<Output> run(Backend& be) const override {
     Tensor x = act(be, host_random({t, heads, k}, 41));
@@ -378,7 +398,8 @@ struct TestMoeRoute : OpCase {
   MoeRoutingParams p;
   int64_t tokens;
   bool bias;
-  TestMoeRoute(std::string l, MoeRoutingParams p_, int64_t t, bool b) : label(std::move(l)), p(p_), tokens(t), bias(b) {}
+  TestMoeRoute(std::string l, MoeRoutingParams p_, int64_t t, bool b)
+      : label(std::move(l)), p(p_), tokens(t), bias(b) {}
   std::string name() const override { return "moe_route_" + label; }
   std::vector<Output> run(Backend& be) const override {
     Tensor logits = be.upload(host_random({tokens, p.num_experts}, 51, 3.0f), DType::kF32);
@@ -400,8 +421,9 @@ struct TestMoeExperts : OpCase {
   TestMoeExperts(int64_t t, int64_t h, int64_t i, int64_t e, int64_t k, double s = 0.0)
       : tokens(t), hidden(h), inter(i), experts(e), top_k(k), skip(s) {}
   std::string name() const override {
-    return "moe_experts_t" + std::to_string(tokens) + "_h" + std::to_string(hidden) + "_i" + std::to_string(inter) +
-           "_e" + std::to_string(experts) + "_k" + std::to_string(top_k) + (skip > 0 ? "_skip" : "");
+    return "moe_experts_t" + std::to_string(tokens) + "_h" + std::to_string(hidden) + "_i" +
+           std::to_string(inter) + "_e" + std::to_string(experts) + "_k" + std::to_string(top_k) +
+           (skip > 0 ? "_skip" : "");
   }
   std::vector<Output> run(Backend& be) const override {
     Tensor x = act(be, host_random({tokens, hidden}, 61));
@@ -460,19 +482,19 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestAdd(10001));
   {
     using In = FusedLinearParams::In;
-    add(new TestFusedLinear(1, 6144, 4096, In::kRmsNorm, false, false, false));    // Llama qkv
-    add(new TestFusedLinear(1, 4096, 4096, In::kNone, false, false, true));        // o_proj += x
-    add(new TestFusedLinear(1, 4096, 14336, In::kSiluMul, false, false, true));    // down += x
+    add(new TestFusedLinear(1, 6144, 4096, In::kRmsNorm, false, false, false));  // Llama qkv
+    add(new TestFusedLinear(1, 4096, 4096, In::kNone, false, false, true));      // o_proj += x
+    add(new TestFusedLinear(1, 4096, 14336, In::kSiluMul, false, false, true));  // down += x
     add(new TestFusedLinear(4, 4096, 14336, In::kSiluMul, false, false, true));
-    add(new TestFusedLinear(2, 1152, 4096, In::kRmsNorm, true, false, false));     // qkv bias
-    add(new TestFusedLinear(3, 1000, 520, In::kRmsNorm, true, false, true, true)); // k % 256 != 0
+    add(new TestFusedLinear(2, 1152, 4096, In::kRmsNorm, true, false, false));      // qkv bias
+    add(new TestFusedLinear(3, 1000, 520, In::kRmsNorm, true, false, true, true));  // k % 256 != 0
     add(new TestFusedLinear(8, 576, 2048, In::kNone, false, false, false));
-    add(new TestFusedLinear(5, 64, 2048, In::kNone, false, true, false));          // router, f32
+    add(new TestFusedLinear(5, 64, 2048, In::kNone, false, true, false));  // router, f32
     add(new TestFusedLinear(7, 37, 64, In::kSiluMul, false, false, false));
     add(new TestFusedLinear(6, 300, 128, In::kRmsNorm, false, false, true, true));
-    add(new TestFusedLinear(1, 32001, 256, In::kRmsNorm, false, true, false));     // lm_head
-    add(new TestFusedLinear(9, 300, 128, In::kRmsNorm, true, false, true));        // > 8 rows
-    add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));            // k % 8 != 0
+    add(new TestFusedLinear(1, 32001, 256, In::kRmsNorm, false, true, false));  // lm_head
+    add(new TestFusedLinear(9, 300, 128, In::kRmsNorm, true, false, true));     // > 8 rows
+    add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));         // k % 8 != 0
   }
   add(new TestSiluMul(13, 1408));
   add(new TestSiluMul(1, 14336));
@@ -489,20 +511,27 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestCopyBlocks(64, 576));
   add(new TestCopyBlocks(1, 2048));
   // GQA decode (one new token per sequence), ragged contexts incl. kv_len 97 and a long one.
-  add(new TestPagedAttention("gqa_decode", 32, 8, 128, 128, false, 16, P{{96, 1}, {0, 1}, {299, 1}, {1023, 1}}));
-  add(new TestPagedAttention("gqa_decode_split", 32, 8, 128, 128, false, 64, P{{2999, 1}, {600, 1}}));
+  add(new TestPagedAttention("gqa_decode", 32, 8, 128, 128, false, 16,
+                             P{{96, 1}, {0, 1}, {299, 1}, {1023, 1}}));
+  add(new TestPagedAttention("gqa_decode_split", 32, 8, 128, 128, false, 64,
+                             P{{2999, 1}, {600, 1}}));
   add(new TestPagedAttention("gqa_decode_bs1", 8, 2, 64, 64, false, 1, P{{96, 1}, {40, 1}}));
   // The decode kernel's other instantiations: group 8 (Qwen3-30B-A3B), head dim 256, group 1.
-  add(new TestPagedAttention("gqa_decode_g8", 32, 4, 128, 128, false, 16, P{{511, 1}, {0, 1}, {2047, 1}}));
+  add(new TestPagedAttention("gqa_decode_g8", 32, 4, 128, 128, false, 16,
+                             P{{511, 1}, {0, 1}, {2047, 1}}));
   add(new TestPagedAttention("gqa_decode_d256", 8, 4, 256, 256, false, 64, P{{300, 1}, {64, 1}}));
-  add(new TestPagedAttention("mha_decode", 4, 4, 128, 128, false, 16, P{{70, 1}, {5, 1}, {129, 1}}));
-  // GQA prefill: ragged, with cached prefixes, an empty sequence (no new tokens), block sizes 1/16/64.
-  add(new TestPagedAttention("gqa_prefill", 32, 8, 128, 128, false, 64, P{{0, 97}, {60, 5}, {33, 1}, {20, 0}, {0, 130}}));
+  add(new TestPagedAttention("mha_decode", 4, 4, 128, 128, false, 16,
+                             P{{70, 1}, {5, 1}, {129, 1}}));
+  // GQA prefill: ragged, with cached prefixes, an empty sequence (no new tokens), block sizes
+  // 1/16/64.
+  add(new TestPagedAttention("gqa_prefill", 32, 8, 128, 128, false, 64,
+                             P{{0, 97}, {60, 5}, {33, 1}, {20, 0}, {0, 130}}));
   add(new TestPagedAttention("gqa_prefill_bs16", 16, 4, 128, 128, false, 16, P{{0, 97}, {17, 40}}));
   add(new TestPagedAttention("gqa_prefill_bs1", 8, 2, 64, 64, false, 1, P{{0, 33}, {9, 12}}));
   add(new TestPagedAttention("mha_prefill", 4, 4, 64, 64, false, 16, P{{0, 70}}));
   // MLA: one kv head, K = [latent 512 | rope 64], V = the latent.
-  add(new TestPagedAttention("mla_decode", 16, 1, 576, 512, true, 64, P{{96, 1}, {512, 1}, {0, 1}}));
+  add(new TestPagedAttention("mla_decode", 16, 1, 576, 512, true, 64,
+                             P{{96, 1}, {512, 1}, {0, 1}}));
   add(new TestPagedAttention("mla_decode_split", 128, 1, 576, 512, true, 64, P{{1500, 1}}));
   add(new TestPagedAttention("mla_prefill", 16, 1, 576, 512, true, 16, P{{0, 40}, {93, 7}}));
   add(new TestPagedAttention("mla_prefill_bs1", 8, 1, 576, 512, true, 1, P{{0, 20}, {5, 3}}));
@@ -617,13 +646,14 @@ TEST_P(BackendOps, MatchesCpu) {
              (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
         break;
     }
-    std::printf("[op] %-60s %-12s n=%-9lld diff=%.2e nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
-                c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.diff, m.nmse,
-                m.max_abs, m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
+    std::printf(
+        "[op] %-60s %-12s n=%-9lld diff=%.2e nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+        c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.diff, m.nmse,
+        m.max_abs, m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
     std::fflush(stdout);
-    EXPECT_TRUE(ok) << c.name() << " output '" << ref[i].name << "': diff " << m.diff << " nmse " << m.nmse
-                    << " max_abs " << m.max_abs << " (max_ref " << m.max_ref << ") mismatches "
-                    << m.mismatches << " of " << m.n;
+    EXPECT_TRUE(ok) << c.name() << " output '" << ref[i].name << "': diff " << m.diff << " nmse "
+                    << m.nmse << " max_abs " << m.max_abs << " (max_ref " << m.max_ref
+                    << ") mismatches " << m.mismatches << " of " << m.n;
   }
 }
 
@@ -636,10 +666,11 @@ std::string case_name(const ::testing::TestParamInfo<std::shared_ptr<OpCase>>& i
 
 INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::ValuesIn(all_cases()), case_name);
 
-// ---- the fp32 verification mode (issue #5) ---------------------------------------------------------
-// Every case of the table again on make_backend("cuda-fp32"): f32 activations, weights, KV and true
-// fp32 GEMMs against the fp32 CPU oracle. Tolerance: exact stays exact; everything else NMSE <= 1e-9
-// and max |diff| <= 1e-4 * max |ref| (summation order and expf/rsqrtf ulps only).
+// ---- the fp32 verification mode (issue #5)
+// --------------------------------------------------------- Every case of the table again on
+// make_backend("cuda-fp32"): f32 activations, weights, KV and true fp32 GEMMs against the fp32 CPU
+// oracle. Tolerance: exact stays exact; everything else NMSE <= 1e-9 and max |diff| <= 1e-4 * max
+// |ref| (summation order and expf/rsqrtf ulps only).
 
 std::unique_ptr<Backend> make_test_backend_fp32() {
 #ifdef DI_HAVE_CUDA
@@ -675,8 +706,8 @@ TEST_P(BackendOpsFp32, MatchesCpuTightly) {
     else
       ok = m.nmse <= 1e-9 && m.mismatches == 0 && m.max_abs <= 1e-4 * std::max(m.max_ref, 1e-3);
     std::printf("[op-fp32] %-60s %-12s n=%-9lld nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
-                c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.nmse, m.max_abs,
-                m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
+                c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.nmse,
+                m.max_abs, m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
     std::fflush(stdout);
     EXPECT_TRUE(ok) << c.name() << " output '" << ref[i].name << "' (fp32 mode): nmse " << m.nmse
                     << " max_abs " << m.max_abs << " (max_ref " << m.max_ref << ") mismatches "
@@ -837,7 +868,8 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 #endif
 }
 
-// ---- sampling on the GPU vs the CPU sampler ------------------------------------------------------
+// ---- sampling on the GPU vs the CPU sampler
+// ------------------------------------------------------
 
 TEST(GpuSampling, SameTokenAsCpuSampler) {
 #ifdef DI_HAVE_CUDA
@@ -857,12 +889,12 @@ TEST(GpuSampling, SameTokenAsCpuSampler) {
     positions.push_back(pos);
   };
   for (int i = 0; i < 8; ++i) {
-    row(0.0f, -1, 1.0f, 0.0f, 1, i);                 // greedy
-    row(1.0f, -1, 1.0f, 0.0f, 7 + i, 100 + i);       // plain
-    row(0.7f, 50, 1.0f, 0.0f, 99, 3 * i);            // top-k
-    row(0.9f, -1, 0.9f, 0.0f, 1234 + i, i);          // top-p
-    row(1.3f, -1, 1.0f, 0.05f, 5, 1000 + i);         // min-p (pre-filter path)
-    row(0.8f, 40, 0.95f, 0.02f, 42 + i, 17 * i);     // all filters
+    row(0.0f, -1, 1.0f, 0.0f, 1, i);              // greedy
+    row(1.0f, -1, 1.0f, 0.0f, 7 + i, 100 + i);    // plain
+    row(0.7f, 50, 1.0f, 0.0f, 99, 3 * i);         // top-k
+    row(0.9f, -1, 0.9f, 0.0f, 1234 + i, i);       // top-p
+    row(1.3f, -1, 1.0f, 0.05f, 5, 1000 + i);      // min-p (pre-filter path)
+    row(0.8f, 40, 0.95f, 0.02f, 42 + i, 17 * i);  // all filters
   }
   const auto rows = static_cast<int64_t>(params.size());
   // Peaky logits with exact ties (ids ordered) so canonical tie-breaking matters.
@@ -892,6 +924,98 @@ TEST(GpuSampling, SameTokenAsCpuSampler) {
   }
   std::printf("[op] %-60s rows=%lld mismatches=%d %s\n", "gpu_sampling_vs_cpu_v32001",
               static_cast<long long>(rows), mismatches, mismatches == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(mismatches, 0);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// All-greedy batches take the argmax kernel instead of the sort (launch_argmax_rows): the CPU's
+// argmax on rows built to trip it — ties for the top (the lower id wins), the top at the first and
+// the last id, NaN everywhere but one finite value, NaN before the top, -0 and +0 as the top
+// (they tie: the first of either), +inf, every logit -inf or NaN (-1), a one-column vocabulary —
+// then random rows at 1, 3 and 64 rows of a 129,280 vocabulary, and a mixed batch after it
+// (the sort path, sharing the sampler's buffers).
+TEST(GpuSampling, GreedyArgmaxPathSameAsCpu) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "GPU sampling test skipped: " << skip_reason();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  int mismatches = 0;
+  auto run = [&](const Tensor& logits, const std::vector<DeviceSampleRow>& rows, const char* what) {
+    const int64_t vocab = logits.size(1);
+    const std::vector<int32_t> got = be->sample_on_device(be->upload(logits, DType::kF32), rows);
+    ASSERT_EQ(got.size(), rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      sampling::SamplingParams p;
+      p.temperature = rows[r].temperature;
+      p.top_k = rows[r].top_k;
+      p.top_p = rows[r].top_p;
+      p.min_p = rows[r].min_p;
+      p.seed = rows[r].seed;
+      std::span<const float> l(logits.f32() + static_cast<int64_t>(r) * vocab,
+                               static_cast<size_t>(vocab));
+      int32_t want = -1;
+      try {
+        want = sampling::sample_token(l, p, rows[r].position, {}, {});
+      } catch (const std::exception&) {
+        want = -1;  // the CPU throws where every logit is -inf or NaN; the GPU answers -1
+      }
+      if (want != got[r]) {
+        ++mismatches;
+        std::printf("[sample] %s row %zu: cpu %d gpu %d\n", what, r, want, got[r]);
+      }
+    }
+  };
+  const DeviceSampleRow greedy{0.0f, -1, 1.0f, 0.0f, 1, 0};
+  {
+    const int64_t vocab = 4099;
+    std::vector<std::vector<float>> rows;
+    auto base = [&] { return std::vector<float>(static_cast<size_t>(vocab), -3.0f); };
+    std::vector<float> r = base();
+    r[100] = 5.0f, r[2000] = 5.0f, r[4000] = 5.0f;  // three-way tie: 100
+    rows.push_back(r);
+    r = base(), r[0] = 1.0f;  // first id
+    rows.push_back(r);
+    r = base(), r[vocab - 1] = 1.0f;  // last id
+    rows.push_back(r);
+    r = std::vector<float>(static_cast<size_t>(vocab), nan), r[1234] = -7.0f;  // only one finite
+    rows.push_back(r);
+    r = base(), r[5] = nan, r[6] = 2.0f, r[7] = nan;  // NaN before the top
+    rows.push_back(r);
+    r = std::vector<float>(static_cast<size_t>(vocab), -inf), r[900] = 0.0f, r[30] = -0.0f;
+    rows.push_back(r);                         // -0 at 30 and +0 at 900 tie: 30
+    r = base(), r[3000] = inf, r[10] = 1e30f;  // +inf wins
+    rows.push_back(r);
+    r = std::vector<float>(static_cast<size_t>(vocab), -inf);
+    for (int64_t v = 0; v < vocab; v += 3) r[static_cast<size_t>(v)] = nan;  // nothing usable
+    rows.push_back(r);
+    Tensor logits = Tensor::empty({static_cast<int64_t>(rows.size()), vocab}, DType::kF32);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::copy(rows[i].begin(), rows[i].end(), logits.f32() + static_cast<int64_t>(i) * vocab);
+    }
+    run(logits, std::vector<DeviceSampleRow>(rows.size(), greedy), "edge");
+    Tensor one = Tensor::empty({2, 1}, DType::kF32);
+    one.f32()[0] = -1.0f;
+    one.f32()[1] = nan;
+    run(one, std::vector<DeviceSampleRow>(2, greedy), "vocab1");
+  }
+  const int64_t vocab = 129280;
+  std::mt19937_64 rng(8);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (const int64_t rows : {1, 3, 64}) {
+    Tensor logits = Tensor::empty({rows, vocab}, DType::kF32);
+    for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] = std::round(nd(rng) * 4) / 4;
+    run(logits, std::vector<DeviceSampleRow>(static_cast<size_t>(rows), greedy), "random");
+  }
+  Tensor mixed = Tensor::empty({4, vocab}, DType::kF32);
+  for (int64_t i = 0; i < mixed.numel(); ++i) mixed.f32()[i] = nd(rng);
+  std::vector<DeviceSampleRow> mixed_rows(4, greedy);
+  mixed_rows[2] = DeviceSampleRow{0.8f, 40, 0.95f, 0.0f, 3, 9};
+  run(mixed, mixed_rows, "mixed");
+  std::printf("[op] %-60s mismatches=%d %s\n", "gpu_sampling_greedy_argmax", mismatches,
+              mismatches == 0 ? "PASS" : "FAIL");
   EXPECT_EQ(mismatches, 0);
 #else
   GTEST_SKIP() << "built without CUDA";

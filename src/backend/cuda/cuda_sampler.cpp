@@ -17,7 +17,19 @@ std::vector<int32_t> CudaSampler::sample(const Tensor& logits,
   DI_CHECK(vocab > 0, "sample_on_device: logits {} have no columns", logits.describe());
 
   const int64_t row_bytes = static_cast<int64_t>(sizeof(SampleRowParams));
-  if (tokens_.is_null() || tokens_.numel() < num_rows) {
+  bool all_greedy = true;
+  for (const DeviceSampleRow& s : rows) all_greedy = all_greedy && s.temperature == 0.0f;
+  if (all_greedy && greedy_fast_path_) {
+    // Greedy decode (every row temperature 0): one argmax per row, no sort, no workspace.
+    if (tokens_.is_null() || tokens_.numel() < num_rows)
+      tokens_ = be_.empty({num_rows}, DType::kI32);
+    launch_argmax_rows(static_cast<const float*>(logits.raw()), num_rows, vocab,
+                       static_cast<int32_t*>(tokens_.raw()), be_.stream());
+    CUDA_CHECK_LAUNCH("argmax_rows");
+    return download_tokens(num_rows);
+  }
+  if (tokens_.is_null() || tokens_.numel() < num_rows || params_.is_null() ||
+      params_.numel() < num_rows * row_bytes) {
     params_host_ = Tensor::empty({num_rows * row_bytes}, DType::kU8);
     params_ = be_.empty({num_rows * row_bytes}, DType::kU8);
     tokens_ = be_.empty({num_rows}, DType::kI32);
@@ -44,6 +56,10 @@ std::vector<int32_t> CudaSampler::sample(const Tensor& logits,
                  static_cast<size_t>(workspace_.numel())};
   launch_sample(p, be_.stream());
   CUDA_CHECK_LAUNCH("sample");
+  return download_tokens(num_rows);
+}
+
+std::vector<int32_t> CudaSampler::download_tokens(int32_t num_rows) {
   tokens_host_.resize(static_cast<size_t>(num_rows));
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_.data(), tokens_.raw(),
                              sizeof(int32_t) * tokens_host_.size(), cudaMemcpyDeviceToHost,

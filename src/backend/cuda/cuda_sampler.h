@@ -4,7 +4,9 @@
 // log-probabilities stay on the CPU for now (TODO(#5)). CudaBackend::sample_on_device runs a
 // CudaSampler; the serving engine calls that (docs/sampling.md "Where sampling runs").
 #include <cstdint>
+#include <cstdlib>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -27,7 +29,15 @@ class CudaSampler {
   std::vector<int32_t> sample(const Tensor& logits, std::span<const DeviceSampleRow> rows);
 
  private:
+  std::vector<int32_t> download_tokens(int32_t num_rows);  // tokens_ -> host, waits
+
   CudaBackend& be_;
+  // All-greedy batches take launch_argmax_rows instead of the sort; DEEPINFER_GPU_ARGMAX=0 sends
+  // them through the sort too (A/B).
+  bool greedy_fast_path_ = [] {
+    const char* env = std::getenv("DEEPINFER_GPU_ARGMAX");
+    return env == nullptr || std::string(env) != "0";
+  }();
   Tensor params_host_;  // [capacity x sizeof(SampleRowParams)] u8, host staging
   Tensor params_;       // the same on the device
   Tensor tokens_;       // [capacity] i32

@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 namespace di::parallel::cuda {
 namespace {
 
@@ -28,10 +30,12 @@ __device__ __forceinline__ void signal_all(const PeerRank& p, int phase) {
   }
 }
 
-// Until every rank's blocks of call `call` have signalled this rank (or the group aborted).
-__device__ __forceinline__ void wait_all(const PeerRank& p, int phase, uint32_t call) {
+// Until every rank's blocks of this call have signalled this rank (or the group aborted): the
+// counters then hold the blocks of every call so far, `base` (before this call) + gridDim.x.
+// Every rank launches the same grid for the same call (the grid depends only on B and N).
+__device__ __forceinline__ void wait_all(const PeerRank& p, int phase, uint32_t base) {
   if (threadIdx.x < p.num_ranks) {
-    const uint32_t target = (call + 1u) * static_cast<uint32_t>(gridDim.x);
+    const uint32_t target = base + static_cast<uint32_t>(gridDim.x);
     const uint32_t* counter = p.arrive[p.rank] + phase * p.num_ranks + threadIdx.x;
     for (uint32_t spins = 1;; ++spins) {
       if (static_cast<int32_t>(load_acquire_sys(counter) - target) >= 0) break;
@@ -41,22 +45,31 @@ __device__ __forceinline__ void wait_all(const PeerRank& p, int phase, uint32_t 
   __syncthreads();
 }
 
-// The last block to finish advances the rank's call count for the phase (every block read it
-// at its start, before taking a ticket).
-__device__ __forceinline__ void finish_call(const PeerRank& p, int phase, uint32_t call) {
+// The rank's state of a phase, read by every block at its start: calls[phase] = calls so far
+// (the parity picks the buffers), calls[2 + phase] = blocks launched so far (the counters' base).
+struct CallState {
+  uint32_t call;
+  uint32_t base;
+};
+__device__ __forceinline__ CallState read_call(const PeerRank& p, int phase) {
+  const auto* c = reinterpret_cast<const volatile uint32_t*>(p.calls);
+  return {c[phase], c[2 + phase]};
+}
+
+// The last block to finish advances the rank's state for the phase (every block read it at its
+// start, before taking a ticket).
+__device__ __forceinline__ void finish_call(const PeerRank& p, int phase, CallState st) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(p.tickets + phase, 1u) == gridDim.x - 1) {
       p.tickets[phase] = 0;
-      *reinterpret_cast<volatile uint32_t*>(p.calls + phase) = call + 1u;
+      auto* c = reinterpret_cast<volatile uint32_t*>(p.calls);
+      c[phase] = st.call + 1u;
+      c[2 + phase] = st.base + gridDim.x;
       __threadfence();
     }
   }
-}
-
-__device__ __forceinline__ uint32_t read_call(const PeerRank& p, int phase) {
-  return *reinterpret_cast<const volatile uint32_t*>(p.calls + phase);
 }
 
 template <typename Unit>
@@ -82,8 +95,8 @@ template <typename Unit>
 __global__ void __launch_bounds__(kThreads) peer_dispatch_kernel(PeerDispatchParams p) {
   const PeerRank& peer = p.peer;
   const int n = peer.num_ranks;
-  const uint32_t call = read_call(peer, 0);
-  const int64_t par = call & 1u;
+  const CallState st = read_call(peer, 0);
+  const int64_t par = st.call & 1u;
   const int64_t x_bytes = int64_t{p.hidden} * (p.dtype == RowDtype::kFloat32 ? 4 : 2);
   const int64_t x_units = x_bytes / static_cast<int64_t>(sizeof(Unit));
 
@@ -110,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) peer_dispatch_kernel(PeerDispatchPar
     }
   }
   signal_all(peer, 0);
-  wait_all(peer, 0, call);
+  wait_all(peer, 0, st.base);
 
   // Unpack every rank's rows from this rank's buffer.
   const int64_t rows = int64_t{n} * p.rows_per_rank;
@@ -128,15 +141,15 @@ __global__ void __launch_bounds__(kThreads) peer_dispatch_kernel(PeerDispatchPar
       p.weights_all[i * p.top_k + j] = wts[j];
     }
   }
-  finish_call(peer, 0, call);
+  finish_call(peer, 0, st);
 }
 
 template <typename T, typename Unit>
 __global__ void __launch_bounds__(kThreads) peer_combine_kernel(PeerCombineParams p) {
   const PeerRank& peer = p.peer;
   const int n = peer.num_ranks;
-  const uint32_t call = read_call(peer, 1);
-  const int64_t par = call & 1u;
+  const CallState st = read_call(peer, 1);
+  const int64_t par = st.call & 1u;
   const int64_t units = peer.ret_row_bytes / static_cast<int64_t>(sizeof(Unit));
 
   // Push: partial row (q, t) into slot (par, rank, t) of rank q's return buffer.
@@ -151,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) peer_combine_kernel(PeerCombineParam
     copy_units(dst, src, units);
   }
   signal_all(peer, 1);
-  wait_all(peer, 1, call);
+  wait_all(peer, 1, st.base);
 
   // out[t] = sum over ranks in rank order (rank 0's value first: one rank is an exact copy).
   const T* in = static_cast<const T*>(peer.ret[peer.rank]);
@@ -165,40 +178,51 @@ __global__ void __launch_bounds__(kThreads) peer_combine_kernel(PeerCombineParam
       from_float(out + t * p.hidden + h, acc);
     }
   }
-  finish_call(peer, 1, call);
+  finish_call(peer, 1, st);
 }
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+unsigned peer_blocks(int32_t rows_per_rank, int32_t num_ranks) {
+  return static_cast<unsigned>(peer_exchange_blocks(rows_per_rank, num_ranks));
+}
+
 }  // namespace
+
+int peer_exchange_blocks(int32_t rows_per_rank, int32_t num_ranks) {
+  const int64_t rows = int64_t{rows_per_rank} * num_ranks;  // rows each rank unpacks / pushes
+  return static_cast<int>(std::clamp<int64_t>((rows + 3) / 4, kPeerMinBlocks, kPeerMaxBlocks));
+}
 
 cudaError_t launch_peer_dispatch(const PeerDispatchParams& params, cudaStream_t stream) {
   const int64_t x_bytes = int64_t{params.hidden} * (params.dtype == RowDtype::kFloat32 ? 4 : 2);
   // Every rank launches the same grid (the counters count blocks), whatever its token count.
+  const unsigned grid = peer_blocks(params.rows_per_rank, params.peer.num_ranks);
   if (x_bytes % 16 == 0 && params.peer.row_bytes % 16 == 0 && aligned16(params.x) &&
       aligned16(params.x_all)) {
-    peer_dispatch_kernel<uint4><<<kPeerBlocks, kThreads, 0, stream>>>(params);
+    peer_dispatch_kernel<uint4><<<grid, kThreads, 0, stream>>>(params);
   } else {
-    peer_dispatch_kernel<uint16_t><<<kPeerBlocks, kThreads, 0, stream>>>(params);
+    peer_dispatch_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(params);
   }
   return cudaGetLastError();
 }
 
 cudaError_t launch_peer_combine(const PeerCombineParams& params, cudaStream_t stream) {
   const bool vec = params.peer.ret_row_bytes % 16 == 0 && aligned16(params.partial);
+  const unsigned grid = peer_blocks(params.rows_per_rank, params.peer.num_ranks);
   if (params.dtype == RowDtype::kFloat32) {
     if (vec) {
-      peer_combine_kernel<float, uint4><<<kPeerBlocks, kThreads, 0, stream>>>(params);
+      peer_combine_kernel<float, uint4><<<grid, kThreads, 0, stream>>>(params);
     } else {
-      peer_combine_kernel<float, uint32_t><<<kPeerBlocks, kThreads, 0, stream>>>(params);
+      peer_combine_kernel<float, uint32_t><<<grid, kThreads, 0, stream>>>(params);
     }
   } else {
     if (vec) {
-      peer_combine_kernel<__nv_bfloat16, uint4><<<kPeerBlocks, kThreads, 0, stream>>>(params);
+      peer_combine_kernel<__nv_bfloat16, uint4><<<grid, kThreads, 0, stream>>>(params);
     } else {
-      peer_combine_kernel<__nv_bfloat16, uint16_t><<<kPeerBlocks, kThreads, 0, stream>>>(params);
+      peer_combine_kernel<__nv_bfloat16, uint16_t><<<grid, kThreads, 0, stream>>>(params);
     }
   }
   return cudaGetLastError();

@@ -18,14 +18,15 @@
 // waits on the host and every address is fixed, so a step stays capturable in a CUDA graph.
 //
 // Ordering: every rank calls the exchanges in the same order (lockstep, as with NCCL). Each
-// kernel reads the rank's call count from device memory (its last block advances it), so replays
-// of a graph continue the count. Buffers alternate by the parity of the count: a rank can be at
-// most one exchange ahead of another (it cannot finish exchange c + 1 before every rank has
-// pushed into it, which each does only after finishing exchange c), so parity c + 1 never
-// overwrites rows still being read for c. Counters are compared modulo 2^32.
+// kernel reads the rank's call count and launched-block count from device memory (its last block
+// advances them), so replays of a graph continue the counts. Buffers alternate by the parity of the
+// count: a rank can be at most one exchange ahead of another (it cannot finish exchange c + 1
+// before every rank has pushed into it, which each does only after finishing exchange c), so parity
+// c + 1 never overwrites rows still being read for c. Counters are compared modulo 2^32.
 //
 // Deadlock freedom: every block pushes before it waits, and a kernel has few blocks
-// (kPeerBlocks), all resident at once on an H200, so no block waits on an unscheduled block.
+// (at most kPeerMaxBlocks), all resident at once on an H200, so no block waits on an
+// unscheduled block.
 // PeerExchangeGroup::abort() (peer_exchange_group.h) sets a host-mapped flag that every waiting
 // block polls: blocked kernels return (with garbage), so a failed rank cannot hang the others.
 #include <cuda_runtime.h>
@@ -37,7 +38,11 @@
 namespace di::parallel::cuda {
 
 inline constexpr int kPeerMaxRanks = 8;
-inline constexpr int kPeerBlocks = 16;  // blocks per exchange kernel, the same on every rank
+// Blocks per exchange kernel: one per 4 rows a rank unpacks (N x B), 16 to 64. Every rank
+// launches the same grid for the same B, and all blocks fit on an H200 at once.
+inline constexpr int kPeerMinBlocks = 16;
+inline constexpr int kPeerMaxBlocks = 64;
+int peer_exchange_blocks(int32_t rows_per_rank, int32_t num_ranks);
 
 // One rank's view of the group: its own buffers and the peers' addresses (device pointers valid
 // on this rank's device through peer access).
@@ -54,7 +59,7 @@ struct PeerRank {
   // Arrival counters on each rank: [2 phases][num_ranks src] u32 (phase 0 dispatch, 1 combine).
   uint32_t* arrive[kPeerMaxRanks] = {};
   // This rank's call counts [2 phases] and last-block tickets [2 phases] (device).
-  uint32_t* calls = nullptr;
+  uint32_t* calls = nullptr;  // [4]: calls per phase, then blocks launched per phase
   uint32_t* tickets = nullptr;
   const volatile int32_t* abort_flag = nullptr;  // host-mapped; non-zero: give up waiting
 };

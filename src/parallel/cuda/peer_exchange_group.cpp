@@ -87,7 +87,7 @@ PeerExchangeGroup::PeerExchangeGroup(std::span<const int32_t> devices, int32_t m
     void* ret = alloc(dev, slots * static_cast<size_t>(ret_row_bytes));
     auto* arrive =
         static_cast<uint32_t*>(alloc(dev, sizeof(uint32_t) * 2 * static_cast<size_t>(n)));
-    pr.calls = static_cast<uint32_t*>(alloc(dev, sizeof(uint32_t) * 2));
+    pr.calls = static_cast<uint32_t*>(alloc(dev, sizeof(uint32_t) * 4));
     pr.tickets = static_cast<uint32_t*>(alloc(dev, sizeof(uint32_t) * 2));
     int32_t* abort_dev = nullptr;
     check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&abort_dev), abort_host_, 0),

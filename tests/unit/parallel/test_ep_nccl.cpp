@@ -797,8 +797,9 @@ TEST_F(EpLoopbackTest, LatencyExchangeMatchesHostModel) {
   }
 }
 
-// The peer-to-peer exchange captured in CUDA graphs, one per simulated rank, replayed several
-// times: the device-side call counters and the buffer parity carry over between replays. With
+// The peer-to-peer exchange captured in CUDA graphs, two per simulated rank (B = 6 and 100),
+// replayed alternately: the device-side call and block counters and the buffer parity carry over
+// between replays and between grids of different sizes. With
 // as many GPUs as ranks the ranks sit on distinct GPUs (real peer stores), else share GPU 0.
 // The "experts" are a copy (partial = x_all), so out[t] = x[t] summed over the ranks in rank
 // order, in fp32.
@@ -815,7 +816,10 @@ TEST_F(EpLoopbackTest, PeerExchangeReplaysInGraphs) {
     }
     SCOPED_TRACE(::testing::Message()
                  << n << " ranks on devices " << devices[0] << ".." << devices.back());
-    const int32_t hidden = 136, top_k = 3, num_experts = 9, rows = 6;
+    // Two graphs of different B (grids of 16 and 25+ blocks) replayed alternately: the device-side
+    // call and block counts must stay in step across grids of different sizes.
+    const int32_t hidden = 136, top_k = 3, num_experts = 9, rows = 100;
+    const int32_t bs[2] = {6, rows};
     const int32_t spr = (num_experts + n - 1) / n;
     PeerExchangeGroup group(devices, rows, latency_row_bytes(hidden, top_k, RowDtype::kFloat32),
                             int64_t{hidden} * 4);
@@ -830,24 +834,29 @@ TEST_F(EpLoopbackTest, PeerExchangeReplaysInGraphs) {
           EpMoeLatency lat(transport, hidden, top_k, RowDtype::kFloat32,
                            std::min(num_experts, r * spr), std::min(num_experts, (r + 1) * spr),
                            rows, stream, &group.rank(r));
-          const int32_t tokens = 1 + (r * 2) % rows;
+          const int32_t tokens_of[2] = {1 + (r * 2) % bs[0], 1 + (r * 37) % bs[1]};
           DeviceBuffer x, ids, w, out;
           x.reserve(size_t{rows} * hidden * 4);
           ids.reserve(size_t{rows} * top_k * 4);
           w.reserve(size_t{rows} * top_k * 4);
           out.reserve(size_t{rows} * hidden * 4);
-          cudaGraph_t graph = nullptr;
-          cudaGraphExec_t exec = nullptr;
-          CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-          lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens, rows);
-          CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
-                                     static_cast<size_t>(n) * rows * hidden * 4,
-                                     cudaMemcpyDeviceToDevice, stream));
-          lat.combine(out.data(), tokens);
-          CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-          CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+          cudaGraph_t graphs[2] = {};
+          cudaGraphExec_t execs[2] = {};
+          for (int g = 0; g < 2; ++g) {
+            CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+            lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens_of[g], bs[g]);
+            CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
+                                       static_cast<size_t>(n) * bs[g] * hidden * 4,
+                                       cudaMemcpyDeviceToDevice, stream));
+            lat.combine(out.data(), tokens_of[g]);
+            CUDA_CHECK(cudaStreamEndCapture(stream, &graphs[g]));
+            CUDA_CHECK(cudaGraphInstantiate(&execs[g], graphs[g], 0));
+          }
           std::mt19937 rng(1000 + r);
-          for (int round = 0; round < 5; ++round) {
+          for (int round = 0; round < 8; ++round) {
+            const int g = round % 3 == 1 ? 1 : 0;  // 0 1 0 0 1 0 0 1: both orders of grids
+            const int32_t tokens = tokens_of[g];
+            cudaGraphExec_t exec = execs[g];
             const RankBatch b = random_batch(tokens, top_k, num_experts, hidden, rng, 0.2, 0.0);
             CUDA_CHECK(cudaMemcpyAsync(x.data(), b.x.data(), b.x.size() * 4, cudaMemcpyHostToDevice,
                                        stream));
@@ -871,8 +880,10 @@ TEST_F(EpLoopbackTest, PeerExchangeReplaysInGraphs) {
               failures[static_cast<size_t>(r)] = "replay " + std::to_string(round) + " differs";
             }
           }
-          CUDA_CHECK(cudaGraphExecDestroy(exec));
-          CUDA_CHECK(cudaGraphDestroy(graph));
+          for (int g = 0; g < 2; ++g) {
+            CUDA_CHECK(cudaGraphExecDestroy(execs[g]));
+            CUDA_CHECK(cudaGraphDestroy(graphs[g]));
+          }
           CUDA_CHECK(cudaStreamSynchronize(stream));
           CUDA_CHECK(cudaStreamDestroy(stream));
         });

@@ -1,6 +1,6 @@
 // GPU sampling (see sampling.h). Correctness first: the radix sort and the sequential walk cost
 // a few hundred microseconds at a 128 K vocabulary; a top-k-first path (radix select) is the
-// faster follow-up, TODO(#5).
+// faster follow-up, TODO(#5). All-greedy batches skip the sort (launch_argmax_rows).
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include <cfloat>
@@ -23,7 +23,9 @@ struct Workspace {
   size_t cub_bytes;
 };
 
-size_t align_up(size_t x) { return (x + 255) & ~size_t{255}; }
+size_t align_up(size_t x) {
+  return (x + 255) & ~size_t{255};
+}
 
 size_t cub_temp_bytes(int32_t rows, int32_t vocab) {
   size_t bytes = 0;
@@ -83,7 +85,10 @@ __global__ void sample_sorted_kernel(SampleParams p, const float* vals_all, cons
     int lo = 0, hi = p.vocab;
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (vals[mid] == -INFINITY) hi = mid; else lo = mid + 1;
+      if (vals[mid] == -INFINITY)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     n_usable_s = lo;
   }
@@ -145,7 +150,59 @@ __global__ void sample_sorted_kernel(SampleParams p, const float* vals_all, cons
   p.tokens[row] = ids[chosen];
 }
 
+// (value, index) of the larger logit, the lower index on equal values (== also ties -0 and +0);
+// NaN and -inf never win (the start is (-inf, INT32_MAX)).
+__device__ __forceinline__ void argmax_merge(float& best, int32_t& idx, float v, int32_t i) {
+  if (v > best || (v == best && i < idx)) {
+    best = v;
+    idx = i;
+  }
+}
+
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_rows_kernel(const float* logits, int32_t vocab, int32_t* tokens) {
+  const float* x = logits + int64_t{blockIdx.x} * vocab;
+  float best = -INFINITY;
+  int32_t idx = INT32_MAX;
+  // Ascending indices per thread: a strict > keeps the first of equal values.
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = x[i];
+    if (v > best) {
+      best = v;
+      idx = i;
+    }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, idx, off);
+    argmax_merge(best, idx, ov, oi);
+  }
+  __shared__ float best_s[kArgmaxThreads / 32];
+  __shared__ int32_t idx_s[kArgmaxThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    best_s[warp] = best;
+    idx_s[warp] = idx;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x) / 32; ++w) {
+      argmax_merge(best, idx, best_s[w], idx_s[w]);
+    }
+    tokens[blockIdx.x] = best == -INFINITY ? -1 : idx;
+  }
+}
+
 }  // namespace
+
+void launch_argmax_rows(const float* logits, int32_t rows, int32_t vocab, int32_t* tokens,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  argmax_rows_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(logits, vocab,
+                                                                                 tokens);
+}
 
 size_t sample_workspace_bytes(int32_t rows, int32_t vocab) {
   const size_t n = static_cast<size_t>(rows) * vocab;

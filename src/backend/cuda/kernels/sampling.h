@@ -20,7 +20,7 @@ struct SampleRowParams {
   float top_p;        // 1 = off
   float min_p;        // 0 = off
   uint64_t seed;
-  int64_t position;   // index of the token being sampled in its sequence
+  int64_t position;  // index of the token being sampled in its sequence
 };
 
 struct SampleParams {
@@ -35,6 +35,11 @@ struct SampleParams {
 };
 
 size_t sample_workspace_bytes(int32_t rows, int32_t vocab);
+// Greedy rows only (every temperature 0): tokens[r] = the first index of the largest logit of
+// row r (NaN never wins, ±0 tie, -1 when every logit is -inf or NaN), the CPU's argmax; one CTA
+// per row, one read of the logits, no sort and no workspace.
+void launch_argmax_rows(const float* logits, int32_t rows, int32_t vocab, int32_t* tokens,
+                        cudaStream_t stream);
 // Enqueues the sort and the sampling kernels; no host synchronisation.
 void launch_sample(const SampleParams& p, cudaStream_t stream);
 
