@@ -26,6 +26,7 @@ void GroupLoadSum::all_reduce(int32_t rank_idx, std::span<int64_t> values) {
       if (d.size() != values.size()) {
         aborted_ = true;
         abort_reason_ = "the ranks deposited loads of different sizes";
+        arrived_ = 0;  // the round is over: every rank of it throws
         cv_.notify_all();
         DI_FAIL("EPLB load all-reduce: rank {} brought {} values, another {}", rank_idx,
                 values.size(), d.size());
@@ -62,6 +63,18 @@ void GroupLoadSum::reset() {
   abort_reason_.clear();
   arrived_ = 0;  // ranks that arrived before the abort have left with an exception
   ++generation_;
+}
+
+void GroupLoadSum::check_integrity() const {
+  std::lock_guard lock(mu_);
+  DI_CHECK(arrived_ >= 0 && arrived_ < num_ranks_, "GroupLoadSum: {} ranks waiting of {}", arrived_,
+           num_ranks_);
+  DI_CHECK(deposits_.size() == static_cast<size_t>(num_ranks_),
+           "GroupLoadSum: {} deposit slots for {} ranks", deposits_.size(), num_ranks_);
+  DI_CHECK(aborted_ == !abort_reason_.empty(), "GroupLoadSum: aborted {} with reason '{}'",
+           aborted_, abort_reason_);
+  DI_CHECK(rounds_ <= generation_, "GroupLoadSum: {} rounds in {} generations", rounds_,
+           generation_);
 }
 
 uint64_t GroupLoadSum::rounds() const {

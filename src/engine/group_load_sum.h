@@ -36,6 +36,9 @@ class GroupLoadSum {
   // Clears an abort. Only while no rank is inside all_reduce (between group steps).
   void reset();
   uint64_t rounds() const;  // completed all_reduce rounds
+  // Throws unless: fewer than N ranks wait in the current round, one deposit slot per rank, and
+  // an abort reason exactly while aborted. Safe to call from any thread at any time.
+  void check_integrity() const;
 
  private:
   const int32_t num_ranks_;

@@ -31,6 +31,10 @@ TEST(PinnedHostPool, ReusesReleasedBlocksOfTheSameSizeClass) {
   void* c = nullptr;
   std::shared_ptr<void> other = pool.allocate(5 << 20, &c);
   EXPECT_NE(c, a);  // another class: a new block
+  other.reset();
+  owner.reset();
+  pool.check_integrity();
+  EXPECT_EQ(pool.bytes_cached(), size_t{12} << 20);  // 4 MB + 8 MB classes
 }
 
 TEST(PinnedHostPool, CachesAtMostTheLimitAndBlocksOutliveThePool) {
@@ -44,6 +48,7 @@ TEST(PinnedHostPool, CachesAtMostTheLimitAndBlocksOutliveThePool) {
     x.reset();
     y.reset();  // over the 1 MB limit: freed, not cached
     EXPECT_EQ(pool.bytes_cached(), size_t{1} << 20);
+    pool.check_integrity();
     survivor = pool.allocate(1 << 20, &p);
     std::memset(p, 7, 1 << 20);
   }

@@ -6,6 +6,8 @@
 #include <map>
 #include <mutex>
 
+#include "core/error.h"
+
 namespace di::cuda {
 
 struct PinnedHostPool::State {
@@ -66,6 +68,19 @@ std::shared_ptr<void> PinnedHostPool::allocate(size_t bytes, void** ptr) {
   *ptr = block;
   std::shared_ptr<State> state = state_;
   return std::shared_ptr<void>(block, [state, size](void* p) { state->release(p, size); });
+}
+
+void PinnedHostPool::check_integrity() const {
+  std::lock_guard lock(state_->mu);
+  size_t total = 0;
+  for (const auto& [size, ptr] : state_->free_blocks) {
+    DI_CHECK(ptr != nullptr && std::has_single_bit(size), "PinnedHostPool: free block {} of {} B",
+             ptr, size);
+    total += size;
+  }
+  DI_CHECK(total == state_->cached_bytes && total <= state_->max_cached_bytes,
+           "PinnedHostPool: {} B in free blocks, {} B counted, limit {} B", total,
+           state_->cached_bytes, state_->max_cached_bytes);
 }
 
 size_t PinnedHostPool::bytes_cached() const {

@@ -25,6 +25,9 @@ class PinnedHostPool {
   std::shared_ptr<void> allocate(size_t bytes, void** ptr);
 
   size_t bytes_cached() const;
+  // Throws unless the cached bytes equal the sum of the free blocks' sizes, every size is a power
+  // of two, and the total is within the limit.
+  void check_integrity() const;
 
  private:
   struct State;

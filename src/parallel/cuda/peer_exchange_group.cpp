@@ -111,6 +111,34 @@ PeerExchangeGroup::~PeerExchangeGroup() {
   if (abort_host_ != nullptr) (void)cudaFreeHost(abort_host_);
 }
 
+void PeerExchangeGroup::check_integrity() const {
+  const auto n = static_cast<int32_t>(ranks_.size());
+  auto fail = [](const std::string& what) {
+    throw std::runtime_error("PeerExchangeGroup::check_integrity: " + what);
+  };
+  if (n < 1 || n > kPeerMaxRanks || devices_.size() != ranks_.size()) fail("bad rank count");
+  const PeerRank& first = ranks_.front();
+  for (int32_t r = 0; r < n; ++r) {
+    const PeerRank& pr = ranks_[static_cast<size_t>(r)];
+    if (pr.rank != r || pr.num_ranks != n) fail("rank " + std::to_string(r) + " has a bad index");
+    if (pr.max_rows != first.max_rows || pr.row_bytes != first.row_bytes ||
+        pr.ret_row_bytes != first.ret_row_bytes) {
+      fail("rank " + std::to_string(r) + " has other buffer sizes");
+    }
+    if (pr.calls == nullptr || pr.tickets == nullptr || pr.abort_flag == nullptr) {
+      fail("rank " + std::to_string(r) + " lacks its counters");
+    }
+    for (int32_t q = 0; q < kPeerMaxRanks; ++q) {
+      const bool live = q < n;
+      if (pr.gather[q] != first.gather[q] || pr.ret[q] != first.ret[q] ||
+          pr.arrive[q] != first.arrive[q] || live != (pr.gather[q] != nullptr) ||
+          live != (pr.ret[q] != nullptr) || live != (pr.arrive[q] != nullptr)) {
+        fail("rank " + std::to_string(r) + "'s address table differs at " + std::to_string(q));
+      }
+    }
+  }
+}
+
 void PeerExchangeGroup::abort() {
   if (abort_host_ != nullptr) *reinterpret_cast<volatile int32_t*>(abort_host_) = 1;
 }

@@ -27,6 +27,9 @@ class PeerExchangeGroup {
   int32_t num_ranks() const { return static_cast<int32_t>(ranks_.size()); }
   // Releases every waiting exchange kernel (they return without valid results).
   void abort();
+  // Throws unless every rank's view has its own index, the group's size and buffer sizes, and the
+  // same address tables (every rank pushes into the same buffers). Host state only.
+  void check_integrity() const;
 
  private:
   std::vector<int32_t> devices_;

@@ -31,6 +31,7 @@ TEST(GroupLoadSum, SumsOverTheRanksEveryRound) {
     }
   }
   EXPECT_EQ(sum.rounds(), 20u);
+  sum.check_integrity();
 }
 
 TEST(GroupLoadSum, AbortReleasesWaitersUntilReset) {
@@ -48,9 +49,11 @@ TEST(GroupLoadSum, AbortReleasesWaitersUntilReset) {
   sum.abort("rank 1 cannot read its counts");
   t.join();
   EXPECT_TRUE(threw.load());
+  sum.check_integrity();
   std::vector<int64_t> b{5, 6};
   EXPECT_THROW(sum.all_reduce(1, b), std::exception);
   sum.reset();
+  sum.check_integrity();
   std::thread t0([&] { sum.all_reduce(0, a); });
   sum.all_reduce(1, b);
   t0.join();
@@ -73,6 +76,9 @@ TEST(GroupLoadSum, AbortReleasesWaitersUntilReset) {
   }
   t1.join();
   EXPECT_EQ(throws.load(), 2);
+  sum.check_integrity();  // aborted, with its reason, and nobody left waiting
+  sum.reset();
+  sum.check_integrity();
 }
 
 }  // namespace

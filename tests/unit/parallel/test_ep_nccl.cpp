@@ -823,6 +823,7 @@ TEST_F(EpLoopbackTest, PeerExchangeReplaysInGraphs) {
     const int32_t spr = (num_experts + n - 1) / n;
     PeerExchangeGroup group(devices, rows, latency_row_bytes(hidden, top_k, RowDtype::kFloat32),
                             int64_t{hidden} * 4);
+    group.check_integrity();
     LoopbackHub hub(n);
     std::vector<std::string> failures(static_cast<size_t>(n));
     const std::vector<std::string> errors =
