@@ -136,7 +136,6 @@ class NcclExpertTransport final : public DpExpertTransport {
     peer_ = std::make_unique<parallel::cuda::PeerExchangeGroup>(
         devices_, max_rows, parallel::cuda::latency_row_bytes(hidden, top_k, row_dtype),
         int64_t{hidden} * static_cast<int64_t>(dtype_size(dtype)));
-    peer_->check_integrity();
     DI_LOG_INFO("DP group: decode exchange peer to peer (direct stores between the GPUs)");
   }
 
