@@ -337,6 +337,22 @@ TEST(DpEngineGroup, OneRankGroupEqualsOneEngine) {
   EXPECT_NO_THROW(engine->check_integrity());
 }
 
+// Submits greedy requests 1..4 (12 random prompt tokens, 8 new) to an engine whose step will
+// throw on one rank, and expects all four to end kError without any rank staying blocked.
+void expect_four_requests_fail(Engine& engine) {
+  const int64_t vocab = engine.vocab_size();
+  Collector col;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    ASSERT_TRUE(
+        engine
+            .submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
+                    col.sink(RequestId(i)))
+            .is_ok());
+  }
+  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked in the exchange";
+  for (uint64_t i = 1; i <= 4; ++i) EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kError) << i;
+}
+
 TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
   auto single = start_engine(config_for("qwen3_moe", 0));
   auto engine = start_engine(config_for("qwen3_moe", 2));
@@ -349,18 +365,7 @@ TEST(DpEngineGroup, AFailedStepReleasesTheOtherRankAndTheGroupRecovers) {
   blocks[0]->experts.down =
       Tensor::zeros({good.size(0), good.size(1) + 1, good.size(2)}, DType::kF32);
   const int64_t vocab = engine->vocab_size();
-  Collector col;
-  for (uint64_t i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(
-        engine
-            ->submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
-                     col.sink(RequestId(i)))
-            .is_ok());
-  }
-  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked in the exchange";
-  for (uint64_t i = 1; i <= 4; ++i) {
-    EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kError) << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_four_requests_fail(*engine));
   EXPECT_EQ(engine->stats().requests_failed, 4u);
   EXPECT_EQ(engine->stats().kv_blocks_used, 0);
   EXPECT_NO_THROW(engine->check_integrity());
@@ -605,16 +610,7 @@ TEST(DpEngineGroupEplb, AFailedStepKeepsTheRanksInLockstep) {
   const Tensor good = state->physical.down;
   state->physical.down = Tensor::zeros({good.size(0), good.size(1) + 1, good.size(2)}, DType::kF32);
   const int64_t vocab = engine->vocab_size();
-  Collector col;
-  for (uint64_t i = 1; i <= 4; ++i) {
-    ASSERT_TRUE(
-        engine
-            ->submit(greedy_request(i, random_tokens(12, vocab, static_cast<uint32_t>(i)), 8),
-                     col.sink(RequestId(i)))
-            .is_ok());
-  }
-  ASSERT_TRUE(col.wait_all(std::chrono::seconds(30))) << "a rank stayed blocked";
-  for (uint64_t i = 1; i <= 4; ++i) EXPECT_EQ(col.finish(RequestId(i)), EngineFinish::kError) << i;
+  ASSERT_NO_FATAL_FAILURE(expect_four_requests_fail(*engine));
   state->physical.down = good;  // the ranks are idle
   const Workload w = workload(vocab, 40);
   Collector ref_col, col2;
