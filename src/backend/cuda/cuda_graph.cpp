@@ -120,16 +120,21 @@ DecodeGraph::DecodeGraph(CudaBackend& be, Forward forward, int32_t bucket,
   batch_.max_kv_len = max_blocks_per_seq * block_size;
 }
 
+cudaError_t DecodeGraph::ReplayStats::collect() {
+  if (!pending) return cudaSuccess;
+  pending = false;
+  float ms = 0;
+  const cudaError_t e = cudaEventElapsedTime(&ms, start, stop);
+  if (e != cudaSuccess) return e;
+  gpu_ms += ms;
+  max_ms = std::max<double>(max_ms, ms);
+  return cudaSuccess;
+}
+
 DecodeGraph::~DecodeGraph() {
   if (!stats_) return;
   be_.synchronize();
-  if (stats_->pending) {
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, stats_->start, stats_->stop) == cudaSuccess) {
-      stats_->gpu_ms += ms;
-      stats_->max_ms = std::max<double>(stats_->max_ms, ms);
-    }
-  }
+  (void)stats_->collect();  // a destructor reports what it can
   DI_LOG_INFO(
       "decode graph ({} seqs, {} blocks/seq): {} replays, GPU {:.1f} us mean, {:.1f} us "
       "max; nodes: {}",
@@ -143,13 +148,7 @@ DecodeGraph::~DecodeGraph() {
 void DecodeGraph::fill(const DecodeStepInputs& in) {
   PaddedDecodeStep step = pad_decode_step(in, bucket_, max_blocks_per_seq_, block_size_);
   be_.synchronize();  // the previous step's staging buffers may still be read
-  if (stats_ && stats_->pending) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, stats_->start, stats_->stop));
-    stats_->gpu_ms += ms;
-    stats_->max_ms = std::max<double>(stats_->max_ms, ms);
-    stats_->pending = false;
-  }
+  if (stats_) CUDA_CHECK(stats_->collect());
   staging_ = {step.ids,       step.positions,  step.slots,       step.qo_indptr,
               step.kv_indptr, step.kv_indices, step.kv_last_len, step.rows};
   be_.copy_to_device(step.ids, ids_);

@@ -82,7 +82,9 @@ class DecodeGraph final : public DecodeStepGraph {
   // next fill, after its synchronize), logged with the node summary when the graph is destroyed.
   struct ReplayStats {
     cudaEvent_t start = nullptr, stop = nullptr;
-    bool pending = false;
+    bool pending = false;  // a replay's events not read yet
+    // After a synchronize: adds the pending replay's time (no-op when none is pending).
+    cudaError_t collect();
     int64_t replays = 0;
     double gpu_ms = 0, max_ms = 0;
   };
