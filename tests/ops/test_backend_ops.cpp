@@ -930,6 +930,22 @@ TEST(GpuSampling, SameTokenAsCpuSampler) {
 #endif
 }
 
+#ifdef DI_HAVE_CUDA
+// The CPU sampler's token for row r of host logits [rows, vocab] under a device sampling row
+// (throws where the CPU sampler does: every logit -inf or NaN).
+int32_t cpu_sample_row(const Tensor& host_logits, int64_t r, const DeviceSampleRow& d) {
+  sampling::SamplingParams p;
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  p.min_p = d.min_p;
+  p.seed = d.seed;
+  const int64_t vocab = host_logits.size(1);
+  std::span<const float> l(host_logits.f32() + r * vocab, static_cast<size_t>(vocab));
+  return sampling::sample_token(l, p, d.position, {}, {});
+}
+#endif
+
 // All-greedy batches take the argmax kernel instead of the sort (launch_argmax_rows): the CPU's
 // argmax on rows built to trip it — ties for the top (the lower id wins), the top at the first and
 // the last id, NaN everywhere but one finite value, NaN before the top, -0 and +0 as the top
@@ -944,21 +960,12 @@ TEST(GpuSampling, GreedyArgmaxPathSameAsCpu) {
   const float inf = std::numeric_limits<float>::infinity();
   int mismatches = 0;
   auto run = [&](const Tensor& logits, const std::vector<DeviceSampleRow>& rows, const char* what) {
-    const int64_t vocab = logits.size(1);
     const std::vector<int32_t> got = be->sample_on_device(be->upload(logits, DType::kF32), rows);
     ASSERT_EQ(got.size(), rows.size());
     for (size_t r = 0; r < rows.size(); ++r) {
-      sampling::SamplingParams p;
-      p.temperature = rows[r].temperature;
-      p.top_k = rows[r].top_k;
-      p.top_p = rows[r].top_p;
-      p.min_p = rows[r].min_p;
-      p.seed = rows[r].seed;
-      std::span<const float> l(logits.f32() + static_cast<int64_t>(r) * vocab,
-                               static_cast<size_t>(vocab));
       int32_t want = -1;
       try {
-        want = sampling::sample_token(l, p, rows[r].position, {}, {});
+        want = cpu_sample_row(logits, static_cast<int64_t>(r), rows[r]);
       } catch (const std::exception&) {
         want = -1;  // the CPU throws where every logit is -inf or NaN; the GPU answers -1
       }
@@ -1043,16 +1050,6 @@ TEST(GpuSampling, BuffersReusedAcrossBatchSizes) {
   std::mt19937_64 rng(5);
   std::normal_distribution<float> nd(0.0f, 3.0f);
   for (int64_t i = 0; i < logits.numel(); ++i) logits.f32()[i] = nd(rng);
-  auto cpu_token = [&](const Tensor& host, int64_t r, const DeviceSampleRow& d) {
-    sampling::SamplingParams p;
-    p.temperature = d.temperature;
-    p.top_k = d.top_k;
-    p.top_p = d.top_p;
-    p.min_p = d.min_p;
-    p.seed = d.seed;
-    std::span<const float> l(host.f32() + r * vocab, static_cast<size_t>(vocab));
-    return sampling::sample_token(l, p, d.position, {}, {});
-  };
   const Tensor dev = be->upload(logits, DType::kF32);
   int mismatches = 0;
   auto check = [&](int64_t begin, int64_t end) {
@@ -1061,7 +1058,7 @@ TEST(GpuSampling, BuffersReusedAcrossBatchSizes) {
     const std::vector<int32_t> got = be->sample_on_device(dev.slice_rows(begin, end), part);
     ASSERT_EQ(got.size(), part.size());
     for (int64_t r = begin; r < end; ++r) {
-      const int32_t want = cpu_token(logits, r, params[static_cast<size_t>(r)]);
+      const int32_t want = cpu_sample_row(logits, r, params[static_cast<size_t>(r)]);
       if (want != got[static_cast<size_t>(r - begin)]) {
         ++mismatches;
         std::printf("[sample] rows [%lld, %lld) row %lld: cpu %d gpu %d\n",
