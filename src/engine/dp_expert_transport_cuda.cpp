@@ -131,10 +131,9 @@ class NcclExpertTransport final : public DpExpertTransport {
       DI_LOG_INFO("DP group: decode exchange over NCCL (no peer access between the GPUs)");
       return;
     }
-    const auto row_dtype = dtype == DType::kF32 ? parallel::cuda::RowDtype::kFloat32
-                                                : parallel::cuda::RowDtype::kBfloat16;
     peer_ = std::make_unique<parallel::cuda::PeerExchangeGroup>(
-        devices_, max_rows, parallel::cuda::latency_row_bytes(hidden, top_k, row_dtype),
+        devices_, max_rows,
+        parallel::cuda::latency_row_bytes(hidden, top_k, parallel::cuda::row_dtype(dtype)),
         int64_t{hidden} * static_cast<int64_t>(dtype_size(dtype)));
     DI_LOG_INFO("DP group: decode exchange peer to peer (direct stores between the GPUs)");
   }

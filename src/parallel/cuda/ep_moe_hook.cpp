@@ -6,15 +6,11 @@
 #include "parallel/cuda/cuda_check.h"
 
 namespace di::parallel::cuda {
-namespace {
-
 RowDtype row_dtype(DType dtype) {
   DI_CHECK(dtype == DType::kBF16 || dtype == DType::kF32,
            "EpMoeHook: activations must be bf16 or f32, got {}", dtype_name(dtype));
   return dtype == DType::kBF16 ? RowDtype::kBfloat16 : RowDtype::kFloat32;
 }
-
-}  // namespace
 
 EpMoeHook::EpMoeHook(EpTransport& transport, int32_t num_experts, int32_t hidden, int32_t top_k,
                      DType dtype, cudaStream_t stream, int32_t max_latency_rows,

@@ -82,6 +82,9 @@ class EpMoeHook final : public MoeExpertHook {
   EpHookTotals totals_;
 };
 
+// The exchange's row type for a compute dtype (bf16 or f32; throws otherwise).
+RowDtype row_dtype(DType dtype);
+
 // Sets (or clears, with nullptr) the hook on every MoE block of `blocks`.
 void attach_expert_hook(std::span<MoeBlock* const> blocks, MoeExpertHook* hook);
 
