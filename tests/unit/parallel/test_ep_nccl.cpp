@@ -702,6 +702,19 @@ LatencyResult run_latency(EpMoeLatency& lat, cudaStream_t stream, const RankBatc
   return r;
 }
 
+// One MoE layer of the latency exchange with identity "experts": dispatch `tokens` of `rows` per
+// rank, copy every gathered row as its own partial sum (row_bytes each), combine into `out`.
+// Nothing waits: it may be captured in a CUDA graph.
+void enqueue_identity_layer(EpMoeLatency& lat, cudaStream_t stream, const DeviceBuffer& x,
+                            const DeviceBuffer& ids, const DeviceBuffer& w, const DeviceBuffer& out,
+                            int32_t tokens, int32_t rows, size_t row_bytes) {
+  lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens, rows);
+  CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
+                             static_cast<size_t>(lat.num_rows()) * row_bytes,
+                             cudaMemcpyDeviceToDevice, stream));
+  lat.combine(out.data(), tokens);
+}
+
 TEST_F(EpLoopbackTest, LatencyExchangeMatchesHostModel) {
   std::mt19937 rng(404);
   struct LatCase {
@@ -845,11 +858,8 @@ TEST_F(EpLoopbackTest, PeerExchangeReplaysInGraphs) {
           cudaGraphExec_t execs[2] = {};
           for (int g = 0; g < 2; ++g) {
             CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-            lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens_of[g], bs[g]);
-            CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
-                                       static_cast<size_t>(n) * bs[g] * hidden * 4,
-                                       cudaMemcpyDeviceToDevice, stream));
-            lat.combine(out.data(), tokens_of[g]);
+            enqueue_identity_layer(lat, stream, x, ids, w, out, tokens_of[g], bs[g],
+                                   size_t{hidden} * 4);
             CUDA_CHECK(cudaStreamEndCapture(stream, &graphs[g]));
             CUDA_CHECK(cudaGraphInstantiate(&execs[g], graphs[g], 0));
           }
@@ -909,10 +919,7 @@ TEST_F(EpNcclTest, LatencyExchangeCapturedInGraphWorld1) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-  lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), tokens, rows);
-  CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(), size_t{rows} * hidden * 4,
-                             cudaMemcpyDeviceToDevice, stream_));
-  lat.combine(out.data(), tokens);
+  enqueue_identity_layer(lat, stream_, x, ids, w, out, tokens, rows, size_t{hidden} * 4);
   CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int round = 0; round < 3; ++round) {
@@ -1067,10 +1074,7 @@ TEST_F(EpNcclTest, TimingLatencyExchangeGraphWorld1) {
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     for (int32_t l = 0; l < layers; ++l) {
-      lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), rows, rows);
-      CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(), rows * row, cudaMemcpyDeviceToDevice,
-                                 stream_));
-      lat.combine(out.data(), rows);
+      enqueue_identity_layer(lat, stream_, x, ids, w, out, rows, rows, row);
     }
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -1123,11 +1127,7 @@ TEST_F(EpLoopbackTest, TimingPeerExchangeGraph) {
             cudaGraphExec_t exec = nullptr;
             CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
             for (int32_t l = 0; l < layers; ++l) {
-              lat.dispatch(x.data(), ids.as<int32_t>(), w.as<float>(), rows, rows);
-              CUDA_CHECK(cudaMemcpyAsync(lat.partial(), lat.x_all(),
-                                         static_cast<size_t>(n) * rows * row,
-                                         cudaMemcpyDeviceToDevice, stream));
-              lat.combine(out.data(), rows);
+              enqueue_identity_layer(lat, stream, x, ids, w, out, rows, rows, row);
             }
             CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
             CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
