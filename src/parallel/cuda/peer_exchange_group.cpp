@@ -28,9 +28,13 @@ struct DeviceGuard {
 
 bool PeerExchangeGroup::supported(std::span<const int32_t> devices) {
   if (devices.empty() || devices.size() > static_cast<size_t>(kPeerMaxRanks)) return false;
-  for (int32_t a : devices) {
-    for (int32_t b : devices) {
-      if (a == b) continue;
+  // Distinct GPUs only: ranks sharing a GPU would spin on each other inside one device (seen to
+  // hang on one H200 with 2-3 simulated ranks); such a group keeps the NCCL exchange.
+  for (size_t i = 0; i < devices.size(); ++i) {
+    for (size_t j = 0; j < devices.size(); ++j) {
+      const int32_t a = devices[i], b = devices[j];
+      if (i == j) continue;
+      if (a == b) return false;
       int can = 0;
       if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || can == 0) {
         (void)cudaGetLastError();
