@@ -14,8 +14,6 @@
 //   C (16 x 8):  c0,c1 = C[g][2t..+1]  c2,c3 = C[g+8][2t..+1]
 // Shared rows are padded by 8 bf16 (16 bytes): the row stride in words is 4 mod 8 (576 + 8 =
 // 584 bf16 = 292 words), so fragment loads and ldmatrix rows hit distinct banks.
-#include <cooperative_groups.h>
-
 #include <cfloat>
 #include <cstdlib>
 
@@ -24,8 +22,6 @@
 
 namespace di::cuda {
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int kTok = 32;       // cache entries per stage
 constexpr int kStages = 2;     // stage buffers (both fetched before the first is used)
@@ -129,8 +125,32 @@ __device__ __forceinline__ void ldsm_x2_trans(uint32_t& b0, uint32_t& b1, const 
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
 }
+// Arrival that orders nothing (the loads before it have been consumed: nothing to release).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Shared-memory address `p` of this CTA -> the same address in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_addr(p)), "r"(rank));
+  return out;
+}
+__device__ __forceinline__ float ld_cluster(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 
 // The sequence owning token t: the number of s in [1, num_seqs] with qo_indptr[s] <= t (empty
@@ -162,17 +182,19 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
   const int guess = min(t, p.num_seqs - 1);
   const int q_lo = p.qo_indptr[guess], q_hi = p.qo_indptr[guess + 1];
   int kv_first = p.kv_indptr[guess], kv_next = p.kv_indptr[guess + 1];
-  int last_len = p.kv_last_len[guess];
+  int last_len = p.kv_last_len[guess], qlen = q_hi - q_lo;
   const int pos_in = p.positions[t];
   if (!(q_lo <= t && t < q_hi)) {
     const int s = find_sequence(p.qo_indptr, p.num_seqs, t);
     kv_first = p.kv_indptr[s];
     kv_next = p.kv_indptr[s + 1];
     last_len = p.kv_last_len[s];
+    qlen = p.qo_indptr[s + 1] - p.qo_indptr[s];
   }
   const int nblocks = kv_next - kv_first;
   const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + last_len : 0;
   const int n_kv = max(0, min(pos_in, kv_len - 1) + 1);  // entries attended (0: padding)
+  const int old_end = kv_len - qlen;  // entries before it were stored by earlier steps
   const int own_splits = (n_kv + p.split_size - 1) / p.split_size;
   const int own_clusters = max(1, (own_splits + kMlaCluster - 1) / kMlaCluster);
   if (cluster_idx >= own_clusters) return;  // the whole cluster: same token, same inputs
@@ -211,105 +233,154 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
   const int first_blk = kv_begin / p.block_size;
   // Stage i -> buffer i % 2: entries [kv0, kv0 + n), rows >= n and the padding columns zero
   // (P is 0 there, but 0 x garbage could be NaN in the P·V product).
-  auto fetch_stage = [&](int i) {
+  // A warp per entry, lanes over its 16-byte chunks: the address arithmetic is per entry (4 per
+  // thread), not per chunk (it cost more issue slots than the copies: ncu, 29 Nov).
+  // Only the entries in [lo, hi); with `pad` also the zero rows >= n.
+  auto fetch_stage = [&](int i, int lo, int hi, bool pad) {
     bf16* dst = kv_s + (i % kStages) * kTok * ld;
     const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
-    for (int idx = tid; idx < kTok * chunks; idx += kThreads) {
-      const int j = idx / chunks, c = idx % chunks;
-      const bool valid = j < n && c * 8 < dqk;
-      const bf16* src = p.pool;
-      if (valid) {
-        const int tok = kv0 + j;
+#pragma unroll
+    for (int j = warp; j < kTok; j += kWarps) {
+      const int tok = kv0 + j;
+      const bool in = j < n && tok >= lo && tok < hi;
+      if (!in && !(pad && j >= n)) continue;  // warp-uniform
+      const bf16* entry = p.pool;
+      if (in) {
         const int64_t blk = blk_s[tok / p.block_size - first_blk];
-        src = p.pool + blk * p.block_stride + p.layer_offset +
-              int64_t{tok % p.block_size} * p.entry_size + c * 8;
+        entry = p.pool + blk * p.block_stride + p.layer_offset +
+                int64_t{tok % p.block_size} * p.entry_size;
       }
-      cp_async16(dst + j * ld + c * 8, src, valid);
+      for (int c = lane; c < chunks; c += 32) {
+        const bool valid = in && c * 8 < dqk;
+        cp_async16(dst + j * ld + c * 8, valid ? entry + c * 8 : p.pool, valid);
+      }
     }
   };
 
+  // Launched as a PDL dependent of the previous kernel (the query's producer): before pdl_wait
+  // it reads only what that kernel cannot be writing: the batch metadata, the block ids and the
+  // cache entries of earlier steps (< old_end); it writes nothing.
+  constexpr int kAll = 0x7fffffff;
   if (nstages > 0) {
-    // Query rows (head h0 + r of token t), dims [0, dq) from q and [dq, dqk) from q_rope (a
-    // chunk of 8 never straddles the two); rows >= nr and the padding columns zero.
-    const int dq = p.q_rope != nullptr ? p.dq : dqk;
-    for (int idx = tid; idx < kRows * chunks; idx += kThreads) {
-      const int r = idx / chunks, c = idx % chunks;
-      const bool valid = r < nr && c * 8 < dqk;
-      const bf16* src = p.pool;
-      if (valid) {
-        const int64_t qrow = int64_t{t} * p.num_heads + h0 + r;
-        src = c * 8 < dq ? p.q + qrow * dq + c * 8 : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
-      }
-      cp_async16(q_s + r * ld + c * 8, src, valid);
-    }
     for (int r = tid; r < kRows * kPld / 2; r += kThreads) reinterpret_cast<uint32_t*>(p_s)[r] = 0u;
     const int nblk = (kv_end - 1) / p.block_size - first_blk + 1;
     for (int i = tid; i < nblk; i += kThreads) blk_s[i] = p.kv_indices[kv_first + first_blk + i];
     __syncthreads();
-    fetch_stage(0);
-    cp_async_commit();  // group 0: the query and stage 0
-    if (nstages > 1) fetch_stage(1);
-    cp_async_commit();  // group 1: stage 1 (or nothing)
+    fetch_stage(0, 0, old_end, true);
+    cp_async_commit();  // group 0: stage 0's old entries
+    if (nstages > 1) fetch_stage(1, 0, old_end, true);
+  }
+  pdl_wait();
+  if (nstages > 0) {
+    fetch_stage(0, old_end, kAll, false);  // this step's entries
+    if (nstages > 1) fetch_stage(1, old_end, kAll, false);
+    // Query rows (head h0 + r of token t), dims [0, dq) from q and [dq, dqk) from q_rope (a
+    // chunk of 8 never straddles the two); rows >= nr and the padding columns zero.
+    const int dq = p.q_rope != nullptr ? p.dq : dqk;
+#pragma unroll
+    for (int r = warp; r < kRows; r += kWarps) {
+      const int64_t qrow = int64_t{t} * p.num_heads + h0 + r;
+      for (int c = lane; c < chunks; c += 32) {
+        const bool valid = r < nr && c * 8 < dqk;
+        const bf16* src = p.pool;
+        if (valid)
+          src = c * 8 < dq ? p.q + qrow * dq + c * 8 : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
+        cp_async16(q_s + r * ld + c * 8, src, valid);
+      }
+    }
+    cp_async_commit();  // group 1: the rest of stages 0 and 1, and the query
   }
 
   const int nsteps = dpad / 16;
   const int s_nt = warp & 3, s_half = warp >> 2;  // score work of this warp
   const int ks_begin = s_half ? nsteps / 2 : 0, ks_end = s_half ? nsteps : nsteps / 2;
 
-  // 2. The stages: groups committed before iteration i = i + 2, so waiting for all but the
-  // newest completes stage i.
+  // 2. The stages: stage 0 needs groups 0 and 1 (the query); before iteration i >= 1, i + 2
+  // groups are committed, and all but the newest complete stage i.
   for (int i = 0; i < nstages; ++i) {
-    cp_async_wait<1>();
+    if (i == 0)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<1>();
     __syncthreads();
     const bf16* k_s = kv_s + (i % kStages) * kTok * ld;
     const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
 
     // Scores: warp (s_nt, s_half) computes S[:, 8 s_nt .. + 8) over its half of the k steps.
+    // Two accumulator chains (even / odd k steps) halve the dependent mma latency.
     {
-      float c[kMt][4];
+      float c[2][kMt][4];
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) c[mt][e] = 0.0f;
+        for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) c[h][mt][e] = 0.0f;
       const bf16* krow = k_s + (s_nt * 8 + g) * ld + 2 * t4;
+#pragma unroll 2
       for (int ks = ks_begin; ks < ks_end; ++ks) {
-        const int k0 = ks * 16;
+        const int k0 = ks * 16, h = (ks - ks_begin) & 1;
         const uint32_t b0 = ld_u32(krow + k0), b1 = ld_u32(krow + k0 + 8);
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
           const bf16* qa = q_s + (mt * 16 + g) * ld + k0 + 2 * t4;
           const uint32_t a[4] = {ld_u32(qa), ld_u32(qa + 8 * ld), ld_u32(qa + 8),
                                  ld_u32(qa + 8 * ld + 8)};
-          mma_16816(c[mt], a, b0, b1);
+          if (h == 0)
+            mma_16816(c[0][mt], a, b0, b1);
+          else
+            mma_16816(c[1][mt], a, b0, b1);
         }
       }
       float* sh = s_s + s_half * kRows * kSld;
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
         const int r = mt * 16 + g, col = s_nt * 8 + 2 * t4;
-        sh[r * kSld + col] = c[mt][0];
-        sh[r * kSld + col + 1] = c[mt][1];
-        sh[(r + 8) * kSld + col] = c[mt][2];
-        sh[(r + 8) * kSld + col + 1] = c[mt][3];
+        sh[r * kSld + col] = c[0][mt][0] + c[1][mt][0];
+        sh[r * kSld + col + 1] = c[0][mt][1] + c[1][mt][1];
+        sh[(r + 8) * kSld + col] = c[0][mt][2] + c[1][mt][2];
+        sh[(r + 8) * kSld + col + 1] = c[0][mt][3] + c[1][mt][3];
       }
     }
     __syncthreads();
 
-    // Online softmax, one warp per row, lane = entry (rows >= nr: no query, P stays 0).
-    for (int r = warp; r < nr; r += kWarps) {
-      const bool valid = lane < n;
-      const float raw = s_s[r * kSld + lane] + s_s[(kRows + r) * kSld + lane];
-      const float sc = valid ? raw * p.scale : -INFINITY;
-      const float m_old = m_s[r];
-      const float m_new = fmaxf(m_old, warp_max(sc));
-      const float e = valid ? expf(sc - m_new) : 0.0f;
-      const float sum = warp_sum(e);
-      p_s[r * kPld + lane] = __float2bfloat16_rn(e);
+    // Online softmax, lane = entry; warp w takes rows w, w + 8, ... together (their shuffles
+    // interleave). Rows >= nr have no query: their P stays 0, their (max, sum) unchanged.
+    {
+      constexpr int kRw = kRows / kWarps;
+      float sc[kRw], mx[kRw], sum[kRw];
+#pragma unroll
+      for (int k = 0; k < kRw; ++k) {
+        const int r = warp + k * kWarps;
+        const bool valid = lane < n && r < nr;
+        const float raw = s_s[r * kSld + lane] + s_s[(kRows + r) * kSld + lane];
+        sc[k] = valid ? raw * p.scale : -INFINITY;
+        mx[k] = sc[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < kRw; ++k) mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o));
+#pragma unroll
+      for (int k = 0; k < kRw; ++k) {
+        const int r = warp + k * kWarps;
+        mx[k] = fmaxf(m_s[r], mx[k]);  // m_new
+        sum[k] = sc[k] == -INFINITY ? 0.0f : expf(sc[k] - mx[k]);
+        p_s[r * kPld + lane] = __float2bfloat16_rn(sum[k]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < kRw; ++k) sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], o);
       if (lane == 0) {
-        const float corr = expf(m_old - m_new);  // 0 on the first stage, 1 without change
-        corr_s[r] = corr;
-        l_s[r] = l_s[r] * corr + sum;
-        m_s[r] = m_new;
+#pragma unroll
+        for (int k = 0; k < kRw; ++k) {
+          const int r = warp + k * kWarps;
+          const float corr = expf(m_s[r] - mx[k]);  // 0 on the first stage, 1 without change
+          corr_s[r] = corr;
+          l_s[r] = l_s[r] * corr + sum[k];
+          m_s[r] = mx[k];
+        }
       }
     }
     __syncthreads();
@@ -349,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
       }
     }
     __syncthreads();  // this buffer, s_s, p_s and corr_s are rewritten next
-    if (i + kStages < nstages) fetch_stage(i + kStages);
+    if (i + kStages < nstages) fetch_stage(i + kStages, 0, kAll, true);
     cp_async_commit();
   }
   cp_async_wait<0>();
@@ -376,13 +447,12 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
   cluster_arrive();  // release: this CTA's o_s / m_s / l_s
   cluster_wait();
 
-  cg::cluster_group cluster = cg::this_cluster();
   if (tid < nr) {  // row tid: the weights of the 8 CTAs (rank order), the cluster's max and sum
     float m[kMlaCluster], l[kMlaCluster];
 #pragma unroll
     for (int c = 0; c < kMlaCluster; ++c) {
-      m[c] = cluster.map_shared_rank(m_s, c)[tid];
-      l[c] = cluster.map_shared_rank(l_s, c)[tid];
+      m[c] = ld_cluster(cluster_addr(m_s + tid, c));
+      l[c] = ld_cluster(cluster_addr(l_s + tid, c));
     }
     float mx = -INFINITY;
 #pragma unroll
@@ -398,23 +468,50 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
     ll_s[tid] = sum;
   }
   __syncthreads();
-  const float* peer_o[kMlaCluster];
-#pragma unroll
-  for (int c = 0; c < kMlaCluster; ++c) peer_o[c] = cluster.map_shared_rank(o_s, c);
 
+  // This CTA's columns [col0, col0 + cs) of every row, 4 at a time when cs allows (V2-Lite: 16
+  // rows x 64 columns = one float4 of each of the 8 CTAs per thread, all loads in flight).
   const int cs = dv / kMlaCluster, col0 = rank * cs;
   const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
   const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
-  for (int idx = tid; idx < nr * cs; idx += kThreads) {
-    const int r = idx / cs, col = col0 + idx % cs;
-    float o = 0.0f;
+  const int vec = cs % 4 == 0 ? 4 : 1, per_row = cs / vec;
+  for (int idx = tid; idx < nr * per_row; idx += kThreads) {
+    const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (vec == 4) {
+      float4 v[kMlaCluster];
 #pragma unroll
-    for (int c = 0; c < kMlaCluster; ++c) o += w_s[r * kMlaCluster + c] * peer_o[c][r * dv + col];
-    if (own_clusters == 1) {
-      const float sum = ll_s[r];
-      p.out[(row0 + r) * dv + col] = __float2bfloat16_rn(sum > 0.0f ? o / sum : 0.0f);
+      for (int c = 0; c < kMlaCluster; ++c) v[c] = ld_cluster4(cluster_addr(o_s + r * dv + col, c));
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) {
+        const float w = w_s[r * kMlaCluster + c];
+        o[0] += w * v[c].x;
+        o[1] += w * v[c].y;
+        o[2] += w * v[c].z;
+        o[3] += w * v[c].w;
+      }
     } else {
-      p.partial_o[(cluster_idx * rows_total + row0 + r) * dv + col] = o;
+      float v[kMlaCluster];
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) v[c] = ld_cluster(cluster_addr(o_s + r * dv + col, c));
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) o[0] += w_s[r * kMlaCluster + c] * v[c];
+    }
+    if (own_clusters == 1) {
+      const float sum = ll_s[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      bf16* dst = p.out + (row0 + r) * dv + col;
+      if (vec == 4) {
+        reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
+        reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2] * inv, o[3] * inv);
+      } else {
+        dst[0] = __float2bfloat16_rn(o[0] * inv);
+      }
+    } else {
+      float* dst = p.partial_o + (cluster_idx * rows_total + row0 + r) * dv + col;
+      if (vec == 4)
+        *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+      else
+        dst[0] = o[0];
     }
   }
   if (own_clusters > 1 && tid < nr) {
@@ -422,17 +519,20 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
     ml[0] = ll_s[tid] > 0.0f ? mm_s[tid] : -INFINITY;
     ml[1] = ll_s[tid];
   }
-  cluster_arrive();  // done reading the other CTAs' shared memory
+  cluster_arrive_relaxed();  // done reading the other CTAs' shared memory
 
   // 4. Several clusters: the last to arrive for (token, head tile, column slice) merges.
-  // NOTES: every thread fences its own partial writes before the barrier, so thread 0's atomic
-  // is ordered after all of them (the threadfence-reduction pattern of the CUDA guide).
+  // NOTES: the barrier orders every thread's partial writes before thread 0's fence, which is
+  // cumulative, and the fence before its atomic (the release pattern of cooperative groups' grid
+  // sync): the CTA that counts last sees every partial of its column slice.
   uint32_t* counter =
       p.counters + (int64_t{t} * p.head_tiles + tile) * kMlaCluster + static_cast<int64_t>(rank);
   if (own_clusters > 1) {
-    __threadfence();
     __syncthreads();
-    if (tid == 0) last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(own_clusters - 1);
+    if (tid == 0) {
+      __threadfence();
+      last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(own_clusters - 1);
+    }
     __syncthreads();
   }
   cluster_wait();  // nobody reads this CTA's shared memory any more: reuse it, or exit
@@ -457,15 +557,30 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
     if (lane == 0) ll_s[r] = sum;
   }
   __syncthreads();
-  for (int idx = tid; idx < nr * cs; idx += kThreads) {
-    const int r = idx / cs, col = col0 + idx % cs;
+  for (int idx = tid; idx < nr * per_row; idx += kThreads) {
+    const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
     const float* po = p.partial_o + (row0 + r) * dv + col;
     const float* w = w2_s + r * own_clusters;
-    float o = 0.0f;
+    const float sum = ll_s[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    bf16* dst = p.out + (row0 + r) * dv + col;
+    if (vec == 4) {
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
-    for (int cl = 0; cl < own_clusters; ++cl) o += w[cl] * __ldcg(po + cl * rows_total * dv);
-    const float sum = ll_s[r];
-    p.out[(row0 + r) * dv + col] = __float2bfloat16_rn(sum > 0.0f ? o / sum : 0.0f);
+      for (int cl = 0; cl < own_clusters; ++cl) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(po + cl * rows_total * dv));
+        o.x += w[cl] * v.x;
+        o.y += w[cl] * v.y;
+        o.z += w[cl] * v.z;
+        o.w += w[cl] * v.w;
+      }
+      reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o.x * inv, o.y * inv);
+      reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+    } else {
+      float o = 0.0f;
+#pragma unroll 8
+      for (int cl = 0; cl < own_clusters; ++cl) o += w[cl] * __ldcg(po + cl * rows_total * dv);
+      dst[0] = __float2bfloat16_rn(o * inv);
+    }
   }
   // Every cluster of this token has counted; nothing else touches the counter before the kernel
   // ends, so a plain store readies it for the next launch (and graph replay).
@@ -484,13 +599,15 @@ cudaError_t launch_mt_nt(const MlaClusterDecodeParams& p, cudaStream_t stream) {
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = kMlaCluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
