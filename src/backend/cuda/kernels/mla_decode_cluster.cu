@@ -41,6 +41,12 @@ __host__ __device__ inline int align16(int b) {
   return (b + 15) & ~15;
 }
 
+// Stage buffers: one when a split is one stage (the default 32: 63 KB of shared memory at 16 x
+// 576, 3 CTAs per SM), else two (fetched ahead).
+__host__ __device__ inline int stage_buffers(int split) {
+  return split <= kTok ? 1 : kStages;
+}
+
 // Dynamic shared memory, byte offsets. `kv` holds the two latent stages; after the last stage it
 // holds the CTA's partial O (rows x dv f32, read by the cluster) and, in the last cluster's
 // merge, the per-(row, cluster) weights.
@@ -56,7 +62,7 @@ __host__ __device__ inline ClusterSmem cluster_smem(int rows, int dqk, int dv, i
   s.q_off = off;
   off += align16(rows * ld * 2);
   s.kv_off = off;
-  const int stages = kStages * kTok * ld * 2, o_bytes = rows * dv * 4;
+  const int stages = stage_buffers(split) * kTok * ld * 2, o_bytes = rows * dv * 4;
   s.kv_bytes = align16(stages > o_bytes ? stages : o_bytes);
   off += s.kv_bytes;
   s.s_off = off;
@@ -166,8 +172,10 @@ __device__ int find_sequence(const int32_t* qo_indptr, int num_seqs, int t) {
 
 // kMt: m16 tiles of heads (rows = 16 kMt); kNt: n8 output tiles per warp (warp w owns tiles w,
 // w + 8, ...: dv <= 64 kNt).
-template <int kMt, int kNt>
-__global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClusterDecodeParams p) {
+// kMinBlocks: CTAs per SM the registers must allow (2: <= 128 per thread, 3: <= 80).
+template <int kMt, int kNt, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    mla_cluster_decode_kernel(MlaClusterDecodeParams p) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   constexpr int kRows = 16 * kMt;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -230,14 +238,14 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
 
-  const int first_blk = kv_begin / p.block_size;
+  const int first_blk = kv_begin / p.block_size, nbuf = stage_buffers(p.split_size);
   // Stage i -> buffer i % 2: entries [kv0, kv0 + n), rows >= n and the padding columns zero
   // (P is 0 there, but 0 x garbage could be NaN in the P·V product).
   // A warp per entry, lanes over its 16-byte chunks: the address arithmetic is per entry (4 per
   // thread), not per chunk (it cost more issue slots than the copies: ncu, 29 Nov).
   // Only the entries in [lo, hi); with `pad` also the zero rows >= n.
   auto fetch_stage = [&](int i, int lo, int hi, bool pad) {
-    bf16* dst = kv_s + (i % kStages) * kTok * ld;
+    bf16* dst = kv_s + (i % nbuf) * kTok * ld;
     const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
 #pragma unroll
     for (int j = warp; j < kTok; j += kWarps) {
@@ -303,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
     else
       cp_async_wait<1>();
     __syncthreads();
-    const bf16* k_s = kv_s + (i % kStages) * kTok * ld;
+    const bf16* k_s = kv_s + (i % nbuf) * kTok * ld;
     const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
 
     // Scores: warp (s_nt, s_half) computes S[:, 8 s_nt .. + 8) over its half of the k steps.
@@ -420,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
       }
     }
     __syncthreads();  // this buffer, s_s, p_s and corr_s are rewritten next
-    if (i + kStages < nstages) fetch_stage(i + kStages, 0, kAll, true);
+    if (i + nbuf < nstages) fetch_stage(i + nbuf, 0, kAll, true);
     cp_async_commit();
   }
   cp_async_wait<0>();
@@ -587,9 +595,19 @@ __global__ void __launch_bounds__(kThreads, 2) mla_cluster_decode_kernel(MlaClus
   if (tid == 0) *counter = 0u;
 }
 
-template <int kMt, int kNt>
-cudaError_t launch_mt_nt(const MlaClusterDecodeParams& p, cudaStream_t stream) {
-  auto* kernel = &mla_cluster_decode_kernel<kMt, kNt>;
+// DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
+// 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
+int min_blocks_setting() {
+  static const int v = [] {
+    const char* env = std::getenv("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS");
+    return env != nullptr && std::atoi(env) == 2 ? 2 : 3;
+  }();
+  return v;
+}
+
+template <int kMt, int kNt, int kMinBlocks>
+cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream) {
+  auto* kernel = &mla_cluster_decode_kernel<kMt, kNt, kMinBlocks>;
   const int smem = cluster_smem(16 * kMt, p.dqk, p.dv, p.split_size).total;
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
@@ -609,6 +627,14 @@ cudaError_t launch_mt_nt(const MlaClusterDecodeParams& p, cudaStream_t stream) {
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
+template <int kMt, int kNt>
+cudaError_t launch_mt_nt(const MlaClusterDecodeParams& p, cudaStream_t stream) {
+  if constexpr (kMt == 1) {
+    if (min_blocks_setting() == 3) return launch_variant<kMt, kNt, 3>(p, stream);
+  }
+  return launch_variant<kMt, kNt, 2>(p, stream);
 }
 
 template <int kMt>
