@@ -539,13 +539,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncthreads();
     if (tid == 0) {
       __threadfence();
-      last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(own_clusters - 1);
+      const bool last = atomicAdd(counter, 1u) == static_cast<uint32_t>(own_clusters - 1);
+      if (last) __threadfence();  // acquire: the other clusters' partials (read through L2)
+      last_s = last;
     }
     __syncthreads();
   }
   cluster_wait();  // nobody reads this CTA's shared memory any more: reuse it, or exit
   if (own_clusters == 1 || !last_s) return;
-  __threadfence();  // acquire side: the other clusters' partials, read through L2 below
 
   float* w2_s = reinterpret_cast<float*>(kv_s);  // [rows][own_clusters] (host-checked size)
   for (int r = warp; r < nr; r += kWarps) {
