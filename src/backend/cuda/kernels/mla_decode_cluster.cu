@@ -4,9 +4,10 @@
 // Napkin math (DeepSeek-V2-Lite, 16 heads, 576 / 512, batch 1, context 2048): 2.36 MB of latent
 // per layer, ~0.6 us at 4.3 TB/s; 65 splits of 32 entries -> 9 clusters of 8 CTAs, each CTA
 // fetching 37 KB of latent + 18 KB of query (~0.4 us at ~130 GB/s per SM). The time is the
-// chain of dependent steps: metadata -> block ids -> latent -> 2 stages of mma / softmax ->
+// chain of dependent steps: metadata -> block ids -> latent -> one stage of mma / softmax ->
 // cluster merge (8 x 4 KB of DSMEM per CTA) -> partial write + atomic -> the last cluster's
-// merge (9 x 4 KB per CTA). 16 x 64 x (576 + 512) x 2 = 2.2 MFLOP of mma per CTA is noise.
+// merge (9 x 4 KB per CTA). 16 x 32 x (576 + 512) x 2 = 1.1 MFLOP of mma per CTA is noise.
+// Measured: 15.2 us per layer (ncu), the tile kernel's three launches 28.1 us.
 //
 // mma.sync.m16n8k16 fragments, g = lane / 4, t = lane % 4 (lower 16 bits = lower index):
 //   A (16 x 16): a0 = A[g][2t..+1]  a1 = A[g+8][2t..+1]  a2 = A[g][2t+8..+9]  a3 = A[g+8][2t+8..+9]
@@ -24,7 +25,7 @@ namespace di::cuda {
 namespace {
 
 constexpr int kTok = 32;       // cache entries per stage
-constexpr int kStages = 2;     // stage buffers (both fetched before the first is used)
+constexpr int kStages = 2;     // stage buffers of a split longer than one stage
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kSld = kTok + 8;  // f32 score row stride
@@ -47,7 +48,7 @@ __host__ __device__ inline int stage_buffers(int split) {
   return split <= kTok ? 1 : kStages;
 }
 
-// Dynamic shared memory, byte offsets. `kv` holds the two latent stages; after the last stage it
+// Dynamic shared memory, byte offsets. `kv` holds the latent stages; after the last stage it
 // holds the CTA's partial O (rows x dv f32, read by the cluster) and, in the last cluster's
 // merge, the per-(row, cluster) weights.
 struct ClusterSmem {
@@ -239,11 +240,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
 
   const int first_blk = kv_begin / p.block_size, nbuf = stage_buffers(p.split_size);
-  // Stage i -> buffer i % 2: entries [kv0, kv0 + n), rows >= n and the padding columns zero
-  // (P is 0 there, but 0 x garbage could be NaN in the P·V product).
-  // A warp per entry, lanes over its 16-byte chunks: the address arithmetic is per entry (4 per
-  // thread), not per chunk (it cost more issue slots than the copies: ncu, 29 Nov).
-  // Only the entries in [lo, hi); with `pad` also the zero rows >= n.
+  // Stage i -> buffer i % nbuf: its entries in [lo, hi) (the split's are [kv0, kv0 + n)); with
+  // `pad` also the rows >= n as zeros, like the padding columns (P is 0 there, but 0 x garbage
+  // could be NaN in the P·V product). A warp per entry, lanes over its 16-byte chunks: the
+  // address arithmetic is per entry (4 per thread), not per chunk (two integer divisions per
+  // chunk cost more issue slots than the copies: ncu, 29 Nov).
   auto fetch_stage = [&](int i, int lo, int hi, bool pad) {
     bf16* dst = kv_s + (i % nbuf) * kTok * ld;
     const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
