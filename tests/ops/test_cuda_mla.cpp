@@ -1,12 +1,15 @@
-// The absorbed MLA decode kernel (src/backend/cuda/kernels/mla_decode.cu) against the CPU op:
-// CudaBackend::paged_attention dispatches MLA-shaped decode batches (one latent head, K = V = the
-// entry start, dv < dqk, <= 8 new tokens per sequence) to it. Shapes: the real 512 + 64 latent,
+// The absorbed MLA decode kernels against the CPU op: CudaBackend::paged_attention dispatches
+// MLA-shaped decode batches (one latent head, K = V = the entry start, dv < dqk, <= 8 new tokens
+// per sequence) to the cluster kernel (kernels/mla_decode_cluster.cu, default) or the tile kernel
+// (kernels/mla_decode.cu); every table case runs on both. Shapes: the real 512 + 64 latent,
 // the goldens' 32 + 8 (deepseek_v2 / v3 fixtures) and 64 + 16 (demo model), and 128 + 32; heads
 // 1 / 3 / 5 / 16 / 20 / 128; contexts 1, 63, 64, 65, 2048; block sizes 1 / 16 / 64; ragged batches
 // with an idle sequence and several new tokens per sequence; the query whole or split into
 // (q_lat, q_pe) (PagedAttentionParams::q_rope); batches of 1-4 V2-Lite-shaped sequences at contexts
 // 1 / 63 / 64 / 65 / 2048 / 4100 under every head split (mla_decode.h head groups 1 / 2 / 4 / 8 /
-// auto: vs the CPU and bitwise vs one group). Skipped without a GPU, except the planner test.
+// auto: vs the CPU and bitwise vs one group); padding sequences (no blocks, as a graph bucket
+// pads); the cluster kernel at 1 / 2 / 17 clusters, bitwise alone vs in a batch and with the grid
+// sized for a longer context (a graph's bucket). Skipped without a GPU, except the planners.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/mla_decode.h"
+#include "backend/cuda/kernels/mla_decode_cluster.h"
 #endif
 
 namespace di {
@@ -27,7 +31,8 @@ namespace {
 
 using namespace di::testing;
 
-// A paged batch over a shuffled pool: seqs = (cached tokens, new tokens) each.
+// A paged batch over a shuffled pool: seqs = (cached tokens, new tokens) each; cached = -1: a
+// padding sequence (no blocks, its tokens at position 0 with slot -1, as DecodeGraph pads).
 struct MlaBatch {
   KvLayout layout;
   std::vector<int32_t> positions, slots, qo{0}, kv_ptr{0}, kv_idx, last;
@@ -35,12 +40,21 @@ struct MlaBatch {
 
   MlaBatch(const std::vector<std::pair<int, int>>& seqs, int32_t block_size, int32_t entry) {
     int32_t blocks = 3;
-    for (auto [c, n] : seqs) blocks += (c + n + block_size - 1) / block_size;
+    for (auto [c, n] : seqs) blocks += c < 0 ? 0 : (c + n + block_size - 1) / block_size;
     std::vector<int32_t> perm(static_cast<size_t>(blocks));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
     size_t next = 0;
     for (auto [c, n] : seqs) {
+      if (c < 0) {
+        positions.insert(positions.end(), static_cast<size_t>(n), 0);
+        slots.insert(slots.end(), static_cast<size_t>(n), -1);
+        num_tokens += n;
+        qo.push_back(num_tokens);
+        kv_ptr.push_back(static_cast<int32_t>(kv_idx.size()));
+        last.push_back(0);
+        continue;
+      }
       const int32_t len = c + n, nb = (len + block_size - 1) / block_size;
       std::vector<int32_t> table(perm.begin() + static_cast<long>(next),
                                  perm.begin() + static_cast<long>(next + static_cast<size_t>(nb)));
@@ -153,6 +167,17 @@ std::vector<MlaCase> cases() {
       {"b3_ctx2048_63_65", 16, 512, 64, 16, P{{2047, 1}, {62, 1}, {64, 1}}},
       {"b4_ctx65_2048_1_4100", 16, 512, 64, 64, P{{64, 1}, {2047, 1}, {0, 1}, {4099, 1}}},
       {"b2_multi_token", 16, 512, 64, 16, P{{2046, 2}, {63, 3}}},
+      // Cluster kernel (32-entry splits, 8 per cluster): 1 cluster up to 256 entries, 2 from
+      // 257, 17 at 4100 (V2-Lite at 4K); odd lengths; padding sequences (graph buckets).
+      {"cl_b1_ctx256", 16, 512, 64, 64, P{{255, 1}}},
+      {"cl_b1_ctx257", 16, 512, 64, 16, P{{256, 1}}},
+      {"cl_b1_ctx97_bs1", 16, 512, 64, 1, P{{96, 1}}},
+      {"cl_b1_ctx2049", 16, 512, 64, 64, P{{2048, 1}}},
+      {"cl_padding", 16, 512, 64, 64, P{{2047, 1}, {-1, 1}, {300, 1}, {-1, 1}}},
+      {"cl_b9_odd", 16, 512, 64, 16,
+       P{{0, 1}, {31, 1}, {32, 1}, {96, 1}, {255, 1}, {256, 1}, {1000, 1}, {4099, 1}, {512, 1}}},
+      {"cl_h128_ctx700", 128, 512, 64, 64, P{{699, 1}, {40, 1}}},
+      {"cl_h20_bs1", 20, 512, 64, 1, P{{300, 1}, {2, 1}}},
   };
 }
 
@@ -170,40 +195,66 @@ Backend* gpu() {
 
 class MlaDecode : public ::testing::TestWithParam<MlaCase> {};
 
+#ifdef DI_HAVE_CUDA
+// The GPU backend's MLA decode kernel for the next calls; kCluster again when it goes.
+struct UseMlaKernel {
+  explicit UseMlaKernel(cuda::MlaDecodeKernel k) { cuda_be().set_mla_decode_kernel(k); }
+  ~UseMlaKernel() { cuda_be().set_mla_decode_kernel(cuda::MlaDecodeKernel::kCluster); }
+  static cuda::CudaBackend& cuda_be() { return static_cast<cuda::CudaBackend&>(*gpu()); }
+};
+
+const char* kernel_name(cuda::MlaDecodeKernel k) {
+  return k == cuda::MlaDecodeKernel::kCluster ? "cluster" : "tile";
+}
+
 TEST_P(MlaDecode, MatchesCpu) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device";
   const MlaCase& c = GetParam();
   auto cpu = make_cpu_backend();
-  const Tensor ref = run_mla(*cpu, c), got = run_mla(*be, c);
-  ASSERT_EQ(ref.numel(), got.numel());
-  const Metrics m = compare(ref, got);
-  const bool ok = m.diff < 1e-3 && m.mismatches == 0 &&
-                  (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
-  std::printf("[mla] %-44s n=%-8lld diff=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
-              c.name().c_str(), static_cast<long long>(m.n), m.diff, m.max_abs, m.max_ref,
-              static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  EXPECT_TRUE(ok) << c.name() << ": diff " << m.diff << " max_abs " << m.max_abs << " (max_ref "
-                  << m.max_ref << ") non-finite " << m.mismatches << " of " << m.n;
+  const Tensor ref = run_mla(*cpu, c);
+  for (cuda::MlaDecodeKernel k : {cuda::MlaDecodeKernel::kCluster, cuda::MlaDecodeKernel::kTile}) {
+    UseMlaKernel use(k);
+    const int64_t calls = UseMlaKernel::cuda_be().mla_cluster_calls();
+    const Tensor got = run_mla(*be, c);
+    const int64_t cluster_calls = UseMlaKernel::cuda_be().mla_cluster_calls() - calls;
+    ASSERT_EQ(ref.numel(), got.numel());
+    const Metrics m = compare(ref, got);
+    const bool ok = m.diff < 1e-3 && m.mismatches == 0 &&
+                    (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
+    std::printf("[mla] %-7s %-44s n=%-8lld diff=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+                kernel_name(k), c.name().c_str(), static_cast<long long>(m.n), m.diff, m.max_abs,
+                m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_TRUE(ok) << kernel_name(k) << " " << c.name() << ": diff " << m.diff << " max_abs "
+                    << m.max_abs << " (max_ref " << m.max_ref << ") non-finite " << m.mismatches
+                    << " of " << m.n;
+    // The path taken: the cluster kernel ran exactly when asked for.
+    EXPECT_EQ(cluster_calls, k == cuda::MlaDecodeKernel::kCluster ? 1 : 0) << c.name();
+  }
 }
 
 // The query in two tensors (q_lat, q_pe: what the DeepSeek model passes) gives bit-identical
-// rows to the concatenated query on the GPU (the kernel stages the same values) and on the CPU.
+// rows to the concatenated query on the GPU (the kernels stage the same values) and on the CPU.
 TEST_P(MlaDecode, SplitQueryEqualsConcatenated) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device";
   const MlaCase& c = GetParam();
-  const Tensor whole = run_mla(*be, c), split = run_mla(*be, c, 31, true);
-  ASSERT_EQ(whole.numel(), split.numel());
-  int64_t differ = 0;
-  for (int64_t i = 0; i < whole.numel(); ++i) differ += whole.f32()[i] != split.f32()[i];
-  std::printf("[mla] %-44s split_q differing=%lld of %lld %s\n", c.name().c_str(),
-              static_cast<long long>(differ), static_cast<long long>(whole.numel()),
-              differ == 0 ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  EXPECT_EQ(differ, 0) << c.name() << ": q + q_rope differs from the concatenated query";
+  for (cuda::MlaDecodeKernel k : {cuda::MlaDecodeKernel::kCluster, cuda::MlaDecodeKernel::kTile}) {
+    UseMlaKernel use(k);
+    const Tensor whole = run_mla(*be, c), split = run_mla(*be, c, 31, true);
+    ASSERT_EQ(whole.numel(), split.numel());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < whole.numel(); ++i) differ += whole.f32()[i] != split.f32()[i];
+    std::printf("[mla] %-7s %-44s split_q differing=%lld of %lld %s\n", kernel_name(k),
+                c.name().c_str(), static_cast<long long>(differ),
+                static_cast<long long>(whole.numel()), differ == 0 ? "PASS" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(differ, 0) << kernel_name(k) << " " << c.name()
+                         << ": q + q_rope differs from the concatenated query";
+  }
 }
+#endif
 
 // The CPU side of every case runs (shapes accepted, finite, not all zero) even without a GPU, so
 // the table itself is checked where it is built.
@@ -223,8 +274,10 @@ TEST(MlaDecodeCases, CpuReferenceRuns) {
   }
 }
 
+#ifdef DI_HAVE_CUDA
 INSTANTIATE_TEST_SUITE_P(Table, MlaDecode, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name(); });
+#endif
 
 #ifdef DI_HAVE_CUDA
 // Every head split (1 / 2 / 4 / 8 groups, or the largest power of two dividing the heads below
@@ -232,6 +285,7 @@ INSTANTIATE_TEST_SUITE_P(Table, MlaDecode, ::testing::ValuesIn(cases()),
 TEST(MlaDecodeHeadSplit, EveryGroupingMatchesCpuAndEqualsOneGroupBitwise) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device";
+  UseMlaKernel use(cuda::MlaDecodeKernel::kTile);
   auto cpu = make_cpu_backend();
   int bad = 0, n = 0;
   for (const MlaCase& c : cases()) {
@@ -299,6 +353,36 @@ TEST(MlaDecodePlan, HeadGroups) {
   }
   cuda::set_mla_head_split_override(-1);
 }
+
+// The cluster kernel's planner (host only): 16 / 32-row head tiles, 32-entry splits in clusters
+// of 8, the partial workspace only with several clusters.
+TEST(MlaDecodePlan, Clusters) {
+  struct Want {
+    int32_t tokens, max_kv, heads, rows, head_tiles, clusters;
+  };
+  const Want want[] = {
+      {1, 1, 16, 16, 1, 1},       {1, 256, 16, 16, 1, 1},    {1, 257, 16, 16, 1, 2},
+      {1, 2112, 16, 16, 1, 9},    // V2-Lite's graph bucket for ctx 2048: 66 splits
+      {256, 2112, 16, 16, 1, 9},  // the grid does not depend on the batch beyond tokens
+      {1, 4100, 128, 32, 4, 17},  {3, 100, 20, 32, 1, 1},    {2, 100, 3, 16, 1, 1},
+  };
+  for (const Want& w : want) {
+    const cuda::MlaClusterDecodePlan plan =
+        cuda::plan_mla_cluster_decode(w.tokens, w.max_kv, w.heads, 576, 512);
+    EXPECT_EQ(plan.split_size, 32) << "kv " << w.max_kv;
+    EXPECT_EQ(plan.rows_per_tile, w.rows) << "heads " << w.heads;
+    EXPECT_EQ(plan.head_tiles, w.head_tiles) << "heads " << w.heads;
+    EXPECT_EQ(plan.num_clusters, w.clusters) << "kv " << w.max_kv;
+    EXPECT_EQ(plan.num_counters, int64_t{w.tokens} * w.head_tiles * cuda::kMlaCluster);
+    EXPECT_EQ(plan.partial_bytes == 0, w.clusters == 1) << "kv " << w.max_kv;
+    EXPECT_LE(plan.smem_bytes, size_t{227} << 10);
+  }
+  // V3's 160K entries at 32 heads per tile: 5120 splits, 640 clusters; the last merge's weights
+  // (32 x 640 f32) would not fit the stage buffers (74,752 B), so the split grows.
+  const cuda::MlaClusterDecodePlan big = cuda::plan_mla_cluster_decode(1, 163840, 128, 576, 512);
+  EXPECT_GT(big.split_size, 32);
+  EXPECT_LE(int64_t{32} * big.num_clusters * 4, int64_t{2} * 32 * 584 * 2);
+}
 #endif
 
 #ifdef DI_HAVE_CUDA
@@ -359,6 +443,31 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     be->paged_attention(p);
     return be->download(o);
   };
+  auto count_differ = [](const Tensor& x, const Tensor& y) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) differ += x.f32()[i] != y.f32()[i];
+    return differ;
+  };
+  // The cluster kernel: batch 1, batch 4, the grid sized for a graph bucket's 8192-entry context
+  // (padding clusters) and a second identical call (the arrival counters were reset).
+  {
+    auto& cb = UseMlaKernel::cuda_be();
+    const int64_t calls = cb.mla_cluster_calls();
+    const Tensor a = run(1), b = run(4);
+    cb.set_attention_max_kv_len(8192);
+    const Tensor c = run(1), d = run(4);
+    cb.set_attention_max_kv_len(0);
+    const Tensor e = run(1);
+    const int64_t differ =
+        count_differ(a, b) + count_differ(a, c) + count_differ(a, d) + count_differ(a, e);
+    std::printf("[mla] batch_invariance kernel=cluster differing=%lld of %lld %s\n",
+                static_cast<long long>(differ), static_cast<long long>(a.numel()),
+                differ == 0 ? "PASS" : "FAIL");
+    EXPECT_EQ(differ, 0) << "cluster kernel: sequence A's rows differ between batch 1 / batch 4 / "
+                            "a grid for 8192 entries / a repeated call";
+    EXPECT_EQ(cb.mla_cluster_calls() - calls, 5);
+  }
+  UseMlaKernel use(cuda::MlaDecodeKernel::kTile);
   // Under the auto head split batch 1 and batch 4 use different head groups (4 and 1 on 132
   // SMs); also with the groups forced to 1 and to 4 at both batch sizes.
   const Tensor ref = [&] {
@@ -371,7 +480,8 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     int64_t differ = 0;
     for (int64_t i = 0; i < a.numel(); ++i)
       differ += (a.f32()[i] != b.f32()[i]) + (a.f32()[i] != ref.f32()[i]);
-    std::printf("[mla] batch_invariance head_split=%d differing=%lld of %lld %s\n", split,
+    std::printf("[mla] batch_invariance kernel=tile head_split=%d differing=%lld of %lld %s\n",
+                split,
                 static_cast<long long>(differ), static_cast<long long>(a.numel()),
                 differ == 0 ? "PASS" : "FAIL");
     EXPECT_EQ(differ, 0) << "sequence A's rows differ between batch 1 and batch 4 (head split "

@@ -14,6 +14,7 @@
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/gemv.h"
 #include "backend/cuda/kernels/mla_decode.h"
+#include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
 #include "backend/cuda/kernels/moe_stats.h"
@@ -490,30 +491,32 @@ void CudaBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
 
 namespace {
 
-// MLA decode (one latent head, K = V = the entry start, dv < dqk, few new tokens per sequence)
-// on the tensor-core kernel of kernels/mla_decode.cu; false when the call is not of that shape
-// (the generic kernel runs). DEEPINFER_MLA_KERNEL=0 disables it. num_sms sizes the head groups
-// (DEEPINFER_MLA_HEAD_SPLIT, mla_decode.h).
-bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
-                    const PagedAttentionParams& p, int32_t max_kv) {
+// The MLA decode kernels' common conditions: one latent head, K = V = the entry start, dv < dqk,
+// few new tokens per sequence, a split query (q_rope) readable in 16-byte chunks, 16-byte
+// aligned q / pool. False: the generic kernel runs.
+bool mla_decode_call_ok(const PagedAttentionParams& p) {
   const PagedBatch& b = *p.batch;
-  const int64_t t = b.num_tokens;
-  static const bool kMlaKernel = [] {
-    const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
-  // A split query (q_rope) is read from its two parts in 16-byte chunks.
   const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
   const bool q_parts_ok =
       p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
                               reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
-  if (!(kMlaKernel && q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
-        mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
-                             p.layout.entry_size) &&
-        reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0))
-    return false;
+  return q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
+         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
+                              p.head_dim_v, p.layout.entry_size) &&
+         reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0;
+}
+
+// MLA decode on the tile kernel of kernels/mla_decode.cu (DEEPINFER_MLA_KERNEL=tile); false
+// when the call is not of its shape. num_sms sizes the head groups (DEEPINFER_MLA_HEAD_SPLIT,
+// mla_decode.h).
+bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
+                    const PagedAttentionParams& p, int32_t max_kv) {
+  const PagedBatch& b = *p.batch;
+  const int64_t t = b.num_tokens;
+  if (!mla_decode_call_ok(p)) return false;
+  const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
   const MlaDecodePlan plan =
       plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v, num_sms);
   const size_t smem = mla_decode_smem_bytes(plan.rows_per_tile, p.head_dim_qk);
@@ -726,14 +729,72 @@ QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f
 
 }  // namespace
 
+bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv) {
+  const PagedBatch& b = *p.batch;
+  if (!mla_decode_call_ok(p) ||
+      !mla_cluster_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
+                                    p.head_dim_v, p.layout.entry_size, b.num_tokens))
+    return false;
+  const MlaClusterDecodePlan plan =
+      plan_mla_cluster_decode(b.num_tokens, max_kv, p.num_q_heads, p.head_dim_qk, p.head_dim_v);
+  DI_CHECK(plan.smem_bytes <= max_smem_optin_,
+           "cuda mla_cluster_decode: needs {} B of shared memory, the device allows {}",
+           plan.smem_bytes, max_smem_optin_);
+  // Counters are sized up front for 2048 decode tokens x 1 head tile; more grows the buffer
+  // outside a capture, or (inside one) the tile kernel runs this call.
+  if (!reserve_attention_counters(plan.num_counters)) return false;
+  MlaClusterDecodeParams k{};
+  const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
+  k.q = cptr<bf16_t>(*p.q);
+  k.q_rope = p.q_rope != nullptr ? cptr<bf16_t>(*p.q_rope) : nullptr;
+  k.dq = p.head_dim_qk - dr;
+  k.out = mptr<bf16_t>(*p.out);
+  k.pool = cptr<bf16_t>(*p.pool);
+  k.block_stride = p.layout.block_stride();
+  k.layer_offset = p.layout.layer_offset(p.layer);
+  k.block_size = p.layout.block_size;
+  k.entry_size = p.layout.entry_size;
+  k.num_heads = p.num_q_heads;
+  k.dqk = p.head_dim_qk;
+  k.dv = p.head_dim_v;
+  k.scale = p.scale;
+  k.positions = cptr<int32_t>(b.positions);
+  k.qo_indptr = cptr<int32_t>(b.qo_indptr);
+  k.kv_indptr = cptr<int32_t>(b.kv_indptr);
+  k.kv_indices = cptr<int32_t>(b.kv_indices);
+  k.kv_last_len = cptr<int32_t>(b.kv_last_len);
+  k.num_seqs = b.num_seqs;
+  k.num_tokens = b.num_tokens;
+  k.rows_per_tile = plan.rows_per_tile;
+  k.head_tiles = plan.head_tiles;
+  k.split_size = plan.split_size;
+  k.num_clusters = plan.num_clusters;
+  k.counters = attention_counters_;
+  Tensor ws;  // the clusters' partial states; none with one cluster
+  if (plan.num_clusters > 1) {
+    ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
+    const size_t rows = static_cast<size_t>(b.num_tokens) * p.num_q_heads;
+    k.partial_o = mptr<float>(ws);
+    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_clusters) * rows * p.head_dim_v;
+  }
+  CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
+  CUDA_CHECK_LAUNCH("mla_cluster_decode");
+  ++mla_cluster_calls_;
+  return true;
+}
+
 void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   check_paged_attention(p, dt_);
   const PagedBatch& b = *p.batch;
   const int64_t t = b.num_tokens;
   if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  // kernels/mla_decode.cu
-  if (!f32_ && run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv)) return;
+  // MLA decode: kernels/mla_decode_cluster.cu, or (DEEPINFER_MLA_KERNEL=tile) mla_decode.cu
+  if (!f32_ && mla_decode_kernel_ == MlaDecodeKernel::kCluster && try_mla_cluster_decode(p, max_kv))
+    return;
+  if (!f32_ && mla_decode_kernel_ != MlaDecodeKernel::kGeneric &&
+      run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv))
+    return;
   if (p.q_rope != nullptr) {  // only the MLA decode kernel reads a split query
     paged_attention_concat_q(*this, p);
     return;

@@ -36,6 +36,9 @@ bool cuda_available();
 
 class CudaSampler;  // cuda_sampler.h
 
+// Which kernel runs MLA decode batches (CudaBackend::set_mla_decode_kernel).
+enum class MlaDecodeKernel { kGeneric, kTile, kCluster };
+
 class CudaBackend final : public Backend {
  public:
   // compute: DType::kBF16 (default) or DType::kF32 (the verification mode).
@@ -151,6 +154,13 @@ class CudaBackend final : public Backend {
   // fused_linear per stage, the A/B switch); chain_calls() counts the chain kernels launched.
   void set_gemv_chain(bool on) { gemv_chain_ = on; }
   int64_t chain_calls() const { return chain_calls_; }
+  // MLA decode batches (paged_attention with one latent head; bf16 mode): the cluster kernel
+  // (kernels/mla_decode_cluster.h, default), the tile kernel + combine (kernels/mla_decode.h; env
+  // DEEPINFER_MLA_KERNEL=tile) or the generic paged attention (DEEPINFER_MLA_KERNEL=0).
+  void set_mla_decode_kernel(MlaDecodeKernel k) { mla_decode_kernel_ = k; }
+  MlaDecodeKernel mla_decode_kernel() const { return mla_decode_kernel_; }
+  // Calls of paged_attention that ran the cluster kernel (tests check the path was taken).
+  int64_t mla_cluster_calls() const { return mla_cluster_calls_; }
 
  private:
   // x and w in the compute dtype; y f32 or the compute dtype. (Named for its origin: in the fp32
@@ -196,6 +206,8 @@ class CudaBackend final : public Backend {
   // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
   // when the buffer would have to grow.
   bool reserve_attention_counters(int64_t n);
+  // The cluster MLA decode kernel when it takes the call: true if launched.
+  bool try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
     return env != nullptr && std::string(env) == "1";
@@ -203,6 +215,13 @@ class CudaBackend final : public Backend {
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
+  MlaDecodeKernel mla_decode_kernel_ = [] {
+    const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
+    if (env != nullptr && std::string(env) == "0") return MlaDecodeKernel::kGeneric;
+    if (env != nullptr && std::string(env) == "tile") return MlaDecodeKernel::kTile;
+    return MlaDecodeKernel::kCluster;
+  }();
+  int64_t mla_cluster_calls_ = 0;
   std::vector<uint32_t*> retired_attention_counters_;  // outgrown, kept for captured graphs
   DType dt_ = DType::kBF16;                            // compute dtype: activations, weights, KV
   bool f32_ = false;                                   // dt_ == kF32

@@ -1,5 +1,7 @@
 #pragma once
-// Absorbed multi-head latent attention (DeepSeek V2/V3) for decode-like batches, on tensor cores.
+// Absorbed multi-head latent attention (DeepSeek V2/V3) for decode-like batches, on tensor cores:
+// the "tile kernel" (tile prefix + attention + split combine). CudaBackend runs it only with
+// DEEPINFER_MLA_KERNEL=tile; the default is the one-launch cluster kernel (mla_decode_cluster.h).
 //
 // The MLA cache holds one shared "kv head" per token: entry = [latent (dv) | rope key], K = the
 // whole entry (dqk = dv + rope), V = the latent (the first dv elements of the same entry). Every

@@ -1,0 +1,696 @@
+// Absorbed MLA decode with the split merge in the kernel (thread-block clusters); see
+// mla_decode_cluster.h for the decomposition.
+//
+// Napkin math (DeepSeek-V2-Lite, 16 heads, 576 / 512, batch 1, context 2048): 2.36 MB of latent
+// per layer, ~0.6 us at 4.3 TB/s; 65 splits of 32 entries -> 9 clusters of 8 CTAs, each CTA
+// fetching 37 KB of latent + 18 KB of query (~0.4 us at ~130 GB/s per SM). The time is the
+// chain of dependent steps: metadata -> block ids -> latent -> one stage of mma / softmax ->
+// cluster merge (8 x 4 KB of DSMEM per CTA) -> partial write + atomic -> the last cluster's
+// merge (9 x 4 KB per CTA). 16 x 32 x (576 + 512) x 2 = 1.1 MFLOP of mma per CTA is noise.
+// Measured: 15.2 us per layer (ncu), the tile kernel's three launches 28.1 us.
+//
+// mma.sync.m16n8k16 fragments, g = lane / 4, t = lane % 4 (lower 16 bits = lower index):
+//   A (16 x 16): a0 = A[g][2t..+1]  a1 = A[g+8][2t..+1]  a2 = A[g][2t+8..+9]  a3 = A[g+8][2t+8..+9]
+//   B (16 x 8):  b0 = B[2t..+1][g]  b1 = B[2t+8..+9][g]
+//   C (16 x 8):  c0,c1 = C[g][2t..+1]  c2,c3 = C[g+8][2t..+1]
+// Shared rows are padded by 8 bf16 (16 bytes): the row stride in words is 4 mod 8 (576 + 8 =
+// 584 bf16 = 292 words), so fragment loads and ldmatrix rows hit distinct banks.
+#include <cfloat>
+#include <cstdlib>
+
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/mla_decode_cluster.h"
+
+namespace di::cuda {
+namespace {
+
+constexpr int kTok = 32;       // cache entries per stage
+constexpr int kStages = 2;     // stage buffers of a split longer than one stage
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kSld = kTok + 8;  // f32 score row stride
+constexpr int kPld = kTok + 8;  // bf16 probability row stride
+constexpr int kMaxDqk = 576;
+constexpr int kMaxDv = 512;
+constexpr int kDefaultSplit = 32;
+static_assert(kMlaCluster == 8, "the column slices and weight rows assume 8 CTAs per cluster");
+
+__host__ __device__ inline int pad16(int d) {
+  return (d + 15) & ~15;
+}
+__host__ __device__ inline int align16(int b) {
+  return (b + 15) & ~15;
+}
+
+// Stage buffers: one when a split is one stage (the default 32: 63 KB of shared memory at 16 x
+// 576, 3 CTAs per SM), else two (fetched ahead).
+__host__ __device__ inline int stage_buffers(int split) {
+  return split <= kTok ? 1 : kStages;
+}
+
+// Dynamic shared memory, byte offsets. `kv` holds the latent stages; after the last stage it
+// holds the CTA's partial O (rows x dv f32, read by the cluster) and, in the last cluster's
+// merge, the per-(row, cluster) weights.
+struct ClusterSmem {
+  int q_off, kv_off, kv_bytes, s_off, p_off, m_off, l_off, corr_off, w_off, mm_off, ll_off, blk_off,
+      total;
+};
+
+__host__ __device__ inline ClusterSmem cluster_smem(int rows, int dqk, int dv, int split) {
+  const int ld = pad16(dqk) + 8;
+  ClusterSmem s;
+  int off = 0;
+  s.q_off = off;
+  off += align16(rows * ld * 2);
+  s.kv_off = off;
+  const int stages = stage_buffers(split) * kTok * ld * 2, o_bytes = rows * dv * 4;
+  s.kv_bytes = align16(stages > o_bytes ? stages : o_bytes);
+  off += s.kv_bytes;
+  s.s_off = off;
+  off += 2 * rows * kSld * 4;
+  s.p_off = off;
+  off += align16(rows * kPld * 2);
+  s.m_off = off;
+  off += rows * 4;
+  s.l_off = off;
+  off += rows * 4;
+  s.corr_off = off;
+  off += rows * 4;
+  s.w_off = off;  // [rows][8] weights of the cluster's CTAs
+  off += rows * kMlaCluster * 4;
+  s.mm_off = off;  // [rows] the cluster's max
+  off += rows * 4;
+  s.ll_off = off;  // [rows] the cluster's (or the last merge's) sum
+  off += rows * 4;
+  s.blk_off = off;  // block ids of the split: at most split / block_size + 2
+  off += (split + 2) * 4;
+  s.total = align16(off);
+  return s;
+}
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld_u32(const bf16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronous; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The B fragment (b0, b1) of an m16n8k16 from a k-major 16 x 8 tile: rows k0 .. k0 + 15 of
+// `base` (row stride ld), columns col .. col + 7. Lanes 0-15 give the row addresses.
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t& b0, uint32_t& b1, const bf16* base, int ld,
+                                              int k0, int col, int lane) {
+  const bf16* row = base + (k0 + (lane & 15)) * ld + col;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(b0), "=r"(b1)
+               : "r"(smem_addr(row)));
+}
+
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+// Arrival that orders nothing (the loads before it have been consumed: nothing to release).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Shared-memory address `p` of this CTA -> the same address in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_addr(p)), "r"(rank));
+  return out;
+}
+__device__ __forceinline__ float ld_cluster(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// The sequence owning token t: the number of s in [1, num_seqs] with qo_indptr[s] <= t (empty
+// sequences included), counted by the whole block.
+__device__ int find_sequence(const int32_t* qo_indptr, int num_seqs, int t) {
+  int count = 0;
+  for (int base = 1; base <= num_seqs; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    count += __syncthreads_count(i <= num_seqs && qo_indptr[i] <= t);
+  }
+  return count;
+}
+
+// kMt: m16 tiles of heads (rows = 16 kMt); kNt: n8 output tiles per warp (warp w owns tiles w,
+// w + 8, ...: dv <= 64 kNt).
+// kMinBlocks: CTAs per SM the registers must allow (2: <= 128 per thread, 3: <= 80).
+template <int kMt, int kNt, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    mla_cluster_decode_kernel(MlaClusterDecodeParams p) {
+  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  constexpr int kRows = 16 * kMt;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int last_s;
+  const int split = blockIdx.x, tile = blockIdx.y, t = blockIdx.z;
+  const int rank = split % kMlaCluster, cluster_idx = split / kMlaCluster;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+
+  // 1. Sequence and context. Decode batches: sequence t owns token t (loaded together with that
+  // sequence's metadata; every thread reads the same words, so the branch is uniform).
+  const int guess = min(t, p.num_seqs - 1);
+  const int q_lo = p.qo_indptr[guess], q_hi = p.qo_indptr[guess + 1];
+  int kv_first = p.kv_indptr[guess], kv_next = p.kv_indptr[guess + 1];
+  int last_len = p.kv_last_len[guess], qlen = q_hi - q_lo;
+  const int pos_in = p.positions[t];
+  if (!(q_lo <= t && t < q_hi)) {
+    const int s = find_sequence(p.qo_indptr, p.num_seqs, t);
+    kv_first = p.kv_indptr[s];
+    kv_next = p.kv_indptr[s + 1];
+    last_len = p.kv_last_len[s];
+    qlen = p.qo_indptr[s + 1] - p.qo_indptr[s];
+  }
+  const int nblocks = kv_next - kv_first;
+  const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + last_len : 0;
+  const int n_kv = max(0, min(pos_in, kv_len - 1) + 1);  // entries attended (0: padding)
+  const int old_end = kv_len - qlen;  // entries before it were stored by earlier steps
+  const int own_splits = (n_kv + p.split_size - 1) / p.split_size;
+  const int own_clusters = max(1, (own_splits + kMlaCluster - 1) / kMlaCluster);
+  if (cluster_idx >= own_clusters) return;  // the whole cluster: same token, same inputs
+
+  const int h0 = tile * kRows, nr = min(kRows, p.num_heads - h0);
+  const int kv_begin = split * p.split_size, kv_end = min(n_kv, kv_begin + p.split_size);
+  const int nstages = kv_end > kv_begin ? (kv_end - kv_begin + kTok - 1) / kTok : 0;
+
+  const int dqk = p.dqk, dv = p.dv, dpad = pad16(dqk), ld = dpad + 8, chunks = dpad / 8;
+  const ClusterSmem L = cluster_smem(kRows, dqk, dv, p.split_size);
+  bf16* q_s = reinterpret_cast<bf16*>(smem + L.q_off);
+  bf16* kv_s = reinterpret_cast<bf16*>(smem + L.kv_off);
+  float* s_s = reinterpret_cast<float*>(smem + L.s_off);
+  bf16* p_s = reinterpret_cast<bf16*>(smem + L.p_off);
+  float* m_s = reinterpret_cast<float*>(smem + L.m_off);
+  float* l_s = reinterpret_cast<float*>(smem + L.l_off);
+  float* corr_s = reinterpret_cast<float*>(smem + L.corr_off);
+  float* w_s = reinterpret_cast<float*>(smem + L.w_off);
+  float* mm_s = reinterpret_cast<float*>(smem + L.mm_off);
+  float* ll_s = reinterpret_cast<float*>(smem + L.ll_off);
+  int* blk_s = reinterpret_cast<int*>(smem + L.blk_off);
+
+  for (int r = tid; r < kRows; r += kThreads) {
+    m_s[r] = -FLT_MAX;
+    l_s[r] = 0.0f;
+    corr_s[r] = 1.0f;
+  }
+  float acc[kMt][kNt][4];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
+
+  const int first_blk = kv_begin / p.block_size, nbuf = stage_buffers(p.split_size);
+  // Stage i -> buffer i % nbuf: its entries in [lo, hi) (the split's are [kv0, kv0 + n)); with
+  // `pad` also the rows >= n as zeros, like the padding columns (P is 0 there, but 0 x garbage
+  // could be NaN in the P·V product). A warp per entry, lanes over its 16-byte chunks: the
+  // address arithmetic is per entry (4 per thread), not per chunk (two integer divisions per
+  // chunk cost more issue slots than the copies: ncu, 29 Nov).
+  auto fetch_stage = [&](int i, int lo, int hi, bool pad) {
+    bf16* dst = kv_s + (i % nbuf) * kTok * ld;
+    const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
+#pragma unroll
+    for (int j = warp; j < kTok; j += kWarps) {
+      const int tok = kv0 + j;
+      const bool in = j < n && tok >= lo && tok < hi;
+      if (!in && !(pad && j >= n)) continue;  // warp-uniform
+      const bf16* entry = p.pool;
+      if (in) {
+        const int64_t blk = blk_s[tok / p.block_size - first_blk];
+        entry = p.pool + blk * p.block_stride + p.layer_offset +
+                int64_t{tok % p.block_size} * p.entry_size;
+      }
+      for (int c = lane; c < chunks; c += 32) {
+        const bool valid = in && c * 8 < dqk;
+        cp_async16(dst + j * ld + c * 8, valid ? entry + c * 8 : p.pool, valid);
+      }
+    }
+  };
+
+  // Launched as a PDL dependent of the previous kernel (the query's producer): before pdl_wait
+  // it reads only what that kernel cannot be writing: the batch metadata, the block ids and the
+  // cache entries of earlier steps (< old_end); it writes nothing.
+  constexpr int kAll = 0x7fffffff;
+  if (nstages > 0) {
+    for (int r = tid; r < kRows * kPld / 2; r += kThreads) reinterpret_cast<uint32_t*>(p_s)[r] = 0u;
+    const int nblk = (kv_end - 1) / p.block_size - first_blk + 1;
+    for (int i = tid; i < nblk; i += kThreads) blk_s[i] = p.kv_indices[kv_first + first_blk + i];
+    __syncthreads();
+    fetch_stage(0, 0, old_end, true);
+    cp_async_commit();  // group 0: stage 0's old entries
+    if (nstages > 1) fetch_stage(1, 0, old_end, true);
+  }
+  pdl_wait();
+  if (nstages > 0) {
+    fetch_stage(0, old_end, kAll, false);  // this step's entries
+    if (nstages > 1) fetch_stage(1, old_end, kAll, false);
+    // Query rows (head h0 + r of token t), dims [0, dq) from q and [dq, dqk) from q_rope (a
+    // chunk of 8 never straddles the two); rows >= nr and the padding columns zero.
+    const int dq = p.q_rope != nullptr ? p.dq : dqk;
+#pragma unroll
+    for (int r = warp; r < kRows; r += kWarps) {
+      const int64_t qrow = int64_t{t} * p.num_heads + h0 + r;
+      for (int c = lane; c < chunks; c += 32) {
+        const bool valid = r < nr && c * 8 < dqk;
+        const bf16* src = p.pool;
+        if (valid)
+          src = c * 8 < dq ? p.q + qrow * dq + c * 8 : p.q_rope + qrow * (dqk - dq) + (c * 8 - dq);
+        cp_async16(q_s + r * ld + c * 8, src, valid);
+      }
+    }
+    cp_async_commit();  // group 1: the rest of stages 0 and 1, and the query
+  }
+
+  const int nsteps = dpad / 16;
+  const int s_nt = warp & 3, s_half = warp >> 2;  // score work of this warp
+  const int ks_begin = s_half ? nsteps / 2 : 0, ks_end = s_half ? nsteps : nsteps / 2;
+
+  // 2. The stages: stage 0 needs groups 0 and 1 (the query); before iteration i >= 1, i + 2
+  // groups are committed, and all but the newest complete stage i.
+  for (int i = 0; i < nstages; ++i) {
+    if (i == 0)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<1>();
+    __syncthreads();
+    const bf16* k_s = kv_s + (i % nbuf) * kTok * ld;
+    const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
+
+    // Scores: warp (s_nt, s_half) computes S[:, 8 s_nt .. + 8) over its half of the k steps.
+    // Two accumulator chains (even / odd k steps) halve the dependent mma latency.
+    {
+      float c[2][kMt][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) c[h][mt][e] = 0.0f;
+      const bf16* krow = k_s + (s_nt * 8 + g) * ld + 2 * t4;
+#pragma unroll 2
+      for (int ks = ks_begin; ks < ks_end; ++ks) {
+        const int k0 = ks * 16, h = (ks - ks_begin) & 1;
+        const uint32_t b0 = ld_u32(krow + k0), b1 = ld_u32(krow + k0 + 8);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          const bf16* qa = q_s + (mt * 16 + g) * ld + k0 + 2 * t4;
+          const uint32_t a[4] = {ld_u32(qa), ld_u32(qa + 8 * ld), ld_u32(qa + 8),
+                                 ld_u32(qa + 8 * ld + 8)};
+          if (h == 0)
+            mma_16816(c[0][mt], a, b0, b1);
+          else
+            mma_16816(c[1][mt], a, b0, b1);
+        }
+      }
+      float* sh = s_s + s_half * kRows * kSld;
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const int r = mt * 16 + g, col = s_nt * 8 + 2 * t4;
+        sh[r * kSld + col] = c[0][mt][0] + c[1][mt][0];
+        sh[r * kSld + col + 1] = c[0][mt][1] + c[1][mt][1];
+        sh[(r + 8) * kSld + col] = c[0][mt][2] + c[1][mt][2];
+        sh[(r + 8) * kSld + col + 1] = c[0][mt][3] + c[1][mt][3];
+      }
+    }
+    __syncthreads();
+
+    // Online softmax, lane = entry; warp w takes rows w, w + 8, ... together (their shuffles
+    // interleave). Rows >= nr have no query: their P stays 0, their (max, sum) unchanged.
+    {
+      constexpr int kRw = kRows / kWarps;
+      float sc[kRw], mx[kRw], sum[kRw];
+#pragma unroll
+      for (int k = 0; k < kRw; ++k) {
+        const int r = warp + k * kWarps;
+        const bool valid = lane < n && r < nr;
+        const float raw = s_s[r * kSld + lane] + s_s[(kRows + r) * kSld + lane];
+        sc[k] = valid ? raw * p.scale : -INFINITY;
+        mx[k] = sc[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < kRw; ++k) mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], o));
+#pragma unroll
+      for (int k = 0; k < kRw; ++k) {
+        const int r = warp + k * kWarps;
+        mx[k] = fmaxf(m_s[r], mx[k]);  // m_new
+        sum[k] = sc[k] == -INFINITY ? 0.0f : expf(sc[k] - mx[k]);
+        p_s[r * kPld + lane] = __float2bfloat16_rn(sum[k]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int k = 0; k < kRw; ++k) sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], o);
+      if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < kRw; ++k) {
+          const int r = warp + k * kWarps;
+          const float corr = expf(m_s[r] - mx[k]);  // 0 on the first stage, 1 without change
+          corr_s[r] = corr;
+          l_s[r] = l_s[r] * corr + sum[k];
+          m_s[r] = mx[k];
+        }
+      }
+    }
+    __syncthreads();
+
+    // O = O · corr + P · V, V = the first dv columns of the staged entries.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      const float c_lo = corr_s[mt * 16 + g], c_hi = corr_s[mt * 16 + g + 8];
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        acc[mt][j][0] *= c_lo;
+        acc[mt][j][1] *= c_lo;
+        acc[mt][j][2] *= c_hi;
+        acc[mt][j][3] *= c_hi;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kTok / 16; ++ks) {
+      const int k0 = ks * 16;
+      uint32_t a[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const bf16* pa = p_s + (mt * 16 + g) * kPld + k0 + 2 * t4;
+        a[mt][0] = ld_u32(pa);
+        a[mt][1] = ld_u32(pa + 8 * kPld);
+        a[mt][2] = ld_u32(pa + 8);
+        a[mt][3] = ld_u32(pa + 8 * kPld + 8);
+      }
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const int col0 = (warp + kWarps * j) * 8;
+        if (col0 >= dv) break;  // warp-uniform
+        uint32_t b0, b1;
+        ldsm_x2_trans(b0, b1, k_s, ld, k0, col0, lane);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) mma_16816(acc[mt][j], a[mt], b0, b1);
+      }
+    }
+    __syncthreads();  // this buffer, s_s, p_s and corr_s are rewritten next
+    if (i + nbuf < nstages) fetch_stage(i + nbuf, 0, kAll, true);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+  // 3. The cluster's merge. This CTA's state: O (unnormalised) over the stage buffers, the
+  // running max (-inf: nothing attended) and sum.
+  float* o_s = reinterpret_cast<float*>(kv_s);
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = mt * 16 + g + 8 * half;
+#pragma unroll
+      for (int j = 0; j < kNt; ++j) {
+        const int col = (warp + kWarps * j) * 8 + 2 * t4;
+        if (col >= dv) break;
+        *reinterpret_cast<float2*>(o_s + r * dv + col) =
+            make_float2(acc[mt][j][2 * half], acc[mt][j][2 * half + 1]);
+      }
+    }
+  }
+  for (int r = tid; r < kRows; r += kThreads)
+    if (!(l_s[r] > 0.0f)) m_s[r] = -INFINITY;
+  cluster_arrive();  // release: this CTA's o_s / m_s / l_s
+  cluster_wait();
+
+  if (tid < nr) {  // row tid: the weights of the 8 CTAs (rank order), the cluster's max and sum
+    float m[kMlaCluster], l[kMlaCluster];
+#pragma unroll
+    for (int c = 0; c < kMlaCluster; ++c) {
+      m[c] = ld_cluster(cluster_addr(m_s + tid, c));
+      l[c] = ld_cluster(cluster_addr(l_s + tid, c));
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kMlaCluster; ++c) mx = fmaxf(mx, m[c]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMlaCluster; ++c) {
+      const float w = m[c] == -INFINITY ? 0.0f : expf(m[c] - mx);
+      w_s[tid * kMlaCluster + c] = w;
+      sum += w * l[c];
+    }
+    mm_s[tid] = mx;
+    ll_s[tid] = sum;
+  }
+  __syncthreads();
+
+  // This CTA's columns [col0, col0 + cs) of every row, 4 at a time when cs allows (V2-Lite: 16
+  // rows x 64 columns = one float4 of each of the 8 CTAs per thread, all loads in flight).
+  const int cs = dv / kMlaCluster, col0 = rank * cs;
+  const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
+  const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
+  const int vec = cs % 4 == 0 ? 4 : 1, per_row = cs / vec;
+  for (int idx = tid; idx < nr * per_row; idx += kThreads) {
+    const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (vec == 4) {
+      float4 v[kMlaCluster];
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) v[c] = ld_cluster4(cluster_addr(o_s + r * dv + col, c));
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) {
+        const float w = w_s[r * kMlaCluster + c];
+        o[0] += w * v[c].x;
+        o[1] += w * v[c].y;
+        o[2] += w * v[c].z;
+        o[3] += w * v[c].w;
+      }
+    } else {
+      float v[kMlaCluster];
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) v[c] = ld_cluster(cluster_addr(o_s + r * dv + col, c));
+#pragma unroll
+      for (int c = 0; c < kMlaCluster; ++c) o[0] += w_s[r * kMlaCluster + c] * v[c];
+    }
+    if (own_clusters == 1) {
+      const float sum = ll_s[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      bf16* dst = p.out + (row0 + r) * dv + col;
+      if (vec == 4) {
+        reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
+        reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2] * inv, o[3] * inv);
+      } else {
+        dst[0] = __float2bfloat16_rn(o[0] * inv);
+      }
+    } else {
+      float* dst = p.partial_o + (cluster_idx * rows_total + row0 + r) * dv + col;
+      if (vec == 4)
+        *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+      else
+        dst[0] = o[0];
+    }
+  }
+  if (own_clusters > 1 && tid < nr) {
+    float* ml = p.partial_ml + ((cluster_idx * rows_total + row0 + tid) * kMlaCluster + rank) * 2;
+    ml[0] = ll_s[tid] > 0.0f ? mm_s[tid] : -INFINITY;
+    ml[1] = ll_s[tid];
+  }
+  cluster_arrive_relaxed();  // done reading the other CTAs' shared memory
+
+  // 4. Several clusters: the last to arrive for (token, head tile, column slice) merges.
+  // NOTES: the barrier orders every thread's partial writes before thread 0's fence, which is
+  // cumulative, and the fence before its atomic (the release pattern of cooperative groups' grid
+  // sync): the CTA that counts last sees every partial of its column slice.
+  uint32_t* counter =
+      p.counters + (int64_t{t} * p.head_tiles + tile) * kMlaCluster + static_cast<int64_t>(rank);
+  if (own_clusters > 1) {
+    __syncthreads();
+    if (tid == 0) {
+      __threadfence();
+      const bool last = atomicAdd(counter, 1u) == static_cast<uint32_t>(own_clusters - 1);
+      if (last) __threadfence();  // acquire: the other clusters' partials (read through L2)
+      last_s = last;
+    }
+    __syncthreads();
+  }
+  cluster_wait();  // nobody reads this CTA's shared memory any more: reuse it, or exit
+  if (own_clusters == 1 || !last_s) return;
+
+  float* w2_s = reinterpret_cast<float*>(kv_s);  // [rows][own_clusters] (host-checked size)
+  for (int r = warp; r < nr; r += kWarps) {
+    const float* ml = p.partial_ml + ((row0 + r) * kMlaCluster + rank) * 2;
+    const int64_t cl_stride = rows_total * kMlaCluster * 2;
+    float mx = -INFINITY;
+    for (int cl = lane; cl < own_clusters; cl += 32) mx = fmaxf(mx, __ldcg(ml + cl * cl_stride));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int cl = lane; cl < own_clusters; cl += 32) {
+      const float m = __ldcg(ml + cl * cl_stride);
+      const float w = m == -INFINITY ? 0.0f : expf(m - mx);
+      w2_s[r * own_clusters + cl] = w;
+      sum += w * __ldcg(ml + cl * cl_stride + 1);
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) ll_s[r] = sum;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < nr * per_row; idx += kThreads) {
+    const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
+    const float* po = p.partial_o + (row0 + r) * dv + col;
+    const float* w = w2_s + r * own_clusters;
+    const float sum = ll_s[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    bf16* dst = p.out + (row0 + r) * dv + col;
+    if (vec == 4) {
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+      for (int cl = 0; cl < own_clusters; ++cl) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(po + cl * rows_total * dv));
+        o.x += w[cl] * v.x;
+        o.y += w[cl] * v.y;
+        o.z += w[cl] * v.z;
+        o.w += w[cl] * v.w;
+      }
+      reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o.x * inv, o.y * inv);
+      reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+    } else {
+      float o = 0.0f;
+#pragma unroll 8
+      for (int cl = 0; cl < own_clusters; ++cl) o += w[cl] * __ldcg(po + cl * rows_total * dv);
+      dst[0] = __float2bfloat16_rn(o * inv);
+    }
+  }
+  // Every cluster of this token has counted; nothing else touches the counter before the kernel
+  // ends, so a plain store readies it for the next launch (and graph replay).
+  if (tid == 0) *counter = 0u;
+}
+
+// DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
+// 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
+int min_blocks_setting() {
+  static const int v = [] {
+    const char* env = std::getenv("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS");
+    return env != nullptr && std::atoi(env) == 2 ? 2 : 3;
+  }();
+  return v;
+}
+
+template <int kMt, int kNt, int kMinBlocks>
+cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream) {
+  auto* kernel = &mla_cluster_decode_kernel<kMt, kNt, kMinBlocks>;
+  const int smem = cluster_smem(16 * kMt, p.dqk, p.dv, p.split_size).total;
+  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.num_clusters * kMlaCluster),
+                     static_cast<unsigned>(p.head_tiles), static_cast<unsigned>(p.num_tokens));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kMlaCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
+template <int kMt, int kNt>
+cudaError_t launch_mt_nt(const MlaClusterDecodeParams& p, cudaStream_t stream) {
+  if constexpr (kMt == 1) {
+    if (min_blocks_setting() == 3) return launch_variant<kMt, kNt, 3>(p, stream);
+  }
+  return launch_variant<kMt, kNt, 2>(p, stream);
+}
+
+template <int kMt>
+cudaError_t launch_mt(const MlaClusterDecodeParams& p, cudaStream_t stream) {
+  if (p.dv <= 64) return launch_mt_nt<kMt, 1>(p, stream);
+  if (p.dv <= 128) return launch_mt_nt<kMt, 2>(p, stream);
+  if (p.dv <= 256) return launch_mt_nt<kMt, 4>(p, stream);
+  return launch_mt_nt<kMt, 8>(p, stream);
+}
+
+}  // namespace
+
+bool mla_cluster_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offset,
+                                  int32_t dqk, int32_t dv, int32_t entry_size, int32_t num_tokens) {
+  return num_kv_heads == 1 && k_offset == 0 && v_offset == 0 && dv > 0 && dv < dqk &&
+         dqk % 8 == 0 && dv % 8 == 0 && dqk <= kMaxDqk && dv <= kMaxDv && entry_size % 8 == 0 &&
+         entry_size >= dqk && num_tokens <= 65535;
+}
+
+MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
+                                             int32_t num_heads, int32_t dqk, int32_t dv) {
+  static const int32_t kSplit = [] {
+    const char* env = std::getenv("DEEPINFER_MLA_CLUSTER_SPLIT");
+    const int v = env ? std::atoi(env) : 0;
+    return v >= 16 ? v : kDefaultSplit;
+  }();
+  MlaClusterDecodePlan plan;
+  plan.rows_per_tile = num_heads <= 16 ? 16 : 32;
+  plan.head_tiles = (num_heads + plan.rows_per_tile - 1) / plan.rows_per_tile;
+  const int64_t kv = max_kv_len > 0 ? max_kv_len : 1;
+  int64_t split = kSplit;
+  auto clusters = [&](int64_t sp) {
+    return ((kv + sp - 1) / sp + kMlaCluster - 1) / kMlaCluster;
+  };
+  // The last cluster's merge keeps one weight per (row, cluster) in the stage buffers.
+  while (plan.rows_per_tile * clusters(split) * 4 >
+         cluster_smem(plan.rows_per_tile, dqk, dv, static_cast<int>(split)).kv_bytes)
+    split *= 2;
+  plan.split_size = static_cast<int32_t>(split);
+  plan.num_clusters = static_cast<int32_t>(clusters(split));
+  plan.num_counters = int64_t{num_tokens} * plan.head_tiles * kMlaCluster;
+  if (plan.num_clusters > 1) {
+    const size_t rows = static_cast<size_t>(num_tokens) * num_heads;
+    plan.partial_bytes = static_cast<size_t>(plan.num_clusters) * rows *
+                         (static_cast<size_t>(dv) + 2 * kMlaCluster) * sizeof(float);
+  }
+  plan.smem_bytes =
+      static_cast<size_t>(cluster_smem(plan.rows_per_tile, dqk, dv, plan.split_size).total);
+  return plan;
+}
+
+cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0 || p.num_seqs == 0) return cudaSuccess;
+  return p.rows_per_tile == 32 ? launch_mt<2>(p, stream) : launch_mt<1>(p, stream);
+}
+
+}  // namespace di::cuda

@@ -1,0 +1,94 @@
+#pragma once
+// Absorbed MLA decode for small batches, built for latency (issue #6): the splits of a token's
+// context are merged inside the kernel, over thread-block clusters, so one launch does what the
+// tile kernel (mla_decode.h) does in three (tile prefix, attention, combine).
+//
+// Work: one CTA per (KV split of `split_size` cache entries, head tile of 16 or 32 heads, new
+// token). Grid (8 · num_clusters, head_tiles, num_tokens), clusters of kMlaCluster = 8 CTAs along
+// the splits. A CTA
+//   1. finds its sequence (decode batches: sequence = token, checked; else a block-wide count over
+//      qo_indptr), fetches the block ids of its split, then the split's latent entries and its
+//      query rows into shared memory with cp.async (stages of 32 entries: one at the default
+//      split of 32, two buffers in flight for longer splits);
+//   2. S = Q·Kᵀ and O += P·V on mma.sync m16n8k16 (bf16 in, fp32 out), online softmax in fp32;
+//   3. merges the 8 partial states of its cluster through distributed shared memory: CTA `rank`
+//      owns output columns [rank · dv / 8, (rank + 1) · dv / 8) and reads them from all 8 CTAs;
+//   4. one cluster (context <= 8 splits): writes out. Several clusters: writes its columns'
+//      partial (o, max, sum) to global memory; the last cluster to arrive (per token, head tile
+//      and column slice: an atomic counter, reset to 0 by that CTA) merges them in cluster order.
+// A token's bits depend only on its own context length, position and split_size (fixed): padding
+// CTAs contribute exact zeros and the merge order is fixed, so results are batch invariant and
+// equal whether the grid was sized for this batch or a graph's longest context.
+//
+// Launched as a PDL dependent: before griddepcontrol.wait it reads only the metadata, block ids
+// and the cache entries of earlier steps, and writes nothing (see the kernel).
+// Measured (H200, V2-Lite, batch 1, ctx 2048; docs/cuda_backend.md): 15.2 us per layer against
+// 28.1 us for the tile kernel's three launches.
+//
+// Limits (the host checks them, mla_cluster_decode_supported): one latent head, K = V = the entry
+// start, dv < dqk, dqk % 8 == 0 and <= 576, dv % 8 == 0 and <= 512, entry_size % 8 == 0,
+// 16-byte aligned q / q_rope / pool, num_tokens <= 65535.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace di::cuda {
+
+constexpr int32_t kMlaCluster = 8;  // CTAs per cluster (the portable maximum)
+
+struct MlaClusterDecodeParams {
+  const __nv_bfloat16* q;  // [num_tokens, num_heads, dq]: the first dq query dims
+  // [num_tokens, num_heads, dqk - dq]: the roped part of the query, or null (q holds all dqk).
+  const __nv_bfloat16* q_rope;
+  int32_t dq;                 // % 8 == 0 when q_rope is set, as is dqk - dq
+  __nv_bfloat16* out;         // [num_tokens, num_heads, dv]
+  const __nv_bfloat16* pool;  // [num_blocks][num_layers][block_size][entry_size]
+  int64_t block_stride;       // elements per pool block (all layers)
+  int64_t layer_offset;       // elements from a block's start to this layer's entries
+  int32_t block_size;
+  int32_t entry_size;  // % 8 == 0
+  int32_t num_heads;   // q heads (all share the one latent head)
+  int32_t dqk;         // latent + rope, % 8 == 0, <= 576
+  int32_t dv;          // latent, % 8 == 0, <= 512, < dqk
+  float scale;         // softmax scale on q·k
+  const int32_t* positions;  // [num_tokens]: token sees cache positions [0, pos]
+  const int32_t* qo_indptr;  // [num_seqs + 1]
+  const int32_t* kv_indptr;  // [num_seqs + 1]
+  const int32_t* kv_indices;
+  const int32_t* kv_last_len;  // [num_seqs]
+  int32_t num_seqs;
+  int32_t num_tokens;
+  // plan (plan_mla_cluster_decode)
+  int32_t rows_per_tile;  // 16 or 32 (kernel instantiation): heads per CTA
+  int32_t head_tiles;     // grid.y = ceil(num_heads / rows_per_tile)
+  int32_t split_size;     // cache entries per CTA (>= 16)
+  int32_t num_clusters;   // grid.x / 8: clusters for the longest context of the launch
+  // num_clusters > 1 only: [num_clusters][num_tokens * num_heads][dv] and
+  // [num_clusters][num_tokens * num_heads][8 column slices][max, sum]
+  float* partial_o;
+  float* partial_ml;
+  // [num_tokens * head_tiles * 8], all 0 between launches (each launch leaves them 0)
+  uint32_t* counters;
+};
+
+struct MlaClusterDecodePlan {
+  int32_t rows_per_tile = 16;
+  int32_t head_tiles = 1;
+  int32_t split_size = 32;
+  int32_t num_clusters = 1;
+  int64_t num_counters = 0;
+  size_t partial_bytes = 0;  // partial_o + partial_ml (0 with one cluster)
+  size_t smem_bytes = 0;
+};
+
+bool mla_cluster_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offset,
+                                  int32_t dqk, int32_t dv, int32_t entry_size, int32_t num_tokens);
+// Split size: DEEPINFER_MLA_CLUSTER_SPLIT (>= 16; default 32, read once), doubled only while the
+// last cluster's merge weights would not fit in shared memory (contexts beyond ~150K tokens).
+MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
+                                             int32_t num_heads, int32_t dqk, int32_t dv);
+cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStream_t stream);
+
+}  // namespace di::cuda
