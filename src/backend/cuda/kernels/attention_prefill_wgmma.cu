@@ -6,18 +6,22 @@
 //
 // Warpgroups (384 threads):
 //   0  producer: cp.async (16 B, zero-fill past the sequence) of the Q tile and of each K and V
-//      tile into shared memory in the 128-byte-swizzled layout wgmma descriptors read (below);
-//      completion is signalled with cp.async.mbarrier.arrive (full barriers). 56 registers.
+//      tile into shared memory in the 128-byte-swizzled layout wgmma descriptors read (below).
+//      Each lane reads the block table once per tile for one of its warp's 32 rows, prefetched
+//      a tile ahead, and the row offsets go round by shuffle (one read per key, in the copy
+//      loop, held the kernel at 246 TFLOP/s). A tile is published one tile behind: wait for the
+//      copies, fence.proxy.async, arrive on the full barriers. 56 registers.
 //   1, 2  consumers: 64 query rows each (one wgmma M). Per KV tile: S = Q·Kᵀ (64 x 128, 8
 //      wgmma k-steps from shared memory), causal/length mask only on tiles that cross some row's
 //      limit, online softmax in registers (exp2, scale folded in), P rounded to bf16 in the
 //      register A layout and O += P·V (wgmma with A from registers, V read transposed). 224
 //      registers: S 64 + O 64 + P 32 f32/b32 per thread.
-// Pipeline: kStages K/V buffers with separate full and empty barriers for K and V, so K of tile
-// j + kStages loads as soon as S of tile j is done. Inside a consumer, S of tile j is issued
+// Pipeline: kStages = 3 K/V buffers with separate full and empty barriers for K and V, so K of
+// tile j + 3 loads as soon as S of tile j is done. Inside a consumer, S of tile j is issued
 // before P·V of tile j - 1 and the softmax of tile j runs while P·V of tile j - 1 is on the
-// tensor cores (FA3's intra-warpgroup overlap); the two consumers drift freely, so one's softmax
-// also overlaps the other's MMAs. Tiles are walked last to first: the masked ones come first.
+// tensor cores (FA3's intra-warpgroup overlap); the two consumers take turns to issue (named
+// barriers, "ping-pong"), so one's softmax also overlaps the other's MMAs. Tiles are walked last
+// to first: the masked ones come first.
 //
 // Shared-memory layout of a [R rows][128] bf16 tile (Q: R = 128 rows, K / V: R = 128 keys):
 // two column halves of 64 elements (128 bytes per row), half h at h * R * 128 bytes; row r of a
@@ -29,14 +33,14 @@
 //     offset = distance between the 64-dim halves (R * 128), stride byte offset 1024 (8 keys);
 //     a 16-key k-step advances 16 * 128 bytes.
 //
-// Napkin math, Llama-3.1-8B 8K causal (32 q / 8 kv heads): 4 * 32 * 128 * 8192^2 / 2 = 1.1
-// TFLOP: 1.4 ms at 787 TFLOP/s. Per CTA and tile 2 * 2 * 128^3 = 8.4 MFLOP against 2 * 32 KiB
-// of K/V (mostly L2 hits: 8 kv heads x 8K x 512 B = 32 MiB per layer) and 128 x 128 exp2 on
-// 16 MUFU lanes/SM: ~1000 cycles of exp next to ~2600 of MMA, hence the overlap.
+// Napkin math, Llama-3.1-8B 8K causal (32 q / 8 kv heads): 4 * 32 * 128 * 8192^2 / 2 = 0.55
+// TFLOP: 0.70 ms at 787 TFLOP/s (measured 1.16 ms, 472 TFLOP/s, H200). Per CTA and tile
+// 2 * 2 * 128^3 = 8.4 MFLOP (~2050 cycles at 4096 FLOP/cycle/SM) against 64 KiB of K/V (L2
+// hits: 8 kv heads x 8K x 512 B = 32 MiB per layer; 4.4 GB over the run, ~3.8 TB/s from L2)
+// and 128 x 128 exp2 on 16 MUFU lanes/SM (~1000 cycles), hence the overlap.
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
-#include <string>
 
 #include "backend/cuda/kernels/attention_prefill_mma.h"
 #include "backend/cuda/kernels/attention_prefill_wgmma.h"
@@ -52,11 +56,11 @@ constexpr int kThreads = 384;
 constexpr int kTileBytes = kN * kD * 2;   // 32 KiB: one K or V tile
 constexpr int kQBytes = kRows * kD * 2;   // 32 KiB
 constexpr int kHalfBytes = kN * 128;      // one 64-column half of a tile (kRows == kN)
-// Dynamic shared memory for kStages K/V buffers (+ slack to align the tiles to 1024 bytes):
-// 2 stages 161 KiB, 3 stages 225 KiB (of 227).
-constexpr int smem_bytes(int stages) {
-  return kQBytes + 2 * stages * kTileBytes + 1024;
-}
+// K/V buffers. H200, 8K causal: 2 stages 380 TFLOP/s, 3 stages 466 (the copies of tile j + 3
+// are issued once both consumers are done with tile j: ~2 tiles of L2 latency hidden).
+constexpr int kStages = 3;
+// Dynamic shared memory (+ slack to align the tiles to 1024 bytes): 225 KiB of 227.
+constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 1024;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 * 56 + 256 * 224 <= 64K
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRows == kN, "Q and K/V tiles share the swizzle geometry");
@@ -72,11 +76,6 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives once every cp.async this thread issued so far has landed (the barrier counts it as one
-// of its expected arrivals: .noinc).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -188,7 +187,6 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
   return y;
 }
 
-template <int kStages>
 struct Barriers {
   uint64_t q_full;             // the Q tile landed (128 producer arrivals)
   uint64_t k_full[kStages];    // K tile of the stage landed (128)
@@ -251,17 +249,13 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pf)[32
 // g = lane / 4, t = lane % 4): element 4i + 2h + e is row 16w + g + 8h, column 8i + 2t + e.
 // The A-register layout of m64k16 is the same per 16 columns, so P's A fragment for keys
 // 16kk..16kk+15 is pf[4kk + j] = bf16x2(s[8kk + 2j], s[8kk + 2j + 1]).
-// kProducerFence: how cp.async data (generic proxy) is published to wgmma (async proxy).
-//   true: the producer waits for its copies (cp.async.wait_group, one tile behind), fences
-//         (fence.proxy.async) and arrives on the full barrier (release);
-//   false: cp.async.mbarrier.arrive (arrival when the copies land) and every consumer thread
-//         fences after its wait.
 // kPingPong: the two consumers take turns to issue their MMAs (named barriers 1 and 2), so one's
-// softmax runs while the other's MMAs are on the tensor cores.
-template <int kStages, bool kProducerFence, bool kPingPong>
+// softmax runs while the other's MMAs are on the tensor cores (H200 8K causal: 466 TFLOP/s vs
+// 457 without).
+template <bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttentionKernelParams p) {
   extern __shared__ unsigned char smem_raw[];
-  __shared__ Barriers<kStages> bars;
+  __shared__ Barriers bars;
   __shared__ int pos_s[kRows];
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const uint32_t q_s = base;
@@ -341,11 +335,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
       cp_async16(q_s + dst_off + i * 1024, src, bytes);
     }
     cp_async_commit();
-    if constexpr (!kProducerFence) mbar_arrive_cp_async(smem_u32(&bars.q_full));
     const int bs_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
     const int64_t head_off = p.layer_offset + int64_t{kvh} * p.kv_head_stride + c * 8;
-    // Publishes tile `it` (and Q with tile 0) once this thread's copies of it have landed; the
-    // copies of the tile after it (one commit group) may still be in flight.
+    // Publishes tile `it` (and Q with tile 0) once this thread's copies of it have landed: the
+    // copies are generic-proxy writes and wgmma reads through the async proxy, so wait, fence,
+    // then release on the full barriers. The copies of the next K tile (one commit group) may
+    // still be in flight. (Arriving through cp.async.mbarrier.arrive with a fence in every
+    // consumer instead measured the same within 2 %.)
     auto publish = [&](int it, bool last) {
       if (last)
         cp_async_wait<0>();
@@ -365,26 +361,16 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
       const uint32_t use = static_cast<uint32_t>(it / kStages);
       if (use > 0) mbar_wait(smem_u32(&bars.k_empty[st]), (use - 1) & 1);
       load_kv_tile(p, row_off, head_off + p.k_offset, k_s + st * kTileBytes + dst_off);
-      if constexpr (kProducerFence) {
-        cp_async_commit();
-        if (it > 0) publish(it - 1, false);
-      } else {
-        mbar_arrive_cp_async(smem_u32(&bars.k_full[st]));
-      }
+      cp_async_commit();
+      if (it > 0) publish(it - 1, false);
       if (use > 0) mbar_wait(smem_u32(&bars.v_empty[st]), (use - 1) & 1);
       load_kv_tile(p, row_off, head_off + p.v_offset, v_s + st * kTileBytes + dst_off);
-      if constexpr (kProducerFence)
-        cp_async_commit();
-      else
-        mbar_arrive_cp_async(smem_u32(&bars.v_full[st]));
+      cp_async_commit();
       if (it + 1 < n_tiles)  // the next tile's block-table reads overlap the empty waits
         row_off = kv_row_offset(p, blocks, kv_len, (n_tiles - 2 - it) * kN, bs_shift);
     }
-    if constexpr (kProducerFence) {
-      publish(n_tiles - 1, true);  // n_tiles 0: Q alone
-      if (n_tiles == 0) mbar_arrive(smem_u32(&bars.q_full));
-    }
-    cp_async_wait<0>();
+    publish(n_tiles - 1, true);
+    if (n_tiles == 0) mbar_arrive(smem_u32(&bars.q_full));
     return;
   }
 
@@ -455,12 +441,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
   };
   if (kPingPong && cw == 1) named_bar_arrive(1);
   mbar_wait(smem_u32(&bars.q_full), 0);
-  if constexpr (!kProducerFence) fence_proxy_async();
   if (n_tiles > 0) {
     float corr[2];
     mbar_wait(smem_u32(&bars.k_full[0]), 0);
-    if constexpr (!kProducerFence) fence_proxy_async();
-    take_turn();
+      take_turn();
     issue_qk(sc, q_wg, k_s);
     hand_over();
     wgmma_wait<0>();
@@ -472,12 +456,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
     for (int it = 1; it < n_tiles; ++it) {
       const int st = it % kStages, pst = (it - 1) % kStages;
       mbar_wait(smem_u32(&bars.k_full[st]), (it / kStages) & 1);
-      if constexpr (!kProducerFence) fence_proxy_async();
-      take_turn();
+          take_turn();
       issue_qk(sc, q_wg, k_s + st * kTileBytes);
       mbar_wait(smem_u32(&bars.v_full[pst]), ((it - 1) / kStages) & 1);
-      if constexpr (!kProducerFence) fence_proxy_async();
-      issue_pv(o, pf, v_s + pst * kTileBytes);
+          issue_pv(o, pf, v_s + pst * kTileBytes);
       hand_over();
       wgmma_wait<1>();  // S of tile `it` done; P·V of tile it - 1 may still run
 #pragma unroll
@@ -498,8 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
     }
     const int last = (n_tiles - 1) % kStages;
     mbar_wait(smem_u32(&bars.v_full[last]), ((n_tiles - 1) / kStages) & 1);
-    if constexpr (!kProducerFence) fence_proxy_async();
-    take_turn();
+      take_turn();
     issue_pv(o, pf, v_s + last * kTileBytes);
     hand_over();
     wgmma_wait<0>();
@@ -526,13 +507,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
   }
 }
 
-template <int kStages, bool kProducerFence, bool kPingPong>
+template <bool kPingPong>
 void launch_cfg(const PagedAttentionKernelParams& p, dim3 grid, cudaStream_t stream) {
-  const void* fn =
-      reinterpret_cast<const void*>(&prefill_wgmma_kernel<kStages, kProducerFence, kPingPong>);
-  open_dynamic_smem(fn, smem_bytes(kStages));
-  prefill_wgmma_kernel<kStages, kProducerFence, kPingPong>
-      <<<grid, kThreads, smem_bytes(kStages), stream>>>(p);
+  open_dynamic_smem(reinterpret_cast<const void*>(&prefill_wgmma_kernel<kPingPong>), kSmemBytes);
+  prefill_wgmma_kernel<kPingPong><<<grid, kThreads, kSmemBytes, stream>>>(p);
 }
 
 // Consumer ping-pong (kPingPong): on unless DEEPINFER_ATTN_WGMMA_PINGPONG=0 (A/B; read once).
@@ -544,25 +522,6 @@ bool prefill_wgmma_ping_pong() {
   return on;
 }
 
-// Where cp.async data is published to wgmma (kProducerFence): the producer unless
-// DEEPINFER_ATTN_WGMMA_FENCE=consumer (the A/B switch; read once).
-bool prefill_wgmma_producer_fence() {
-  static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_WGMMA_FENCE");
-    return env == nullptr || std::string(env) != "consumer";
-  }();
-  return on;
-}
-
-// K/V pipeline depth: 3 unless DEEPINFER_ATTN_WGMMA_STAGES=2 (the A/B switch; read once).
-int prefill_wgmma_stages() {
-  static const int stages = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_WGMMA_STAGES");
-    return env != nullptr && std::atoi(env) == 2 ? 2 : 3;
-  }();
-  return stages;
-}
-
 }  // namespace
 
 void launch_paged_attention_prefill_wgmma(const PagedAttentionKernelParams& p,
@@ -572,20 +531,10 @@ void launch_paged_attention_prefill_wgmma(const PagedAttentionKernelParams& p,
   launch_prefill_tile_indptr(p.qo_indptr, p.num_seqs, group, kPrefillWgmmaRows, p.tile_indptr,
                              stream);
   const dim3 grid(static_cast<unsigned>(p.num_kv_heads), static_cast<unsigned>(p.max_tiles));
-  const bool fence = prefill_wgmma_producer_fence(), ping = prefill_wgmma_ping_pong();
-  if (prefill_wgmma_stages() == 2) {
-    if (fence)
-      ping ? launch_cfg<2, true, true>(p, grid, stream) : launch_cfg<2, true, false>(p, grid, stream);
-    else
-      ping ? launch_cfg<2, false, true>(p, grid, stream)
-           : launch_cfg<2, false, false>(p, grid, stream);
-  } else {
-    if (fence)
-      ping ? launch_cfg<3, true, true>(p, grid, stream) : launch_cfg<3, true, false>(p, grid, stream);
-    else
-      ping ? launch_cfg<3, false, true>(p, grid, stream)
-           : launch_cfg<3, false, false>(p, grid, stream);
-  }
+  if (prefill_wgmma_ping_pong())
+    launch_cfg<true>(p, grid, stream);
+  else
+    launch_cfg<false>(p, grid, stream);
 }
 
 }  // namespace di::cuda
