@@ -7,11 +7,13 @@
 //   decode tok/s at batch 1 / 8 / 32 / 128 / 256 with a 512-token context (CUDA graph per bucket;
 //     batch 1 also eager), roofline = max(bytes / BW, FLOPs / peak), bytes = weights + KV read;
 //   prefill tok/s at 512 / 4K / 32K tokens (one sequence, eager);
-//   the paged attention kernel alone, 8K causal prefill, in TFLOP/s: the default path (tensor
-//     cores, attention_prefill_mma.cu, unless DEEPINFER_ATTN_PREFILL=simt), its variants
-//     (4x1 / 8x1 / 4x2 warps x m-tiles) and the CUDA-core kernel, for a before/after ratio.
+//   the paged attention kernel alone, 8K causal prefill, in TFLOP/s: the default path (Hopper
+//     warpgroup MMA, attention_prefill_wgmma.cu; DEEPINFER_ATTN_PREFILL=mma|simt picks the
+//     others), the wgmma kernel, the mma.sync kernel's variants (attention_prefill_mma.cu, 4x1 /
+//     8x1 / 4x2 warps x m-tiles) and the CUDA-core kernel, for before/after ratios.
 //
-//   bench_cuda_llama [--layers 32] [--skip-32k]
+//   bench_cuda_llama [--layers 32] [--skip-32k] [--skip-decode] [--attention-only]
+//   (--attention-only: only the attention-alone lines, one layer of KV and no weights: seconds)
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -163,11 +165,14 @@ Tensor host_i32(const std::vector<int32_t>& v) {
 int main(int argc, char** argv) {
   using namespace di;
   Shape8B m;
-  bool skip_32k = false;
+  bool skip_32k = false, skip_decode = false, attention_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--layers") && i + 1 < argc) m.layers = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--skip-32k")) skip_32k = true;
+    if (!std::strcmp(argv[i], "--attention-only")) attention_only = true;
+    if (!std::strcmp(argv[i], "--skip-decode")) skip_decode = true;
   }
+  if (attention_only) m.layers = 1;
   if (!cuda::cuda_available()) {
     std::printf("[bench] skipped: no CUDA device\n");
     return 0;
@@ -177,7 +182,7 @@ int main(int argc, char** argv) {
     const int32_t block_size = 64, ctx = 512;
     const int64_t max_ctx = 32768 + 64;
     const auto t0 = std::chrono::steady_clock::now();
-    Weights W = make_weights(be, m, max_ctx);
+    Weights W = attention_only ? Weights{} : make_weights(be, m, max_ctx);
     const int32_t blocks_per_seq = (ctx + 1 + block_size - 1) / block_size;  // 9
     const int32_t max_batch = 256;
     const int32_t num_blocks = std::max(max_batch * blocks_per_seq, static_cast<int32_t>(max_ctx / block_size) + 1);
@@ -195,6 +200,7 @@ int main(int argc, char** argv) {
 
     // ---- decode ----
     for (int32_t batch : {1, 8, 32, 128, 256}) {
+      if (attention_only || skip_decode) break;
       auto fwd = [&](const Tensor& ids, const PagedBatch& b, const Tensor& rows) {
         return forward(be, m, W, ids, b, pool, rows);
       };
@@ -261,12 +267,17 @@ int main(int argc, char** argv) {
       std::printf("[bench] prefill %5d tokens: %9.2f ms %9.0f tok/s  %6.1f TFLOP/s  roofline %.2f ms -> "
                   "%5.1f%% of 787 TFLOP/s (attention %s)\n",
                   tokens, ms, 1e3 * tokens / ms, flops / ms / 1e9, roof_ms, 100.0 * roof_ms / ms,
-                  be.attention_prefill_mma() ? "mma" : "simt");
+                  !be.attention_prefill_mma() ? "simt" : be.attention_prefill_wgmma() ? "wgmma" : "mma");
       std::fflush(stdout);
     };
-    prefill(512);
-    prefill(4096);
-    {  // before/after (issue #5): the same 4K prefill with attention on CUDA cores
+    if (!attention_only) {
+      prefill(512);
+      prefill(4096);
+      // before/after (issue #5): the same 4K prefill with attention on mma.sync, then CUDA cores
+      const bool wgmma_on = be.attention_prefill_wgmma();
+      be.set_attention_prefill_wgmma(false);
+      prefill(4096);
+      be.set_attention_prefill_wgmma(wgmma_on);
       const bool mma_on = be.attention_prefill_mma();
       be.set_attention_prefill_mma(false);
       prefill(4096);
@@ -310,10 +321,19 @@ int main(int argc, char** argv) {
       std::printf("[bench] attention prefill 8K causal (32 q / 8 kv heads, d 128): %8.2f ms %6.1f TFLOP/s "
                   "-> %5.1f%% of 787 TFLOP/s (path %s)\n",
                   ms, flops / ms / 1e9, 100.0 * flops / ms / 1e9 / 787.0,
-                  be.attention_prefill_mma() ? "mma" : "simt");
-      // Before/after (issue #5): the tensor-core variants (warps x m-tiles per warp; the default
-      // is 4x1) and the CUDA-core kernel.
-      const bool mma_on = be.attention_prefill_mma();
+                  !be.attention_prefill_mma() ? "simt" : be.attention_prefill_wgmma() ? "wgmma" : "mma");
+      // Before/after (issue #5): the wgmma kernel, the mma.sync variants (warps x m-tiles per
+      // warp; its default is 4x1) and the CUDA-core kernel.
+      const bool mma_on = be.attention_prefill_mma(), wgmma_on = be.attention_prefill_wgmma();
+      be.set_attention_prefill_mma(true);
+      be.set_attention_prefill_wgmma(true);
+      const int64_t calls = be.prefill_wgmma_calls();
+      const double ms_wg = bench::median_event_ms(be, 1, 5, [&] { be.paged_attention(ap); });
+      std::printf("[bench] attention prefill 8K causal wgmma (warpgroup MMA, 128 rows x 128 keys): %8.2f ms "
+                  "%6.1f TFLOP/s -> %5.1f%% of 787 (target >= 50%%)%s\n",
+                  ms_wg, flops / ms_wg / 1e9, 100.0 * flops / ms_wg / 1e9 / 787.0,
+                  be.prefill_wgmma_calls() > calls ? "" : " [NOT RUN: fell back]");
+      be.set_attention_prefill_wgmma(false);
       for (auto [warps, mtiles] : {std::pair{4, 1}, std::pair{8, 1}, std::pair{4, 2}}) {
         be.set_attention_prefill_mma(true, warps, mtiles);
         const double msv = bench::median_event_ms(be, 1, 3, [&] { be.paged_attention(ap); });
@@ -324,11 +344,12 @@ int main(int argc, char** argv) {
       be.set_attention_prefill_mma(false);
       const double ms_simt = bench::median_event_ms(be, 1, 3, [&] { be.paged_attention(ap); });
       be.set_attention_prefill_mma(mma_on);
+      be.set_attention_prefill_wgmma(wgmma_on);
       std::printf("[bench] attention prefill 8K causal simt (CUDA cores): %8.2f ms %6.1f TFLOP/s -> %5.1f%% of "
                   "787; speedup %.1fx (default path vs simt)\n",
                   ms_simt, flops / ms_simt / 1e9, 100.0 * flops / ms_simt / 1e9 / 787.0, ms_simt / ms);
     }
-    if (!skip_32k) prefill(32768);
+    if (!skip_32k && !attention_only) prefill(32768);
     be.synchronize();
   } catch (const std::exception& e) {
     std::printf("[bench] error: %s\n", e.what());

@@ -4,9 +4,11 @@
 //    of attention_prefill_mma_math.h against an independent model of ldmatrix / mma.m16n8k16, so
 //    the fragment bookkeeping is checked without a GPU;
 //  - DispatchRule (CPU): which batches the rule sends to the tensor-core kernel;
-//  - PagedPrefill (GPU, skipped without one): the CUDA backend vs the CPU op on ragged, cached,
-//    mixed decode/prefill batches, head_dim 64/128, GQA 1/4/8, block sizes 1/16/64, through both
-//    the tensor-core path (default) and the CUDA-core path (DEEPINFER_ATTN_PREFILL=simt).
+//  - PagedPrefill (GPU, skipped without one): the CUDA backend vs the CPU op on ragged, cached
+//    (chunked prefill), mixed decode/prefill batches, head_dim 64/128, GQA 1/2/3/4/8, block sizes
+//    1/16/48/64, through the Hopper warpgroup-MMA kernel (attention_prefill_wgmma.cu, default;
+//    checked to have run wherever it supports the case), the mma.sync kernel's variants
+//    (DEEPINFER_ATTN_PREFILL=mma) and the CUDA-core path (DEEPINFER_ATTN_PREFILL=simt).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -237,6 +239,11 @@ TEST(PrefillMma, DispatchRule) {
   EXPECT_EQ(di::cuda::prefill_mma_rows(4, 1), 64);
   EXPECT_EQ(di::cuda::prefill_mma_rows(8, 1), 128);
   EXPECT_EQ(di::cuda::prefill_mma_rows(4, 2), 128);
+  using di::cuda::prefill_wgmma_supported;
+  EXPECT_TRUE(prefill_wgmma_supported(128, 128, 0, 1024, 128, 2048));  // Llama-3 8B
+  EXPECT_FALSE(prefill_wgmma_supported(64, 64, 0, 128, 64, 256));      // head dim 64: mma.sync
+  EXPECT_FALSE(prefill_wgmma_supported(128, 64, 0, 1024, 128, 2048));
+  EXPECT_FALSE(prefill_wgmma_supported(128, 128, 4, 1028, 128, 2056));  // 8-byte aligned only
 }
 
 // ---- GPU: the backend vs the CPU op
@@ -264,6 +271,15 @@ std::vector<Case> cases() {
       {"long_1030", 8, 2, 128, 64, P{{0, 1030}}},
       {"chunk_after_1000", 16, 2, 128, 16, P{{1000, 64}}},
       {"tiny_2tok", 4, 1, 64, 16, P{{3, 2}}},
+      // Aimed at the wgmma kernel (d 128, 128-row CTAs, 128-key tiles, 2 pipeline stages):
+      // group 3 (tiles end mid-token), a block size that is no power of two, chunked prefill
+      // over block size 1, many short sequences, and long walks that wrap the stages often.
+      {"wg_gqa3_odd", 12, 4, 128, 16, P{{0, 333}, {77, 129}, {1, 1}, {0, 2}}},
+      {"wg_gqa2_bs48", 8, 4, 128, 48, P{{100, 257}, {0, 5}, {300, 60}}},
+      {"wg_chunked_bs1", 16, 2, 128, 1, P{{513, 200}, {250, 3}, {127, 129}}},
+      {"wg_many_seqs", 32, 8, 128, 64,
+       P{{0, 1}, {0, 2}, {3, 31}, {0, 127}, {128, 128}, {0, 129}, {1000, 40}, {64, 0}}},
+      {"wg_long_gqa4", 8, 2, 128, 16, P{{0, 1500}, {700, 301}}},
   };
 }
 
@@ -349,30 +365,46 @@ TEST(PrefillMma, PagedPrefillMatchesCpu) {
                                                  max_kv, c.hq, c.hkv, c.d, c.d);
     const bool routed =
         cuda::prefill_mma_wanted(static_cast<int32_t>(c.seqs.size()), tokens, plan.num_splits);
-    // Paths: tensor cores 4x1 (default), 8x1, 4x2 (warps x m-tiles per warp), then CUDA cores.
-    const std::vector<std::pair<int, int>> mma_cfgs{{4, 1}, {8, 1}, {4, 2}};
-    for (bool mma : {true, false}) {
-      for (auto [warps, mtiles] : mma ? mma_cfgs : std::vector<std::pair<int, int>>{{4, 1}}) {
-        gpu.set_attention_prefill_mma(mma, warps, mtiles);
-        const Tensor got = run_case(gpu, c);
-        gpu.synchronize();
-        const Metrics m = compare(ref, got);
-        const bool ok = m.diff < 1e-3 && m.mismatches == 0 &&
-                        (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
-        failures += !ok;
-        std::printf(
-            "[attn_prefill] %-22s hq %2d hkv %d d %3d bs %2d path=%s cfg=%dx%d routed_mma=%d "
-            "n=%-8lld diff=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
-            c.label.c_str(), c.hq, c.hkv, c.d, c.block_size, mma ? "mma" : "simt", warps, mtiles,
-            mma && routed ? 1 : 0, static_cast<long long>(m.n), m.diff, m.max_abs, m.max_ref,
-            static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
-        std::fflush(stdout);
-        EXPECT_TRUE(ok) << c.label << " d " << c.d << " bs " << c.block_size
-                        << (mma ? " mma" : " simt") << " cfg " << warps << "x" << mtiles;
-      }
+    const bool wgmma_supported =
+        routed && cuda::prefill_wgmma_supported(c.d, c.d, 0, c.hkv * c.d, c.d, 2 * c.hkv * c.d);
+    // Paths: the wgmma kernel (default), mma.sync 4x1, 8x1, 4x2 (warps x m-tiles per warp),
+    // then CUDA cores.
+    struct Path {
+      const char* name;
+      bool mma, wgmma;
+      int warps, mtiles;
+    };
+    const Path paths[] = {{"wgmma", true, true, 4, 1},
+                          {"mma", true, false, 4, 1},
+                          {"mma", true, false, 8, 1},
+                          {"mma", true, false, 4, 2},
+                          {"simt", false, false, 4, 1}};
+    for (const Path& path : paths) {
+      gpu.set_attention_prefill_mma(path.mma, path.warps, path.mtiles);
+      gpu.set_attention_prefill_wgmma(path.wgmma);
+      const int64_t calls_before = gpu.prefill_wgmma_calls();
+      const Tensor got = run_case(gpu, c);
+      gpu.synchronize();
+      const bool ran_wgmma = gpu.prefill_wgmma_calls() > calls_before;
+      // The wgmma path must take every case it supports (no silent fallback), and only those.
+      const bool path_ok = ran_wgmma == (path.wgmma && wgmma_supported);
+      const Metrics m = compare(ref, got);
+      const bool ok = path_ok && m.diff < 1e-3 && m.mismatches == 0 &&
+                      (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
+      failures += !ok;
+      std::printf(
+          "[attn_prefill] %-22s hq %2d hkv %d d %3d bs %2d path=%-5s cfg=%dx%d routed_mma=%d "
+          "ran_wgmma=%d n=%-8lld diff=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+          c.label.c_str(), c.hq, c.hkv, c.d, c.block_size, path.name, path.warps, path.mtiles,
+          path.mma && routed ? 1 : 0, ran_wgmma ? 1 : 0, static_cast<long long>(m.n), m.diff,
+          m.max_abs, m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
+      std::fflush(stdout);
+      EXPECT_TRUE(ok) << c.label << " d " << c.d << " bs " << c.block_size << " " << path.name
+                      << " cfg " << path.warps << "x" << path.mtiles << " ran_wgmma " << ran_wgmma;
     }
   }
   gpu.set_attention_prefill_mma(true);
+  gpu.set_attention_prefill_wgmma(true);
   std::printf("[attn_prefill] summary: %d failures\n", failures);
 }
 #else

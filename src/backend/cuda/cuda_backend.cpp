@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/attention_prefill_mma.h"
+#include "backend/cuda/kernels/attention_prefill_wgmma.h"
 #include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/gemv.h"
@@ -97,9 +98,11 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   if (const char* env = std::getenv("DEEPINFER_GEMV_MAX_ROWS"))
     gemv_max_rows_ = std::clamp(std::atoi(env), 0, kGemvMaxRows);
   if (const char* env = std::getenv("DEEPINFER_ATTN_PREFILL")) {
-    DI_CHECK(std::string(env) == "mma" || std::string(env) == "simt",
-             "DEEPINFER_ATTN_PREFILL={}: expected mma or simt", env);
-    attention_prefill_mma_ = std::string(env) == "mma";
+    const std::string v(env);
+    DI_CHECK(v == "wgmma" || v == "mma" || v == "simt",
+             "DEEPINFER_ATTN_PREFILL={}: expected wgmma, mma or simt", env);
+    attention_prefill_mma_ = v != "simt";
+    attention_prefill_wgmma_ = v == "wgmma";
   }
   if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_WARPS"))
     attention_mma_warps_ = std::atoi(env) == 8 ? 8 : 4;
@@ -829,13 +832,23 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
        reinterpret_cast<uintptr_t>(k.pool)) %
               16 ==
           0) {
+    // Hopper warpgroup-MMA kernel (attention_prefill_wgmma.cu) where it applies, else mma.sync.
+    const bool wgmma = attention_prefill_wgmma_ &&
+                       prefill_wgmma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset,
+                                               p.v_offset, p.kv_head_stride, p.layout.entry_size);
     const int32_t group = p.num_q_heads / p.num_kv_heads;
-    const int32_t rows = prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
+    const int32_t rows =
+        wgmma ? kPrefillWgmmaRows : prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
     const int64_t tiles = prefill_mma_max_tiles(b.num_seqs, b.num_tokens, group, rows);
     if (tiles <= 65535) {  // grid.y
       k.rows_per_tile = rows;
       k.max_tiles = static_cast<int32_t>(tiles);
-      launch_paged_attention_prefill_mma(k, attention_mma_warps_, attention_mma_mtiles_, stream_);
+      if (wgmma) {
+        launch_paged_attention_prefill_wgmma(k, stream_);
+        ++prefill_wgmma_calls_;
+      } else {
+        launch_paged_attention_prefill_mma(k, attention_mma_warps_, attention_mma_mtiles_, stream_);
+      }
       CUDA_CHECK_LAUNCH("paged_attention (prefill mma)");
       return;
     }

@@ -135,8 +135,8 @@ class CudaBackend final : public Backend {
   // grouped kernel has passed test_cuda_moe on a GPU).
   void set_moe_grouped_gemm(bool on) { moe_grouped_gemm_ = on; }
   // Prefill attention on tensor cores (attention_prefill_mma.cu; default, env
-  // DEEPINFER_ATTN_PREFILL=mma|simt) or on the CUDA-core kernel for every batch. Variant of the
-  // tensor-core kernel: warps per CTA 4 (default) or 8 (env DEEPINFER_ATTN_MMA_WARPS), 16-row
+  // DEEPINFER_ATTN_PREFILL=wgmma|mma|simt) or on the CUDA-core kernel for every batch. Variant of
+  // the tensor-core kernel: warps per CTA 4 (default) or 8 (env DEEPINFER_ATTN_MMA_WARPS), 16-row
   // m-tiles per warp 1 (default) or 2 (4 warps x 32 rows; env DEEPINFER_ATTN_MMA_MTILES).
   void set_attention_prefill_mma(bool on, int warps = 4, int m_tiles = 1) {
     attention_prefill_mma_ = on;
@@ -144,6 +144,12 @@ class CudaBackend final : public Backend {
     attention_mma_mtiles_ = m_tiles == 2 ? 2 : 1;
   }
   bool attention_prefill_mma() const { return attention_prefill_mma_; }
+  // With tensor cores on: the Hopper warpgroup-MMA kernel (attention_prefill_wgmma.cu) for the
+  // batches it supports (prefill_wgmma_supported), the mma.sync kernel for the rest (default on;
+  // DEEPINFER_ATTN_PREFILL=mma turns it off). Calls that ran it: tests check the path was taken.
+  void set_attention_prefill_wgmma(bool on) { attention_prefill_wgmma_ = on; }
+  bool attention_prefill_wgmma() const { return attention_prefill_wgmma_; }
+  int64_t prefill_wgmma_calls() const { return prefill_wgmma_calls_; }
   // fused_linear (and linear) take the small-M GEMV kernel for up to this many rows (0 = never;
   // env DEEPINFER_GEMV_MAX_ROWS, default kDefaultGemvMaxRows).
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
@@ -229,6 +235,8 @@ class CudaBackend final : public Backend {
   int64_t moe_device_max_slots_ = 2048;
   bool moe_grouped_gemm_ = false;
   bool attention_prefill_mma_ = true;
+  bool attention_prefill_wgmma_ = true;
+  int64_t prefill_wgmma_calls_ = 0;
   int attention_mma_warps_ = 4;
   int attention_mma_mtiles_ = 1;
   // Host f32 tensors the model hands to ops (e.g. the V3 router bias), uploaded once.

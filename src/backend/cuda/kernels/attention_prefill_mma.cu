@@ -385,12 +385,18 @@ void launch_dim(const PagedAttentionKernelParams& p, int warps, int m_tiles, cud
 
 }  // namespace
 
+void launch_prefill_tile_indptr(const int32_t* qo_indptr, int32_t num_seqs, int32_t group,
+                                int32_t rows_per_tile, int32_t* tile_indptr, cudaStream_t stream) {
+  mma_tile_indptr_kernel<<<1, 32, 0, stream>>>(qo_indptr, num_seqs, group, rows_per_tile,
+                                               tile_indptr);
+}
+
 void launch_paged_attention_prefill_mma(const PagedAttentionKernelParams& p, int warps, int m_tiles,
                                         cudaStream_t stream) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const int group = p.num_q_heads / p.num_kv_heads;
-  const int rows = prefill_mma_rows(warps, m_tiles);
-  mma_tile_indptr_kernel<<<1, 32, 0, stream>>>(p.qo_indptr, p.num_seqs, group, rows, p.tile_indptr);
+  launch_prefill_tile_indptr(p.qo_indptr, p.num_seqs, group, prefill_mma_rows(warps, m_tiles),
+                             p.tile_indptr, stream);
   if (p.head_dim_qk == 128)
     launch_dim<128>(p, warps, m_tiles, stream);
   else

@@ -15,4 +15,9 @@ namespace di::cuda {
 void launch_paged_attention_prefill_mma(const PagedAttentionKernelParams& p, int warps, int m_tiles,
                                         cudaStream_t stream);
 
+// One-CTA prologue of the tensor-core prefill kernels: tile_indptr[s] = first tile of sequence s
+// for tiles of `rows_per_tile` rows ((new tokens) x group rows per sequence).
+void launch_prefill_tile_indptr(const int32_t* qo_indptr, int32_t num_seqs, int32_t group,
+                                int32_t rows_per_tile, int32_t* tile_indptr, cudaStream_t stream);
+
 }  // namespace di::cuda

@@ -105,6 +105,15 @@ inline bool prefill_mma_wanted(int32_t num_seqs, int32_t num_tokens, int32_t num
 inline int32_t prefill_mma_rows(int32_t warps, int32_t m_tiles) {
   return m_tiles == 2 ? 4 * 16 * 2 : (warps == 8 ? 8 : 4) * 16;
 }
+// The Hopper kernel (attention_prefill_wgmma.cu, warpgroup MMA): head dim 128 only, otherwise
+// the mma.sync kernel's rule; 128 rows (token, q head) per CTA.
+inline bool prefill_wgmma_supported(int32_t head_dim_qk, int32_t head_dim_v, int32_t k_offset,
+                                    int32_t v_offset, int32_t kv_head_stride, int32_t entry_size) {
+  return head_dim_qk == 128 &&
+         prefill_mma_supported(head_dim_qk, head_dim_v, k_offset, v_offset, kv_head_stride,
+                               entry_size);
+}
+constexpr int32_t kPrefillWgmmaRows = 128;
 // Grid bound on CTAs per kv head (tiles never straddle sequences).
 inline int64_t prefill_mma_max_tiles(int32_t num_seqs, int32_t num_tokens, int32_t group,
                                      int32_t rows) {
