@@ -275,12 +275,6 @@ class Backend {
   // FusedLinearParams above. The reference is fused_linear_composed (rms_norm / silu_mul,
   // linear, add: the CPU backend's implementation); CUDA fuses small batches into one kernel.
   virtual void fused_linear(const FusedLinearParams& p) = 0;
-  // Several fused_linear layers in order, each free to read what the earlier ones wrote (the
-  // decode path's o_proj -> gate_up -> down -> next layer's qkv). The reference runs them one by
-  // one; CUDA runs a batch-1 chain as one kernel (docs/cuda_backend.md "GEMV chain").
-  virtual void fused_linear_chain(std::span<const FusedLinearParams> stages) {
-    for (const FusedLinearParams& p : stages) fused_linear(p);
-  }
   // MlaRopeStoreParams above. The reference is mla_rope_store_composed (copy_columns, rms_norm,
   // rope, store_kv: the CPU backend's implementation; any backend may use it); CUDA fuses it.
   virtual void mla_rope_store(const MlaRopeStoreParams& p) = 0;

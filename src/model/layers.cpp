@@ -2,8 +2,8 @@
 
 namespace di {
 
-FusedLinearParams norm_linear_params(const Tensor& x, const Tensor& norm_w, float eps,
-                                     const Tensor& w, const Tensor* bias, Tensor& y) {
+void norm_linear(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                 const Tensor* bias, Tensor& y) {
   FusedLinearParams p;
   p.in = FusedLinearParams::In::kRmsNorm;
   p.x = &x;
@@ -12,42 +12,27 @@ FusedLinearParams norm_linear_params(const Tensor& x, const Tensor& norm_w, floa
   p.w = &w;
   p.bias = bias;
   p.y = &y;
-  return p;
+  be.fused_linear(p);
 }
 
-void norm_linear(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
-                 const Tensor* bias, Tensor& y) {
-  be.fused_linear(norm_linear_params(x, norm_w, eps, w, bias, y));
-}
-
-FusedLinearParams linear_add_params(const Tensor& x, const Tensor& w, const Tensor* bias,
-                                    Tensor& residual) {
+void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bias,
+                Tensor& residual) {
   FusedLinearParams p;
   p.x = &x;
   p.w = &w;
   p.bias = bias;
   p.residual = &residual;
-  return p;
+  be.fused_linear(p);
 }
 
-void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bias,
-                Tensor& residual) {
-  be.fused_linear(linear_add_params(x, w, bias, residual));
-}
-
-FusedLinearParams silu_linear_params(const Tensor& gate_up, const Tensor& w, Tensor* y,
-                                     Tensor* residual) {
+void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual) {
   FusedLinearParams p;
   p.in = FusedLinearParams::In::kSiluMul;
   p.x = &gate_up;
   p.w = &w;
   p.y = y;
   p.residual = residual;
-  return p;
-}
-
-void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual) {
-  be.fused_linear(silu_linear_params(gate_up, w, y, residual));
+  be.fused_linear(p);
 }
 
 Mlp Mlp::load(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t inter) {

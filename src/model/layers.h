@@ -14,19 +14,11 @@ namespace di {
 //   y = rms_norm(x) · norm_w · wᵀ (+ bias)
 void norm_linear(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
                  const Tensor* bias, Tensor& y);
-FusedLinearParams norm_linear_params(const Tensor& x, const Tensor& norm_w, float eps,
-                                     const Tensor& w, const Tensor* bias, Tensor& y);
 //   residual += x · wᵀ (+ bias)
 void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bias,
                 Tensor& residual);
-FusedLinearParams linear_add_params(const Tensor& x, const Tensor& w, const Tensor* bias,
-                                    Tensor& residual);
 //   out = (silu(gate) · up) · wᵀ with gate_up = [gate | up]; into `y`, or added to `residual`
 void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual);
-FusedLinearParams silu_linear_params(const Tensor& gate_up, const Tensor& w, Tensor* y,
-                                     Tensor* residual);
-// (The *_params forms describe the same layer for Backend::fused_linear_chain; the tensors they
-// point to must outlive the call.)
 
 // SwiGLU MLP: down(silu(gate(x)) * up(x)), gate and up fused into one [2I, H] weight.
 struct Mlp {

@@ -6,12 +6,9 @@
 //             (all of this but the GEMM: Backend::qkv_rope_attention)
 //             x += o_proj(a);  x += ffn(norm(x))
 // The norms, the residual adds and the MLP's silu·mul ride on the neighbouring linear layer
-// (Backend::fused_linear: one kernel per linear at decode batch sizes on CUDA; o_proj, a dense
-// MLP and the next layer's qkv go as one Backend::fused_linear_chain). x, the residual
+// (Backend::fused_linear: one kernel per linear at decode batch sizes on CUDA). x, the residual
 // stream, is always current; h = norm(x) is materialised only for MoE blocks (several readers).
 // KV entry per token and layer: [K: kv_heads × head_dim | V: kv_heads × head_dim].
-#include <array>
-
 #include "model/architectures.h"
 #include "model/layers.h"
 #include "model/rope.h"
@@ -105,14 +102,10 @@ class GqaModel final : public Model {
     Tensor qkv = be.empty({t, (hq + 2 * hkv) * d}, dt);
     Tensor q = be.empty({t, hq, d}, dt);
     Tensor attn = be.empty({t, hq, d}, dt);
-    // Layer 0's qkv here; every later layer's closes the previous layer's chain below.
-    auto qkv_of = [&](const GqaLayer& L) {
-      return norm_linear_params(x, L.input_norm, eps, L.qkv,
-                                L.qkv_bias.is_null() ? nullptr : &L.qkv_bias, qkv);
-    };
-    be.fused_linear(qkv_of(layers_.front()));
     for (size_t l = 0; l < layers_.size(); ++l) {
       const GqaLayer& L = layers_[l];
+      norm_linear(be, x, L.input_norm, eps, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias,
+                  qkv);
       // split qkv, [q/k norm], rope, k/v -> pool, attention -> attn: one op (one kernel on CUDA
       // for decode batches).
       QkvRopeStoreParams qp;
@@ -144,24 +137,9 @@ class GqaModel final : public Model {
       ap.scale = static_cast<float>(c.attention_scale());
       ap.batch = &batch;
       be.qkv_rope_attention(qp, ap);  // q is scratch: a fused implementation keeps it on chip
-      // o_proj (+= x), a dense MLP (gate_up; down += x) and the next layer's qkv: one chain (one
-      // kernel at batch 1 on CUDA, Backend::fused_linear_chain). A MoE block breaks it.
-      const Tensor attn_rows = attn.reshape({t, hq * d});
-      std::array<FusedLinearParams, 4> chain;
-      size_t n = 0;
-      chain[n++] = linear_add_params(attn_rows, L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias, x);
-      Tensor gate_up;
-      if (L.ffn.is_moe) {
-        be.fused_linear_chain({chain.data(), n});
-        n = 0;
-        L.ffn.forward_residual(be, x, L.post_norm, eps);
-      } else {
-        gate_up = be.empty({t, 2 * L.ffn.mlp.inter}, dt);
-        chain[n++] = norm_linear_params(x, L.post_norm, eps, L.ffn.mlp.gate_up, nullptr, gate_up);
-        chain[n++] = silu_linear_params(gate_up, L.ffn.mlp.down, nullptr, &x);
-      }
-      if (l + 1 < layers_.size()) chain[n++] = qkv_of(layers_[l + 1]);
-      be.fused_linear_chain({chain.data(), n});
+      linear_add(be, attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias,
+                 x);
+      L.ffn.forward_residual(be, x, L.post_norm, eps);
     }
     return ends_.logits(be, x, logit_rows, eps);
   }

@@ -151,64 +151,6 @@ struct TestFusedLinear : OpCase {
   }
 };
 
-// Backend::fused_linear_chain: a decoder layer's o_proj (+= residual), gate_up (norm of the
-// residual), down (silu·mul, += residual) and the next layer's qkv (norm of the residual), each
-// stage reading what the earlier ones wrote. On CUDA one kernel for one row (gemv.h
-// launch_gemv_chain), one fused_linear per stage otherwise; `stages` drops the tail.
-struct TestFusedLinearChain : OpCase {
-  int64_t m, hidden, inter, qkv_n, attn_k;
-  int stages;
-  TestFusedLinearChain(int64_t m_, int64_t hidden_, int64_t inter_, int64_t qkv_n_, int64_t attn_k_,
-                       int stages_)
-      : m(m_), hidden(hidden_), inter(inter_), qkv_n(qkv_n_), attn_k(attn_k_), stages(stages_) {}
-  std::string name() const override {
-    return "fused_linear_chain" + std::to_string(stages) + "_m" + std::to_string(m) + "_h" +
-           std::to_string(hidden) + "_i" + std::to_string(inter) + "_q" + std::to_string(qkv_n) +
-           "_a" + std::to_string(attn_k);
-  }
-  std::vector<Output> run(Backend& be) const override {
-    auto w_of = [&](int64_t n, int64_t k, uint64_t seed) {
-      return act(be, host_random({n, k}, seed, 1.0f / std::sqrt(static_cast<float>(k)) * 1.7f));
-    };
-    Tensor attn = act(be, host_random({m, attn_k}, 41, 2.0f));
-    Tensor res = act(be, host_random({m, hidden}, 42, 2.0f));
-    Tensor wo = w_of(hidden, attn_k, 43), wgu = w_of(2 * inter, hidden, 44);
-    Tensor wd = w_of(hidden, inter, 45), wqkv = w_of(qkv_n, hidden, 46);
-    Tensor n1 = act(be, host_random({hidden}, 47)), n2 = act(be, host_random({hidden}, 48));
-    Tensor bq = act(be, host_random({qkv_n}, 49, 0.5f));
-    Tensor gu = be.empty({m, 2 * inter}, be.compute_dtype());
-    Tensor qkv = be.empty({m, qkv_n}, be.compute_dtype());
-    std::vector<FusedLinearParams> chain(4);
-    chain[0].x = &attn;
-    chain[0].w = &wo;
-    chain[0].residual = &res;
-    chain[1].in = FusedLinearParams::In::kRmsNorm;
-    chain[1].x = &res;
-    chain[1].norm_w = &n1;
-    chain[1].eps = 1e-5f;
-    chain[1].w = &wgu;
-    chain[1].y = &gu;
-    chain[2].in = FusedLinearParams::In::kSiluMul;
-    chain[2].x = &gu;
-    chain[2].w = &wd;
-    chain[2].residual = &res;
-    chain[3].in = FusedLinearParams::In::kRmsNorm;
-    chain[3].x = &res;
-    chain[3].norm_w = &n2;
-    chain[3].eps = 1e-5f;
-    chain[3].w = &wqkv;
-    chain[3].bias = &bq;
-    chain[3].y = &qkv;
-    chain.resize(static_cast<size_t>(stages));
-    be.fused_linear_chain(chain);
-    std::vector<Output> o;
-    o.push_back(out(be, "residual", res, Check::kBf16));
-    if (stages >= 2) o.push_back(out(be, "gate_up", gu, Check::kBf16));
-    if (stages >= 4) o.push_back(out(be, "qkv", qkv, Check::kBf16));
-    return o;
-  }
-};
-
 struct TestAdd : OpCase {
   int64_t n;
   explicit TestAdd(int64_t n_) : n(n_) {}
@@ -553,12 +495,6 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     add(new TestFusedLinear(1, 32001, 256, In::kRmsNorm, false, true, false));  // lm_head
     add(new TestFusedLinear(9, 300, 128, In::kRmsNorm, true, false, true));     // > 8 rows
     add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));         // k % 8 != 0
-    add(new TestFusedLinearChain(1, 256, 512, 384, 256, 4));
-    add(new TestFusedLinearChain(1, 136, 344, 200, 96, 4));    // odd sizes: CTAs without rows
-    add(new TestFusedLinearChain(1, 1024, 2816, 1536, 1024, 4));
-    add(new TestFusedLinearChain(1, 256, 512, 384, 256, 3));
-    add(new TestFusedLinearChain(1, 256, 512, 384, 256, 2));
-    add(new TestFusedLinearChain(3, 256, 512, 384, 256, 4));   // 3 rows: one launch per stage
   }
   add(new TestSiluMul(13, 1408));
   add(new TestSiluMul(1, 14336));
@@ -927,45 +863,6 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
   }
   cb.set_fused_attention(false);  // back to the default for the tests after this one
   EXPECT_EQ(checked, 20);
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
-}
-
-// The batch-1 chain kernel against one fused_linear per stage on the same GPU: bit-identical
-// (each stage keeps its own launch's split), and it ran for every one-row case.
-TEST(FusedLinearChain, OneKernelMatchesPerStageLaunchesBitwise) {
-#ifdef DI_HAVE_CUDA
-  Backend* be = gpu();
-  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
-  auto& cb = static_cast<cuda::CudaBackend&>(*be);
-  int64_t checked = 0;
-  for (const auto& c : all_cases()) {
-    const auto* chain = dynamic_cast<const TestFusedLinearChain*>(c.get());
-    if (chain == nullptr) continue;
-    cb.set_gemv_chain(true);
-    const int64_t before = cb.chain_calls();
-    const std::vector<Output> got = c->run(*be);
-    const int64_t calls = cb.chain_calls() - before;
-    cb.set_gemv_chain(false);
-    const std::vector<Output> want = c->run(*be);
-    EXPECT_EQ(cb.chain_calls() - before, calls) << "the per-stage run chained";
-    const bool one_kernel = chain->m == 1 && chain->stages >= 2 && cb.gemv_max_rows() >= 1;
-    EXPECT_EQ(calls, one_kernel ? 1 : 0) << c->name() << ": chain kernels";
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      int64_t bad = 0;
-      for (int64_t j = 0; j < want[i].value.numel(); ++j)
-        bad += want[i].value.f32()[j] != got[i].value.f32()[j];
-      std::printf("[op] %-60s %-10s chain_vs_stages_bits_differ=%lld of %lld %s\n",
-                  c->name().c_str(), want[i].name.c_str(), static_cast<long long>(bad),
-                  static_cast<long long>(want[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
-      EXPECT_EQ(bad, 0) << c->name() << " output '" << want[i].name << "'";
-    }
-    ++checked;
-  }
-  cb.set_gemv_chain(true);
-  EXPECT_EQ(checked, 6);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

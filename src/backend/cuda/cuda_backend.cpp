@@ -110,8 +110,6 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
     attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
   // Sized up front so that a decode graph captured later never needs to grow it.
   reserve_attention_counters(kInitialAttentionCounters);
-  CUDA_CHECK(cudaMalloc(&chain_barrier_, 2 * sizeof(uint32_t)));
-  CUDA_CHECK(cudaMemsetAsync(chain_barrier_, 0, 2 * sizeof(uint32_t), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -123,7 +121,6 @@ CudaBackend::~CudaBackend() {
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   for (uint32_t* c : retired_attention_counters_) cudaFree(c);
   if (attention_counters_) cudaFree(attention_counters_);
-  if (chain_barrier_) cudaFree(chain_barrier_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -272,7 +269,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
 }
 
-bool CudaBackend::gemv_params(const FusedLinearParams& p, GemvParams* out) const {
+bool CudaBackend::try_gemv(const FusedLinearParams& p) {
   if (f32_ || p.w->dtype() != DType::kBF16 || p.w->dim() != 2) return false;
   const Tensor& x = *p.x;
   const int64_t k = p.w->size(1), n = p.w->size(0);
@@ -304,19 +301,12 @@ bool CudaBackend::gemv_params(const FusedLinearParams& p, GemvParams* out) const
   g.n = static_cast<int32_t>(n);
   g.k = static_cast<int32_t>(k);
   if (!gemv_supported(g, static_cast<int64_t>(max_smem_optin_) - 1024)) return false;
-  *out = g;
-  return true;
-}
-
-bool CudaBackend::try_gemv(const FusedLinearParams& p) {
-  GemvParams g;
-  if (!gemv_params(p, &g)) return false;
   CUDA_CHECK(launch_gemv(g, num_sms_, stream_));
   CUDA_CHECK_LAUNCH("gemv");
   return true;
 }
 
-void CudaBackend::check_fused_linear(const FusedLinearParams& p) const {
+void CudaBackend::fused_linear(const FusedLinearParams& p) {
   DI_CHECK(p.x && p.w && (p.y || p.residual), "cuda fused_linear: missing x, w or an output");
   check_dev(*p.x, dt_, "fused_linear", "x");
   if (p.w->dtype() != DType::kFP8E4M3) check_dev(*p.w, dt_, "fused_linear", "w");
@@ -326,29 +316,8 @@ void CudaBackend::check_fused_linear(const FusedLinearParams& p) const {
     check_dev(*p.residual, dt_, "fused_linear", "residual");
     DI_CHECK(p.residual->raw() != p.x->raw(), "cuda fused_linear: residual must not alias x");
   }
-}
-
-void CudaBackend::fused_linear(const FusedLinearParams& p) {
-  check_fused_linear(p);
   if (try_gemv(p)) return;
   fused_linear_composed(*this, p);
-}
-
-void CudaBackend::fused_linear_chain(std::span<const FusedLinearParams> stages) {
-  const auto count = static_cast<int>(stages.size());
-  GemvParams g[kGemvChainMaxStages];
-  bool chain = gemv_chain_ && count >= 2 && count <= kGemvChainMaxStages;
-  for (int s = 0; s < count; ++s) {
-    check_fused_linear(stages[s]);
-    chain = chain && gemv_params(stages[s], &g[s]);
-  }
-  if (chain && gemv_chain_supported(g, count, static_cast<int64_t>(max_smem_optin_) - 1024)) {
-    CUDA_CHECK(launch_gemv_chain(g, count, num_sms_, chain_barrier_, stream_));
-    CUDA_CHECK_LAUNCH("gemv_chain");
-    ++chain_calls_;
-    return;
-  }
-  for (const FusedLinearParams& p : stages) fused_linear(p);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {

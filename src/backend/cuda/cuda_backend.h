@@ -26,7 +26,6 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
-#include "backend/cuda/kernels/gemv.h"
 #include "backend/cuda/pinned_pool.h"
 
 namespace di::cuda {
@@ -85,7 +84,6 @@ class CudaBackend final : public Backend {
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
-  void fused_linear_chain(std::span<const FusedLinearParams> stages) override;
   void mla_rope_store(const MlaRopeStoreParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
@@ -156,10 +154,6 @@ class CudaBackend final : public Backend {
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
   // Calls of qkv_rope_attention that ran the fused kernel (tests check the path was taken).
   int64_t fused_attention_calls() const { return fused_attention_calls_; }
-  // fused_linear_chain runs batch-1 chains as one kernel (env DEEPINFER_GEMV_CHAIN=0: one
-  // fused_linear per stage, the A/B switch); chain_calls() counts the chain kernels launched.
-  void set_gemv_chain(bool on) { gemv_chain_ = on; }
-  int64_t chain_calls() const { return chain_calls_; }
   // MLA decode batches (paged_attention with one latent head; bf16 mode): the cluster kernel
   // (kernels/mla_decode_cluster.h, default), the tile kernel + combine (kernels/mla_decode.h; env
   // DEEPINFER_MLA_KERNEL=tile) or the generic paged attention (DEEPINFER_MLA_KERNEL=0).
@@ -196,17 +190,8 @@ class CudaBackend final : public Backend {
   int32_t attention_max_kv_override_ = 0;
   int32_t gemv_max_rows_ = 0;  // set in the constructor
   int32_t num_sms_ = 0;
-  // The small-M kernel's parameters for p when it takes these shapes (bf16, m <= gemv_max_rows_).
-  bool gemv_params(const FusedLinearParams& p, cuda::GemvParams* g) const;
-  // The small-M kernel when it takes these shapes: true if launched.
+  // The small-M kernel when it takes these shapes (bf16, m <= gemv_max_rows_): true if launched.
   bool try_gemv(const FusedLinearParams& p);
-  void check_fused_linear(const FusedLinearParams& p) const;
-  bool gemv_chain_ = [] {
-    const char* env = std::getenv("DEEPINFER_GEMV_CHAIN");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  uint32_t* chain_barrier_ = nullptr;  // launch_gemv_chain's 2 words, zero between launches
-  int64_t chain_calls_ = 0;
   // The fused decode attention when it takes the call: true if launched.
   bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
   // At least n zeroed arrival counters (fused decode attention); false inside a graph capture

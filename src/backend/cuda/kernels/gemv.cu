@@ -30,29 +30,9 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   return lo | (hi << 16);
 }
 
-// An activation vector (x, residual): a plain load when an earlier kernel wrote it, through L2
-// (kL2, past this SM's L1, which may hold a stale line) when other CTAs of this kernel did (the
-// chained stages of gemv_chain_kernel).
-template <bool kL2>
-__device__ __forceinline__ uint4 load_act(const uint4* ptr) {
-  if constexpr (kL2)
-    return __ldcg(ptr);
-  else
-    return *ptr;
-}
-template <bool kL2>
-__device__ __forceinline__ float load_act1(const bf16* ptr) {
-  if constexpr (kL2)
-    return to_f32(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(ptr))));
-  else
-    return to_f32(*ptr);
-}
-
-// One linear layer by the whole grid (the body of gemv_kernel and of each gemv_chain_kernel
-// stage). sync() runs after the first weights are in flight and before the activations are read:
-// it waits for whatever wrote them (the previous kernel, or the chain's previous stage).
-template <int M, GemvIn IN, bool kL2, typename Sync>
-__device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4* xs_vec, Sync sync) {
+template <int M, GemvIn IN>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
+  extern __shared__ uint4 xs_vec[];  // [M][k / 8] staged activations
   __shared__ float red[kWarps][M];
   __shared__ float scratch[32];
   // Two register buffers of U 16-byte loads per lane: one is in flight while the other is used.
@@ -85,19 +65,22 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4*
   // The first two items are in flight while the prologue runs.
   if (items > 0) load(wa, 0);
   if (items > 1) load(wb, 1);
-  // Everything above reads only the weights, so it may overlap the previous kernel's tail (or the
-  // previous stage of a chain).
-  sync();
+  // Programmatic dependent launch (launched with the PDL attribute): everything above reads
+  // only the weights, so it may overlap the previous kernel's tail. Wait for that kernel's
+  // writes (x, the residual) before the prologue reads them, and let the next PDL kernel start
+  // its own weight loads early. Both are no-ops for a plain launch.
+  pdl_wait();
+  pdl_trigger();
 
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
     for (int i = threadIdx.x; i < M * k8; i += kThreads) {
       const int m = i / k8, v = i % k8;
-      xs_vec[i] = load_act<kL2>(reinterpret_cast<const uint4*>(x + m * p.ldx) + v);
+      xs_vec[i] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
     }
   } else if constexpr (IN == GemvIn::kRmsNorm) {
     // 16-byte loads, unrolled so a thread's loads are in flight together; the second pass reads
-    // the same addresses again (L1 hits; L2 hits in a chained stage).
+    // the same addresses again (L1 hits).
     const uint4* nw = static_cast<const uint4*>(p.norm_w);
 #pragma unroll 1
     for (int m = 0; m < M; ++m) {
@@ -106,7 +89,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4*
 #pragma unroll 4
       for (int v = threadIdx.x; v < k8; v += kThreads) {
         float f[8];
-        unpack8(load_act<kL2>(xr + v), f);
+        unpack8(xr[v], f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
       }
@@ -115,7 +98,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4*
 #pragma unroll 4
       for (int v = threadIdx.x; v < k8; v += kThreads) {
         float f[8], g[8];
-        unpack8(load_act<kL2>(xr + v), f);
+        unpack8(xr[v], f);
         unpack8(nw[v], g);
         uint4 o;
         uint32_t* ou = reinterpret_cast<uint32_t*>(&o);
@@ -132,8 +115,8 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4*
 #pragma unroll 4
       for (int v = threadIdx.x; v < k8; v += kThreads) {
         float g[8], u[8];
-        unpack8(load_act<kL2>(gr + v), g);
-        unpack8(load_act<kL2>(ur + v), u);
+        unpack8(gr[v], g);
+        unpack8(ur[v], u);
         uint4 o;
         uint32_t* ou = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
@@ -206,7 +189,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4*
         }
         if (p.residual != nullptr) {
           bf16* res = static_cast<bf16*>(p.residual) + m * p.ldr + r;
-          *res = from_f32<bf16>(load_act1<kL2>(res) + v);
+          *res = from_f32<bf16>(to_f32(*res) + v);
         }
       }
     }
@@ -225,72 +208,47 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, int split, uint4*
 }
 
 template <int M, GemvIn IN>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
-  extern __shared__ uint4 xs_vec[];  // [M][k / 8] staged activations
-  // Programmatic dependent launch (launched with the PDL attribute): wait for the previous
-  // kernel's writes (x, the residual) before the prologue reads them, and let the next PDL kernel
-  // start its own weight loads early. Both are no-ops for a plain launch.
-  gemv_body<M, IN, false>(p, split, xs_vec, [] {
-    pdl_wait();
-    pdl_trigger();
-  });
-}
-
-// Every CTA of the grid meets here; the grid is co-resident (launch_gemv_chain sizes it to what
-// fits at once, and the next kernel is let in only after the last barrier). bar[0] counts
-// arrivals and is back at 0 when the barrier opens; bar[1] is the generation. Stage outputs
-// written before the barrier are visible after it to loads through L2.
-__device__ __forceinline__ void grid_barrier(uint32_t* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const volatile uint32_t* gen_p = bar + 1;
-    const uint32_t gen = *gen_p;  // before arriving: it cannot move until this CTA has arrived
-    __threadfence();
-    if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-      atomicExch(bar, 0u);
-      __threadfence();
-      atomicAdd(bar + 1, 1u);
-    } else {
-      // A grid that is not co-resident (another process holding SMs) would wait forever: trap
-      // after ~2^31 polls (tens of seconds) instead of hanging.
-      for (uint32_t spins = 1; *gen_p == gen; ++spins) {
-        if (spins == 0x80000000u) __trap();
-      }
-    }
-    __threadfence();
+cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  // The shared-memory opt-in is per device: once per device this process uses, the most the
+  // device allows next to the kernel's static shared memory (gemv_supported keeps below it).
+  static std::atomic<uint64_t> opted_in{0};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
+    cudaFuncAttributes fa{};
+    int optin = 0;
+    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN>)) != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(gemv_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(fa.sharedSizeBytes));
+    if (err != cudaSuccess) return err;
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
-  __syncthreads();
-}
-
-// Batch-1 stages back to back: stage s + 1 loads its first weights, then waits at the grid
-// barrier for stage s's outputs. Launched with PDL; the next kernel is let in after the last
-// stage's barrier.
-__global__ void __launch_bounds__(kThreads, 2) gemv_chain_kernel(const __grid_constant__ GemvChainParams c) {
-  extern __shared__ uint4 xs_vec[];
-  for (int s = 0; s < c.count; ++s) {
-    const bool last = s + 1 == c.count;
-    auto sync = [&] {
-      if (s == 0)
-        pdl_wait();
-      else
-        grid_barrier(c.barrier);
-      if (last) pdl_trigger();
-    };
-    const GemvParams& p = c.stage[s];
-    switch (p.in) {
-      case GemvIn::kNone: gemv_body<1, GemvIn::kNone, true>(p, c.split[s], xs_vec, sync); break;
-      case GemvIn::kRmsNorm: gemv_body<1, GemvIn::kRmsNorm, true>(p, c.split[s], xs_vec, sync); break;
-      case GemvIn::kSiluMul: gemv_body<1, GemvIn::kSiluMul, true>(p, c.split[s], xs_vec, sync); break;
+  const int64_t smem = gemv_smem_bytes(M, p.k);
+  // Resident CTAs per SM for this shared-memory size (registers and smem), cached per size.
+  static std::mutex mu;
+  static std::map<int64_t, int> occ_of_smem;
+  int occ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = occ_of_smem.find(smem);
+    if (it == occ_of_smem.end()) {
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, gemv_kernel<M, IN>, kThreads,
+                                                          static_cast<size_t>(smem));
+      if (err != cudaSuccess) return err;
+      it = occ_of_smem.emplace(smem, std::max(occ, 1)).first;
     }
+    occ = it->second;
   }
-}
-
-// The split (warps per row, k split between them) for `slots` resident CTAs: the smallest one
-// whose row groups fill the passes to >= 90%, else the one that fills them best (small n: more
-// splits). A split must leave every lane a full load batch per row chunk (U vectors), or the loads
-// in flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
-template <int M>
-int pick_split(const GemvParams& p, int64_t slots) {
+  // A persistent grid of every resident CTA; a CTA takes row groups round-robin, so the last
+  // pass is the tail. The split (warps per row, k split between them) is the smallest one whose
+  // groups fill the passes to >= 90%, else the one that fills them best (small n: more splits).
+  const int64_t slots = int64_t{occ} * num_sms;
+  // A split must leave every lane a full load batch per row chunk (U vectors), or the loads in
+  // flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
   constexpr int U = kLoadsPerLane<M>;
   const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
   int split = 1;
@@ -305,60 +263,6 @@ int pick_split(const GemvParams& p, int64_t slots) {
     }
     if (fill >= 0.9) break;
   }
-  return split;
-}
-
-// Opens `kernel` to the device's whole opt-in shared memory (less its static shared memory), once
-// per device this process uses; `opted_in` is the kernel's own bit set.
-cudaError_t open_smem_once(const void* kernel, std::atomic<uint64_t>& opted_in) {
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((opted_in.load(std::memory_order_relaxed) & bit) != 0) return cudaSuccess;
-  cudaFuncAttributes fa{};
-  int optin = 0;
-  if ((err = cudaFuncGetAttributes(&fa, kernel)) != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             optin - static_cast<int>(fa.sharedSizeBytes));
-  if (err != cudaSuccess) return err;
-  opted_in.fetch_or(bit, std::memory_order_relaxed);
-  return cudaSuccess;
-}
-
-// Resident CTAs per SM of `kernel` at `smem` bytes of dynamic shared memory (registers and
-// shared memory), cached per (kernel, size).
-cudaError_t resident_ctas(const void* kernel, int64_t smem, int* occ) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int64_t>, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({kernel, smem});
-  if (it == cache.end()) {
-    int n = 0;
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, kernel, kThreads, static_cast<size_t>(smem));
-    if (err != cudaSuccess) return err;
-    it = cache.emplace(std::make_pair(kernel, smem), std::max(n, 1)).first;
-  }
-  *occ = it->second;
-  return cudaSuccess;
-}
-
-template <int M, GemvIn IN>
-cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
-  static std::atomic<uint64_t> opted_in{0};
-  const void* kernel = reinterpret_cast<const void*>(gemv_kernel<M, IN>);
-  cudaError_t err = open_smem_once(kernel, opted_in);
-  if (err != cudaSuccess) return err;
-  const int64_t smem = gemv_smem_bytes(M, p.k);
-  int occ = 0;
-  if ((err = resident_ctas(kernel, smem, &occ)) != cudaSuccess) return err;
-  // A persistent grid of every resident CTA; a CTA takes row groups round-robin, so the last
-  // pass is the tail.
-  const int64_t slots = int64_t{occ} * num_sms;
-  const int split = pick_split<M>(p, slots);
   const int rows_per_cta = kWarps / split;
   const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, slots));
@@ -387,39 +291,6 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   if (p.ldx < (p.in == GemvIn::kSiluMul ? 2 * int64_t{p.k} : int64_t{p.k})) return false;
   if (p.y == nullptr && p.residual == nullptr) return false;
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
-}
-
-bool gemv_chain_supported(const GemvParams* stages, int count, int64_t max_smem) {
-  if (count < 1 || count > kGemvChainMaxStages) return false;
-  for (int s = 0; s < count; ++s) {
-    if (stages[s].m != 1 || !gemv_supported(stages[s], max_smem)) return false;
-  }
-  return true;
-}
-
-cudaError_t launch_gemv_chain(const GemvParams* stages, int count, int num_sms, uint32_t* barrier,
-                              cudaStream_t stream) {
-  static std::atomic<uint64_t> opted_in{0};
-  const void* kernel = reinterpret_cast<const void*>(gemv_chain_kernel);
-  cudaError_t err = open_smem_once(kernel, opted_in);
-  if (err != cudaSuccess) return err;
-  int64_t smem = 0;
-  for (int s = 0; s < count; ++s) smem = std::max(smem, gemv_smem_bytes(1, stages[s].k));
-  int occ = 0;
-  if ((err = resident_ctas(kernel, smem, &occ)) != cudaSuccess) return err;
-  // Every resident CTA, whatever a stage's row count (the grid barriers need them all): a stage
-  // with fewer row groups leaves some CTAs without rows. Each stage's split is the one its own
-  // launch would pick for these slots, so its rows come out bit-identical to launch_gemv's.
-  const int64_t slots = int64_t{occ} * num_sms;
-  GemvChainParams c{};
-  for (int s = 0; s < count; ++s) {
-    c.stage[s] = stages[s];
-    c.split[s] = pick_split<1>(stages[s], slots);
-  }
-  c.count = count;
-  c.barrier = barrier;
-  return launch_pdl(gemv_chain_kernel, dim3(static_cast<unsigned>(slots)), dim3(kThreads),
-                    static_cast<size_t>(smem), stream, c);
 }
 
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {

@@ -49,32 +49,9 @@ inline int64_t gemv_smem_bytes(int32_t m, int32_t k) { return int64_t{m} * k * 2
 // x / w rows, the staged activations within `max_smem` bytes.
 bool gemv_supported(const GemvParams& p, int64_t max_smem);
 
-// Chains (launch_gemv_chain): up to this many batch-1 layers back to back in one kernel.
-inline constexpr int kGemvChainMaxStages = 4;
-
-struct GemvChainParams {
-  GemvParams stage[kGemvChainMaxStages];
-  int32_t split[kGemvChainMaxStages];  // per stage, as launch_gemv would pick it
-  int32_t count = 0;
-  uint32_t* barrier = nullptr;         // 2 words on the device (arrivals, generation)
-};
-
 // num_sms: the device's multiprocessor count (sizes the persistent grid). Returns the error of
 // the one-time shared-memory opt-in (per device), else cudaSuccess; launch errors are left for
 // cudaGetLastError as with every launcher.
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
-
-// Whether launch_gemv_chain takes these stages: 1..kGemvChainMaxStages, each one that
-// gemv_supported takes, with m = 1.
-bool gemv_chain_supported(const GemvParams* stages, int count, int64_t max_smem);
-
-// The stages in order as one kernel, each stage free to read what the earlier ones wrote (its x,
-// the residual). Between two stages every CTA first starts loading the next stage's weights, then
-// meets the others at a grid barrier; so the weight stream does not pause at a layer boundary as
-// it does between two launches. Every stage's output is bit-identical to its own launch_gemv.
-// barrier: 2 zeroed words on the device, left zeroed (arrivals) after each launch; one chain at a
-// time per barrier (the backend's stream).
-cudaError_t launch_gemv_chain(const GemvParams* stages, int count, int num_sms, uint32_t* barrier,
-                              cudaStream_t stream);
 
 }  // namespace di::cuda
