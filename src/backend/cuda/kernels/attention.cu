@@ -116,13 +116,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int tile = blockIdx.x;
   if (tile >= p.tile_indptr[p.num_seqs]) return;
-  // The sequence owning this tile: last s with tile_indptr[s] <= tile.
-  int lo = 0, hi = p.num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.tile_indptr[mid] <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int s = lo;
+  const int s = tile_owner(p.tile_indptr, p.num_seqs, tile);
   const int group = p.num_q_heads / p.num_kv_heads;
   const int q_begin = p.qo_indptr[s];
   const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * group;

@@ -27,10 +27,6 @@ namespace {
 constexpr int kKvTile = 64;  // kv tokens per tile
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
 // 16 bytes global -> shared; src_bytes 0 zero-fills (src must still be a valid pointer).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
@@ -55,16 +51,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(ptr))
                : "memory");
-}
-
-// c += a · b (16x8x16, bf16 in, f32 accumulate).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Two floats -> bf16x2, `lo` in the low half (the lower column / k index).
@@ -139,16 +125,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
   const int total = p.tile_indptr[p.num_seqs];
   if (static_cast<int>(blockIdx.y) >= total) return;
   const int tile = total - 1 - static_cast<int>(blockIdx.y);  // heaviest tiles first
-  // The sequence owning this tile: the last s with tile_indptr[s] <= tile.
-  int lo = 0, hi = p.num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.tile_indptr[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int s = lo;
+  const int s = tile_owner(p.tile_indptr, p.num_seqs, tile);
   const int group = p.num_q_heads / p.num_kv_heads;
   const int q_begin = p.qo_indptr[s];
   const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * group;
@@ -257,8 +234,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
                        mma_frag::ldsm_k_col(lane));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_bf16(sc[mt][2 * np], qa[mt], b[0], b[1]);
-          mma_bf16(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
+          mma_bf16_16816(sc[mt][2 * np], qa[mt], b[0], b[1]);
+          mma_bf16_16816(sc[mt][2 * np + 1], qa[mt], b[2], b[3]);
         }
       }
     }
@@ -336,8 +313,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
                              mma_frag::ldsm_v_col(lane));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          mma_bf16(o[mt][2 * dp], pf[mt][kc], b[0], b[1]);
-          mma_bf16(o[mt][2 * dp + 1], pf[mt][kc], b[2], b[3]);
+          mma_bf16_16816(o[mt][2 * dp], pf[mt][kc], b[0], b[1]);
+          mma_bf16_16816(o[mt][2 * dp + 1], pf[mt][kc], b[2], b[3]);
         }
       }
     }

@@ -66,10 +66,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRows == kN, "Q and K/V tiles share the swizzle geometry");
 static_assert(kRows == kPrefillWgmmaRows, "the host plans tiles of kPrefillWgmmaRows rows");
 
-__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
 // ---- mbarrier (phase-parity waits) ----
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -266,15 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(PagedAttenti
   const int total = p.tile_indptr[p.num_seqs];
   if (static_cast<int>(blockIdx.y) >= total) return;
   const int tile = total - 1 - static_cast<int>(blockIdx.y);  // heaviest tiles first
-  int lo = 0, hi = p.num_seqs - 1;  // the last sequence s with tile_indptr[s] <= tile
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.tile_indptr[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int s = lo;
+  const int s = tile_owner(p.tile_indptr, p.num_seqs, tile);
   const int group = p.num_q_heads / p.num_kv_heads;
   const int q_begin = p.qo_indptr[s];
   const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * group;

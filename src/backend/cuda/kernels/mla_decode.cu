@@ -64,19 +64,6 @@ __host__ __device__ inline MlaSmem mla_smem(int rows, int dqk) {
   return s;
 }
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t ld_u32(const bf16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
 // Two bf16 from different rows packed into one register (lo = first).
 __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
@@ -114,15 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
   extern __shared__ __align__(16) unsigned char smem[];
   const int tile = blockIdx.x, split = blockIdx.y;
   if (tile >= p.tile_indptr[p.num_seqs]) return;
-  int lo = 0, hi = p.num_seqs - 1;  // the sequence owning the tile: last s with indptr[s] <= tile
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.tile_indptr[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int s = lo;
+  const int s = tile_owner(p.tile_indptr, p.num_seqs, tile);
   const int heads = p.num_heads;
   // Rows of this tile: (token, head hg0 + i) of the head group, token-major; rows r of the tile
   // are the group's rows row0 + r.
@@ -230,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
           const bf16* qa = q_s + (mt * 16 + g) * ld + k0 + 2 * t4;
           const uint32_t a[4] = {ld_u32(qa), ld_u32(qa + 8 * ld), ld_u32(qa + 8),
                                  ld_u32(qa + 8 * ld + 8)};
-          mma_16816(c[mt], a, b0, b1);
+          mma_bf16_16816(c[mt], a, b0, b1);
         }
       }
       float* sh = s_s + s_half * kRows * kSld;
@@ -297,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
         const uint32_t b0 = pack2(v0[col], v0[ld + col]);
         const uint32_t b1 = pack2(v0[8 * ld + col], v0[9 * ld + col]);
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) mma_16816(acc[mt][j], a[mt], b0, b1);
+        for (int mt = 0; mt < kMt; ++mt) mma_bf16_16816(acc[mt][j], a[mt], b0, b1);
       }
     }
     __syncthreads();  // k_s, s_s, p_s, corr_s are rewritten by the next tile

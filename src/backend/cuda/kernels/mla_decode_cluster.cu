@@ -88,19 +88,6 @@ __host__ __device__ inline ClusterSmem cluster_smem(int rows, int dqk, int dv, i
   return s;
 }
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t ld_u32(const bf16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -336,9 +323,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           const uint32_t a[4] = {ld_u32(qa), ld_u32(qa + 8 * ld), ld_u32(qa + 8),
                                  ld_u32(qa + 8 * ld + 8)};
           if (h == 0)
-            mma_16816(c[0][mt], a, b0, b1);
+            mma_bf16_16816(c[0][mt], a, b0, b1);
           else
-            mma_16816(c[1][mt], a, b0, b1);
+            mma_bf16_16816(c[1][mt], a, b0, b1);
         }
       }
       float* sh = s_s + s_half * kRows * kSld;
@@ -425,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         uint32_t b0, b1;
         ldsm_x2_trans(b0, b1, k_s, ld, k0, col0, lane);
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) mma_16816(acc[mt][j], a[mt], b0, b1);
+        for (int mt = 0; mt < kMt; ++mt) mma_bf16_16816(acc[mt][j], a[mt], b0, b1);
       }
     }
     __syncthreads();  // this buffer, s_s, p_s and corr_s are rewritten next

@@ -281,19 +281,11 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_down_v2_kernel(MoeDecodePa
 // rows) load from clamped addresses and are replaced by zeros; rows past inter / hidden are clamped loads and not stored. down rounds the
 // f32 act to bf16 for the mma (as the grouped GEMM path does). Not bitwise equal to v1 / v2.
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // c += A(rows g, g+8 of 16-byte chunks lo / hi) · B(token chunk b) over the 32 k of one block.
 __device__ __forceinline__ void mma_kblock(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& b) {
-  mma16816(c, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-  mma16816(c, lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+  const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
+  mma_bf16_16816(c, a0, b.x, b.y);
+  mma_bf16_16816(c, a1, b.z, b.w);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
