@@ -480,24 +480,11 @@ bool mla_decode_call_ok(const PagedAttentionParams& p) {
          reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0;
 }
 
-// MLA decode on the tile kernel of kernels/mla_decode.cu (DEEPINFER_MLA_KERNEL=tile); false
-// when the call is not of its shape. num_sms sizes the head groups (DEEPINFER_MLA_HEAD_SPLIT,
-// mla_decode.h).
-bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
-                    const PagedAttentionParams& p, int32_t max_kv) {
+// The fields both MLA decode kernels read (MlaDecodeCall): the query parts, the output, the pool
+// layout, the batch.
+void fill_mla_call(MlaDecodeCall& k, const PagedAttentionParams& p) {
   const PagedBatch& b = *p.batch;
-  const int64_t t = b.num_tokens;
-  if (!mla_decode_call_ok(p)) return false;
   const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
-  const MlaDecodePlan plan =
-      plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v, num_sms);
-  const size_t smem = mla_decode_smem_bytes(plan.rows_per_tile, p.head_dim_qk);
-  DI_CHECK(smem <= max_smem, "cuda mla_decode: needs {} B of shared memory, the device allows {}",
-           smem, max_smem);
-  const size_t indptr_padded = ((static_cast<size_t>(b.num_seqs) + 1) * 4 + 255) & ~size_t{255};
-  Tensor ws = be.empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
-  char* base = mptr<char>(ws);
-  MlaDecodeParams k{};
   k.q = cptr<bf16_t>(*p.q);
   k.q_rope = p.q_rope != nullptr ? cptr<bf16_t>(*p.q_rope) : nullptr;
   k.dq = p.head_dim_qk - dr;
@@ -518,6 +505,26 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
   k.kv_last_len = cptr<int32_t>(b.kv_last_len);
   k.num_seqs = b.num_seqs;
   k.num_tokens = b.num_tokens;
+}
+
+// MLA decode on the tile kernel of kernels/mla_decode.cu (DEEPINFER_MLA_KERNEL=tile); false
+// when the call is not of its shape. num_sms sizes the head groups (DEEPINFER_MLA_HEAD_SPLIT,
+// mla_decode.h).
+bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
+                    const PagedAttentionParams& p, int32_t max_kv) {
+  const PagedBatch& b = *p.batch;
+  const int64_t t = b.num_tokens;
+  if (!mla_decode_call_ok(p)) return false;
+  const MlaDecodePlan plan =
+      plan_mla_decode(b.num_seqs, b.num_tokens, max_kv, p.num_q_heads, p.head_dim_v, num_sms);
+  const size_t smem = mla_decode_smem_bytes(plan.rows_per_tile, p.head_dim_qk);
+  DI_CHECK(smem <= max_smem, "cuda mla_decode: needs {} B of shared memory, the device allows {}",
+           smem, max_smem);
+  const size_t indptr_padded = ((static_cast<size_t>(b.num_seqs) + 1) * 4 + 255) & ~size_t{255};
+  Tensor ws = be.empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
+  char* base = mptr<char>(ws);
+  MlaDecodeParams k{};
+  fill_mla_call(k, p);
   k.rows_per_tile = plan.rows_per_tile;
   k.head_groups = plan.head_groups;
   k.max_tiles = plan.max_tiles;
@@ -716,27 +723,7 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
   // outside a capture, or (inside one) the tile kernel runs this call.
   if (!reserve_attention_counters(plan.num_counters)) return false;
   MlaClusterDecodeParams k{};
-  const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
-  k.q = cptr<bf16_t>(*p.q);
-  k.q_rope = p.q_rope != nullptr ? cptr<bf16_t>(*p.q_rope) : nullptr;
-  k.dq = p.head_dim_qk - dr;
-  k.out = mptr<bf16_t>(*p.out);
-  k.pool = cptr<bf16_t>(*p.pool);
-  k.block_stride = p.layout.block_stride();
-  k.layer_offset = p.layout.layer_offset(p.layer);
-  k.block_size = p.layout.block_size;
-  k.entry_size = p.layout.entry_size;
-  k.num_heads = p.num_q_heads;
-  k.dqk = p.head_dim_qk;
-  k.dv = p.head_dim_v;
-  k.scale = p.scale;
-  k.positions = cptr<int32_t>(b.positions);
-  k.qo_indptr = cptr<int32_t>(b.qo_indptr);
-  k.kv_indptr = cptr<int32_t>(b.kv_indptr);
-  k.kv_indices = cptr<int32_t>(b.kv_indices);
-  k.kv_last_len = cptr<int32_t>(b.kv_last_len);
-  k.num_seqs = b.num_seqs;
-  k.num_tokens = b.num_tokens;
+  fill_mla_call(k, p);
   k.rows_per_tile = plan.rows_per_tile;
   k.head_tiles = plan.head_tiles;
   k.split_size = plan.split_size;

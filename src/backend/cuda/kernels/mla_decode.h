@@ -34,7 +34,9 @@
 
 namespace di::cuda {
 
-struct MlaDecodeParams {
+// What an MLA decode launch reads and writes, shared by the tile kernel (MlaDecodeParams) and
+// the cluster kernel (MlaClusterDecodeParams, mla_decode_cluster.h).
+struct MlaDecodeCall {
   const __nv_bfloat16* q;  // [num_tokens, num_heads, dq]: the first dq query dims
   // [num_tokens, num_heads, dqk - dq]: the last query dims (MLA's roped q_pe), or null: q holds
   // all dqk dims (dq unused). The query of a row is [q row | q_rope row].
@@ -57,6 +59,9 @@ struct MlaDecodeParams {
   const int32_t* kv_last_len;  // [num_seqs]
   int32_t num_seqs;
   int32_t num_tokens;
+};
+
+struct MlaDecodeParams : MlaDecodeCall {
   // plan
   int32_t rows_per_tile;  // 16 or 32 (kernel instantiation)
   int32_t head_groups;    // >= 1, divides num_heads: CTAs per (sequence, split, row tile)

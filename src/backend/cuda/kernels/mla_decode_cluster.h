@@ -34,32 +34,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/kernels/mla_decode.h"
+
 namespace di::cuda {
 
 constexpr int32_t kMlaCluster = 8;  // CTAs per cluster (the portable maximum)
 
-struct MlaClusterDecodeParams {
-  const __nv_bfloat16* q;  // [num_tokens, num_heads, dq]: the first dq query dims
-  // [num_tokens, num_heads, dqk - dq]: the roped part of the query, or null (q holds all dqk).
-  const __nv_bfloat16* q_rope;
-  int32_t dq;                 // % 8 == 0 when q_rope is set, as is dqk - dq
-  __nv_bfloat16* out;         // [num_tokens, num_heads, dv]
-  const __nv_bfloat16* pool;  // [num_blocks][num_layers][block_size][entry_size]
-  int64_t block_stride;       // elements per pool block (all layers)
-  int64_t layer_offset;       // elements from a block's start to this layer's entries
-  int32_t block_size;
-  int32_t entry_size;  // % 8 == 0
-  int32_t num_heads;   // q heads (all share the one latent head)
-  int32_t dqk;         // latent + rope, % 8 == 0, <= 576
-  int32_t dv;          // latent, % 8 == 0, <= 512, < dqk
-  float scale;         // softmax scale on q·k
-  const int32_t* positions;  // [num_tokens]: token sees cache positions [0, pos]
-  const int32_t* qo_indptr;  // [num_seqs + 1]
-  const int32_t* kv_indptr;  // [num_seqs + 1]
-  const int32_t* kv_indices;
-  const int32_t* kv_last_len;  // [num_seqs]
-  int32_t num_seqs;
-  int32_t num_tokens;
+struct MlaClusterDecodeParams : MlaDecodeCall {
   // plan (plan_mla_cluster_decode)
   int32_t rows_per_tile;  // 16 or 32 (kernel instantiation): heads per CTA
   int32_t head_tiles;     // grid.y = ceil(num_heads / rows_per_tile)
