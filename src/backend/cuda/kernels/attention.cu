@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/attention_tile.cuh"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gqa_decode.cuh"
 #include "backend/cuda/kernels/split_combine.cuh"
@@ -116,14 +117,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
   const int kvh = blockIdx.y, split = blockIdx.z;
   const int tile = blockIdx.x;
   if (tile >= p.tile_indptr[p.num_seqs]) return;
-  const int s = tile_owner(p.tile_indptr, p.num_seqs, tile);
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int q_begin = p.qo_indptr[s];
-  const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * group;
-  const int row0 = (tile - p.tile_indptr[s]) * kRows;
-  const int nr = min(kRows, seq_rows - row0);  // valid rows in this tile (>= 1)
-  const int nblocks = p.kv_indptr[s + 1] - p.kv_indptr[s];
-  const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + p.kv_last_len[s] : 0;
+  const AttnTile at = attn_tile(p, tile, kRows);
+  const int s = at.s, group = at.group, q_begin = at.q_begin, row0 = at.row0, nr = at.nr;
+  const int kv_len = at.kv_len;
 
   const int dqk = p.head_dim_qk, dv = p.head_dim_v;
   const bool v_in_k = p.v_offset == p.k_offset && dv <= dqk;

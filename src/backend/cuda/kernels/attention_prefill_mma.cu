@@ -19,6 +19,7 @@
 #include <climits>
 
 #include "backend/cuda/kernels/attention_prefill_mma.h"
+#include "backend/cuda/kernels/attention_tile.cuh"
 #include "backend/cuda/kernels/common.cuh"
 
 namespace di::cuda {
@@ -125,15 +126,10 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
   const int total = p.tile_indptr[p.num_seqs];
   if (static_cast<int>(blockIdx.y) >= total) return;
   const int tile = total - 1 - static_cast<int>(blockIdx.y);  // heaviest tiles first
-  const int s = tile_owner(p.tile_indptr, p.num_seqs, tile);
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int q_begin = p.qo_indptr[s];
-  const int seq_rows = (p.qo_indptr[s + 1] - q_begin) * group;
-  const int row0 = (tile - p.tile_indptr[s]) * kRows;
-  const int nr = min(kRows, seq_rows - row0);  // valid rows in this tile (>= 1)
-  const int nblocks = p.kv_indptr[s + 1] - p.kv_indptr[s];
-  const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + p.kv_last_len[s] : 0;
-  const int32_t* blocks = p.kv_indices + p.kv_indptr[s];
+  const AttnTile at = attn_tile(p, tile, kRows);
+  const int group = at.group, q_begin = at.q_begin, row0 = at.row0, nr = at.nr;
+  const int kv_len = at.kv_len;
+  const int32_t* blocks = at.blocks;
   const int bs_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
 
   // Row positions (-1: no row / nothing visible) and the Q tile (zero rows past nr).
