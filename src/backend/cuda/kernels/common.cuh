@@ -151,6 +151,38 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Fragment helpers around mma_bf16_16816 for kMt 16-row m-tiles and kNt 8-column n-tiles per
+// warp (g = lane / 4, t4 = lane % 4, the PTX fragment coordinates):
+//   scale_acc_rows: acc rows r *= corr[r] (flash attention's rescale of O by e^(m_old - m_new));
+//   load_a_frags:   the A fragments of k-step k0 from a row-major bf16 tile in shared memory (row
+//                   stride ld elements), m-tile mt covering rows mt·16 ..
+template <int kMt, int kNt>
+__device__ __forceinline__ void scale_acc_rows(float (&acc)[kMt][kNt][4], const float* corr, int g) {
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    const float c_lo = corr[mt * 16 + g], c_hi = corr[mt * 16 + g + 8];
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      acc[mt][j][0] *= c_lo;
+      acc[mt][j][1] *= c_lo;
+      acc[mt][j][2] *= c_hi;
+      acc[mt][j][3] *= c_hi;
+    }
+  }
+}
+template <int kMt>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[kMt][4], const bf16* tile, int ld,
+                                             int k0, int g, int t4) {
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    const bf16* pa = tile + (mt * 16 + g) * ld + k0 + 2 * t4;
+    a[mt][0] = ld_u32(pa);
+    a[mt][1] = ld_u32(pa + 8 * ld);
+    a[mt][2] = ld_u32(pa + 8);
+    a[mt][3] = ld_u32(pa + 8 * ld + 8);
+  }
+}
+
 // The sequence that owns row tile `tile` of a tiled attention grid: the last s < num_seqs with
 // tile_indptr[s] <= tile (tile_indptr: exclusive prefix sums of the sequences' tile counts).
 __device__ __forceinline__ int tile_owner(const int32_t* tile_indptr, int num_seqs, int tile) {

@@ -382,29 +382,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncthreads();
 
     // O = O · corr + P · V, V = the first dv columns of the staged entries.
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      const float c_lo = corr_s[mt * 16 + g], c_hi = corr_s[mt * 16 + g + 8];
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        acc[mt][j][0] *= c_lo;
-        acc[mt][j][1] *= c_lo;
-        acc[mt][j][2] *= c_hi;
-        acc[mt][j][3] *= c_hi;
-      }
-    }
+    scale_acc_rows(acc, corr_s, g);
 #pragma unroll
     for (int ks = 0; ks < kTok / 16; ++ks) {
       const int k0 = ks * 16;
       uint32_t a[kMt][4];
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        const bf16* pa = p_s + (mt * 16 + g) * kPld + k0 + 2 * t4;
-        a[mt][0] = ld_u32(pa);
-        a[mt][1] = ld_u32(pa + 8 * kPld);
-        a[mt][2] = ld_u32(pa + 8);
-        a[mt][3] = ld_u32(pa + 8 * kPld + 8);
-      }
+      load_a_frags(a, p_s, kPld, k0, g, t4);
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
         const int col0 = (warp + kWarps * j) * 8;
