@@ -54,18 +54,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr)
                : "memory");
 }
 
-// Two floats -> bf16x2, `lo` in the low half (the lower column / k index).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __global__ void mma_tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs, int32_t group,
                                        int32_t rows_per_tile, int32_t* tile_indptr) {
   if (threadIdx.x != 0) return;

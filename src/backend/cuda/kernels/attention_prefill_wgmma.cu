@@ -171,18 +171,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 
-// Two floats -> bf16x2, `lo` in the low half (the lower column / k index).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 struct Barriers {
   uint64_t q_full;             // the Q tile landed (128 producer arrivals)
   uint64_t k_full[kStages];    // K tile of the stage landed (128)

@@ -151,6 +151,19 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two floats -> bf16x2 (round to nearest even), `lo` in the low half (the lower column / k index).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 2^x by the SFU (ex2.approx.ftz; ex2.approx(-inf) = +0): the prefill kernels' softmax.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Fragment helpers around mma_bf16_16816 for kMt 16-row m-tiles and kNt 8-column n-tiles per
 // warp (g = lane / 4, t4 = lane % 4, the PTX fragment coordinates):
 //   scale_acc_rows: acc rows r *= corr[r] (flash attention's rescale of O by e^(m_old - m_new));
