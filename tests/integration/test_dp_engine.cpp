@@ -132,6 +132,22 @@ std::map<RequestId, std::vector<int32_t>> run(Engine& engine, const Workload& w,
   return out;
 }
 
+// run() on a DP group while another thread checks the group's invariants, racing its steps.
+std::map<RequestId, std::vector<int32_t>> run_checked(DpEngineGroup& group, const Workload& w,
+                                                      Collector& col) {
+  std::atomic<bool> done{false};
+  std::thread checker([&] {
+    while (!done.load()) {
+      EXPECT_NO_THROW(group.check_integrity());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto got = run(group, w, col);
+  done = true;
+  checker.join();
+  return got;
+}
+
 class DpEngineGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
@@ -146,17 +162,7 @@ TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
 
   Collector ref_col, col;
   const auto expected = run(*single, w, ref_col);
-  // check_integrity racing with the group's steps.
-  std::atomic<bool> done{false};
-  std::thread checker([&] {
-    while (!done.load()) {
-      EXPECT_NO_THROW(group->check_integrity());
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  });
-  const auto got = run(*group, w, col);
-  done = true;
-  checker.join();
+  const auto got = run_checked(*group, w, col);
 
   for (const auto& [id, tokens] : expected) {
     EXPECT_EQ(got.at(id), tokens) << GetParam() << " request " << id.value();
@@ -546,16 +552,7 @@ TEST_P(DpEplbGolden, GroupWithEplbEqualsOneEngineWithout) {
 
   Collector ref_col, col;
   const auto expected = run(*single, w, ref_col);
-  std::atomic<bool> done{false};
-  std::thread checker([&] {  // the group's invariants, racing with its steps
-    while (!done.load()) {
-      EXPECT_NO_THROW(group->check_integrity());
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  });
-  const auto got = run(*group, w, col);
-  done = true;
-  checker.join();
+  const auto got = run_checked(*group, w, col);
   for (const auto& [id, tokens] : expected) {
     EXPECT_EQ(got.at(id), tokens) << model << " x" << n << " request " << id.value();
     EXPECT_EQ(col.finish(id), EngineFinish::kLength);

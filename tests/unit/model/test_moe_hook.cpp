@@ -67,18 +67,25 @@ class SimulatedEpHook final : public MoeExpertHook {
   int32_t num_ranks_;
 };
 
+// A softmax-routed block of e random experts (hidden h, intermediate inter, top-k k,
+// renormalised): the same weights for the same sizes.
+MoeBlock random_block(int64_t e, int64_t h, int64_t inter, int64_t k) {
+  MoeBlock b;
+  b.gate = filled({e, h}, 1, 1.0f);
+  b.experts.gate_up = filled({e, 2 * inter, h}, 2, 0.5f);
+  b.experts.down = filled({e, h, inter}, 3, 0.5f);
+  b.routing.num_experts = static_cast<int32_t>(e);
+  b.routing.top_k = static_cast<int32_t>(k);
+  b.routing.renormalize = true;
+  return b;
+}
+
 TEST(MoeExpertHook, SimulatedEpEqualsMoeExperts) {
   auto be = make_cpu_backend();
   const int64_t e = 6, h = 16, inter = 8, k = 2;
   for (int64_t t : {1, 7, 33}) {
     for (int32_t ranks : {1, 2, 3, 4}) {
-      MoeBlock b;
-      b.gate = filled({e, h}, 1, 1.0f);
-      b.experts.gate_up = filled({e, 2 * inter, h}, 2, 0.5f);
-      b.experts.down = filled({e, h, inter}, 3, 0.5f);
-      b.routing.num_experts = static_cast<int32_t>(e);
-      b.routing.top_k = static_cast<int32_t>(k);
-      b.routing.renormalize = true;
+      MoeBlock b = random_block(e, h, inter, k);
       const Tensor x = filled({t, h}, 4 + static_cast<uint32_t>(t), 1.0f);
       Tensor plain = Tensor::empty({t, h}, DType::kF32), ep = Tensor::empty({t, h}, DType::kF32);
       b.forward(*be, x, plain);
@@ -102,13 +109,7 @@ TEST(MoeExpertHook, SimulatedEpEqualsMoeExperts) {
 TEST(MoeExpertHook, WithEplbGetsPhysicalSlots) {
   auto be = make_cpu_backend();
   const int64_t e = 4, h = 8, inter = 4, k = 2, t = 9;
-  MoeBlock b;
-  b.gate = filled({e, h}, 1, 1.0f);
-  b.experts.gate_up = filled({e, 2 * inter, h}, 2, 0.5f);
-  b.experts.down = filled({e, h, inter}, 3, 0.5f);
-  b.routing.num_experts = static_cast<int32_t>(e);
-  b.routing.top_k = static_cast<int32_t>(k);
-  b.routing.renormalize = true;
+  MoeBlock b = random_block(e, h, inter, k);
   const Tensor x = filled({t, h}, 5, 1.0f);
   Tensor plain = Tensor::empty({t, h}, DType::kF32), got = Tensor::empty({t, h}, DType::kF32);
   b.forward(*be, x, plain);
