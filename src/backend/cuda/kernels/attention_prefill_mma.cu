@@ -111,9 +111,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
   __shared__ int range_s[2];  // min, max visible position over the CTA's valid rows
 
   const int kvh = blockIdx.x;
-  const int total = p.tile_indptr[p.num_seqs];
-  if (static_cast<int>(blockIdx.y) >= total) return;
-  const int tile = total - 1 - static_cast<int>(blockIdx.y);  // heaviest tiles first
+  const int tile = prefill_tile_of_cta(p);
+  if (tile < 0) return;
   const AttnTile at = attn_tile(p, tile, kRows);
   const int group = at.group, q_begin = at.q_begin, row0 = at.row0, nr = at.nr;
   const int kv_len = at.kv_len;

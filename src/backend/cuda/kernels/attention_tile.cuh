@@ -32,4 +32,12 @@ __device__ __forceinline__ AttnTile attn_tile(const PagedAttentionKernelParams& 
   return t;
 }
 
+// The tile of a prefill CTA (grid.y over the batch's tiles, heaviest first: the last tiles of
+// tile_indptr are the longest sequences' latest rows), or -1 for a CTA past them.
+__device__ __forceinline__ int prefill_tile_of_cta(const PagedAttentionKernelParams& p) {
+  const int total = p.tile_indptr[p.num_seqs];
+  const int y = static_cast<int>(blockIdx.y);
+  return y < total ? total - 1 - y : -1;
+}
+
 }  // namespace di::cuda
