@@ -715,6 +715,22 @@ void enqueue_identity_layer(EpMoeLatency& lat, cudaStream_t stream, const Device
   lat.combine(out.data(), tokens);
 }
 
+// `layers` identity layers of `rows` rows per rank (enqueue_identity_layer), captured on `stream`
+// into *graph and instantiated (the timing tests' step graphs).
+cudaGraphExec_t capture_identity_layers(EpMoeLatency& lat, cudaStream_t stream,
+                                        const DeviceBuffer& x, const DeviceBuffer& ids,
+                                        const DeviceBuffer& w, const DeviceBuffer& out,
+                                        int32_t rows, int32_t layers, size_t row_bytes,
+                                        cudaGraph_t* graph) {
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  for (int32_t l = 0; l < layers; ++l)
+    enqueue_identity_layer(lat, stream, x, ids, w, out, rows, rows, row_bytes);
+  CUDA_CHECK(cudaStreamEndCapture(stream, graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, *graph, 0));
+  return exec;
+}
+
 TEST_F(EpLoopbackTest, LatencyExchangeMatchesHostModel) {
   std::mt19937 rng(404);
   struct LatCase {
@@ -1069,13 +1085,8 @@ TEST_F(EpNcclTest, TimingLatencyExchangeGraphWorld1) {
   };
   for (const int32_t rows : row_counts) {
     cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-    for (int32_t l = 0; l < layers; ++l) {
-      enqueue_identity_layer(lat, stream_, x, ids, w, out, rows, rows, row);
-    }
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphExec_t exec =
+        capture_identity_layers(lat, stream_, x, ids, w, out, rows, layers, row, &graph);
     time_graph(exec, rows, "fresh");
     graphs.push_back(graph);
     execs.push_back(exec);
@@ -1122,13 +1133,8 @@ TEST_F(EpLoopbackTest, TimingPeerExchangeGraph) {
           CUDA_CHECK(cudaMemsetAsync(w.data(), 0, size_t{max_rows} * top_k * 4, stream));
           for (const int32_t rows : {1, 8, 32, 128}) {
             cudaGraph_t graph = nullptr;
-            cudaGraphExec_t exec = nullptr;
-            CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-            for (int32_t l = 0; l < layers; ++l) {
-              enqueue_identity_layer(lat, stream, x, ids, w, out, rows, rows, row);
-            }
-            CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            cudaGraphExec_t exec =
+                capture_identity_layers(lat, stream, x, ids, w, out, rows, layers, row, &graph);
             for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, stream));
             CUDA_CHECK(cudaStreamSynchronize(stream));
             const float ms =
