@@ -42,7 +42,7 @@ done | sort -u | while read -r name path; do
 done
 
 echo "== bundle =="
-du -b .gpu_bin/* .gpu_libs/* 2>/dev/null | awk '{printf "%10.2f MiB  %s\n", $1 / 1048576, $2}'
+{ du -b .gpu_bin/* .gpu_libs/* 2>/dev/null || true; } | awk '{printf "%10.2f MiB  %s\n", $1 / 1048576, $2}'
 du -cb .gpu_bin .gpu_libs | tail -1 | awk '{printf "total %.2f MiB\n", $1 / 1048576}'
 echo "== needed on the GPU machine (must be found there) =="
 for b in .gpu_bin/*; do ldd "$b"; done | awk '$2 == "=>" {print $1}' | sort -u | grep -E '^lib(cublas|cublasLt)' || true

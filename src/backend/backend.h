@@ -152,9 +152,12 @@ struct MoeRoutingParams {
 //   r = a · wᵀ (+ bias)                         w [N, K]
 //   y = r                          (when y is given; [M, N], compute dtype or f32)
 //   residual += r                  (when residual is given; [M, N] compute dtype; no alias of x)
+//   silu_out: y = silu(r[:, :N/2]) * r[:, N/2:] instead (as silu_mul on r: the gate / up
+//     projection with its activation; y [M, N/2] compute dtype, no residual)
 struct FusedLinearParams {
   enum class In { kNone, kRmsNorm, kSiluMul };
   In in = In::kNone;
+  bool silu_out = false;
   const Tensor* x = nullptr;
   const Tensor* norm_w = nullptr;  // [K] (kRmsNorm)
   float eps = 1e-6f;

@@ -29,6 +29,14 @@ void fused_linear_composed(Backend& be, const FusedLinearParams& p) {
       be.silu_mul(x, a);
       break;
   }
+  if (p.silu_out) {
+    DI_CHECK(p.y != nullptr && p.residual == nullptr && n % 2 == 0,
+             "fused_linear: silu_out needs y, no residual and an even number of outputs ({})", n);
+    Tensor r = be.empty({rows, n}, be.compute_dtype());
+    be.linear(a, *p.w, p.bias, r);
+    be.silu_mul(r, *p.y);
+    return;
+  }
   if (p.residual == nullptr) {
     be.linear(a, *p.w, p.bias, *p.y);
     return;

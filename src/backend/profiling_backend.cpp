@@ -142,8 +142,9 @@ void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
   timed(
       [&] {
         static constexpr const char* kIn[] = {"", "rms_norm·", "silu_mul·"};
-        return fmt::format("fused_linear {}[{}]·[{}]ᵀ{}", kIn[static_cast<int>(p.in)], dims(*p.x),
-                           dims(*p.w), p.residual ? " +=residual" : "");
+        return fmt::format("fused_linear {}[{}]·[{}]ᵀ{}{}", kIn[static_cast<int>(p.in)], dims(*p.x),
+                           dims(*p.w), p.silu_out ? " →silu_mul" : "",
+                           p.residual ? " +=residual" : "");
       },
       [&] { inner_.fused_linear(p); });
 }

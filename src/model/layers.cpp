@@ -25,15 +25,19 @@ void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bia
   be.fused_linear(p);
 }
 
-void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual) {
+void norm_linear_silu(Backend& be, const Tensor& x, const Tensor& norm_w, float eps,
+                      const Tensor& gate_up, Tensor& h) {
   FusedLinearParams p;
-  p.in = FusedLinearParams::In::kSiluMul;
-  p.x = &gate_up;
-  p.w = &w;
-  p.y = y;
-  p.residual = residual;
+  p.in = FusedLinearParams::In::kRmsNorm;
+  p.silu_out = true;
+  p.x = &x;
+  p.norm_w = &norm_w;
+  p.eps = eps;
+  p.w = &gate_up;
+  p.y = &h;
   be.fused_linear(p);
 }
+
 
 Mlp Mlp::load(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_t inter) {
   Mlp m;
@@ -46,9 +50,14 @@ Mlp Mlp::load(WeightLoader& w, const std::string& prefix, int64_t hidden, int64_
 
 void Mlp::forward(Backend& be, const Tensor& x, Tensor& out) const {
   const int64_t t = x.size(0);
-  Tensor gu = be.empty({t, 2 * inter}, be.compute_dtype());
-  be.linear(x, gate_up, nullptr, gu);
-  silu_linear(be, gu, down, &out, nullptr);
+  Tensor h = be.empty({t, inter}, be.compute_dtype());
+  FusedLinearParams p;
+  p.silu_out = true;
+  p.x = &x;
+  p.w = &gate_up;
+  p.y = &h;
+  be.fused_linear(p);
+  be.linear(h, down, nullptr, out);
 }
 
 void FeedForward::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const {
@@ -62,9 +71,12 @@ void FeedForward::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w,
     be.add(x, o, x);
     return;
   }
-  Tensor gate_up = be.empty({t, 2 * mlp.inter}, dt);
-  norm_linear(be, x, norm_w, eps, mlp.gate_up, nullptr, gate_up);
-  silu_linear(be, gate_up, mlp.down, nullptr, &x);
+  // silu·mul as the gate_up GEMV's epilogue (the down GEMV then stages h as it is): at batch 1
+  // on the H200 this is 4 us per Llama-3.1-8B layer faster than silu·mul in down's prologue,
+  // where every CTA recomputed it from both halves (bench_cuda_gemv, run 13).
+  Tensor h = be.empty({t, mlp.inter}, dt);
+  norm_linear_silu(be, x, norm_w, eps, mlp.gate_up, h);
+  linear_add(be, h, mlp.down, nullptr, x);
 }
 
 void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {

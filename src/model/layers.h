@@ -10,15 +10,16 @@
 
 namespace di {
 
-// The three shapes of Backend::fused_linear the models use (one kernel each at decode on CUDA):
+// The shapes of Backend::fused_linear the models use (one kernel each at decode on CUDA):
 //   y = rms_norm(x) · norm_w · wᵀ (+ bias)
 void norm_linear(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
                  const Tensor* bias, Tensor& y);
 //   residual += x · wᵀ (+ bias)
 void linear_add(Backend& be, const Tensor& x, const Tensor& w, const Tensor* bias,
                 Tensor& residual);
-//   out = (silu(gate) · up) · wᵀ with gate_up = [gate | up]; into `y`, or added to `residual`
-void silu_linear(Backend& be, const Tensor& gate_up, const Tensor& w, Tensor* y, Tensor* residual);
+//   h = silu(gate) · up with [gate | up] = rms_norm(x) · norm_w · gate_upᵀ (h [T, I])
+void norm_linear_silu(Backend& be, const Tensor& x, const Tensor& norm_w, float eps,
+                      const Tensor& gate_up, Tensor& h);
 
 // SwiGLU MLP: down(silu(gate(x)) * up(x)), gate and up fused into one [2I, H] weight.
 struct Mlp {
@@ -85,7 +86,7 @@ struct FeedForward {
     }
   }
   // x += ffn(rms_norm(x) · norm_w), x the residual stream [T, H]. A dense MLP is two
-  // Backend::fused_linear calls (norm prologue; silu·mul prologue with the residual add); a MoE
+  // Backend::fused_linear calls (norm prologue and silu·mul epilogue; the residual add); a MoE
   // block reads a materialised h = norm(x) (router, experts and shared experts all read it).
   void forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const;
 };

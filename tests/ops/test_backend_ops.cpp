@@ -109,9 +109,9 @@ struct TestFusedLinear : OpCase {
   using In = FusedLinearParams::In;
   int64_t m, n, k;
   In in;
-  bool bias, y_f32, residual, y_too;
+  bool bias, y_f32, residual, y_too, silu_out;
   TestFusedLinear(int64_t m_, int64_t n_, int64_t k_, In in_, bool bias_, bool y_f32_,
-                  bool residual_, bool y_too_ = false)
+                  bool residual_, bool y_too_ = false, bool silu_out_ = false)
       : m(m_),
         n(n_),
         k(k_),
@@ -119,12 +119,14 @@ struct TestFusedLinear : OpCase {
         bias(bias_),
         y_f32(y_f32_),
         residual(residual_),
-        y_too(y_too_) {}
+        y_too(y_too_),
+        silu_out(silu_out_) {}
   std::string name() const override {
     static constexpr const char* kIn[] = {"plain", "norm", "silu"};
     return "fused_linear_" + std::string(kIn[static_cast<int>(in)]) + "_m" + std::to_string(m) +
            "_n" + std::to_string(n) + "_k" + std::to_string(k) + (bias ? "_bias" : "") +
-           (y_f32 ? "_f32" : "") + (residual ? (y_too ? "_res_y" : "_res") : "");
+           (y_f32 ? "_f32" : "") + (residual ? (y_too ? "_res_y" : "_res") : "") +
+           (silu_out ? "_silu_out" : "");
   }
   std::vector<Output> run(Backend& be) const override {
     const int64_t in_cols = in == In::kSiluMul ? 2 * k : k;
@@ -133,9 +135,10 @@ struct TestFusedLinear : OpCase {
     Tensor w = act(be, host_random({n, k}, 33, 1.0f / std::sqrt(static_cast<float>(k)) * 1.7f));
     Tensor b = act(be, host_random({n}, 34, 0.5f));
     Tensor res = act(be, host_random({m, n}, 35, 2.0f));
-    Tensor y = be.empty({m, n}, y_f32 ? DType::kF32 : be.compute_dtype());
+    Tensor y = be.empty({m, silu_out ? n / 2 : n}, y_f32 ? DType::kF32 : be.compute_dtype());
     FusedLinearParams p;
     p.in = in;
+    p.silu_out = silu_out;
     p.x = &x;
     p.norm_w = &nw;
     p.eps = 1e-5f;
@@ -486,6 +489,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     add(new TestFusedLinear(1, 4096, 4096, In::kNone, false, false, true));      // o_proj += x
     add(new TestFusedLinear(1, 4096, 14336, In::kSiluMul, false, false, true));  // down += x
     add(new TestFusedLinear(4, 4096, 14336, In::kSiluMul, false, false, true));
+    add(new TestFusedLinear(1, 4096, 14336, In::kNone, false, false, true));  // down += h
     add(new TestFusedLinear(2, 1152, 4096, In::kRmsNorm, true, false, false));      // qkv bias
     add(new TestFusedLinear(3, 1000, 520, In::kRmsNorm, true, false, true, true));  // k % 256 != 0
     add(new TestFusedLinear(8, 576, 2048, In::kNone, false, false, false));
@@ -494,6 +498,15 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     add(new TestFusedLinear(6, 300, 128, In::kRmsNorm, false, false, true, true));
     add(new TestFusedLinear(1, 32001, 256, In::kRmsNorm, false, true, false));  // lm_head
     add(new TestFusedLinear(9, 300, 128, In::kRmsNorm, true, false, true));     // > 8 rows
+    // silu·mul as the epilogue (y = silu(r[:, :n/2]) · r[:, n/2:]): Llama gate_up, odd shapes,
+    // the ring (m = 1, 2) and register paths, k split over warps (small n), > 8 rows (composed).
+    add(new TestFusedLinear(1, 28672, 4096, In::kRmsNorm, false, false, false, false, true));
+    add(new TestFusedLinear(1, 2816, 2048, In::kNone, false, false, false, false, true));
+    add(new TestFusedLinear(2, 1000, 520, In::kRmsNorm, false, false, false, false, true));
+    add(new TestFusedLinear(3, 74, 64, In::kNone, false, false, false, false, true));
+    add(new TestFusedLinear(8, 2816, 2048, In::kRmsNorm, false, false, false, false, true));
+    add(new TestFusedLinear(1, 16, 4096, In::kRmsNorm, false, false, false, false, true));
+    add(new TestFusedLinear(12, 300, 128, In::kNone, false, false, false, false, true));
     add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));         // k % 8 != 0
   }
   add(new TestSiluMul(13, 1408));

@@ -286,12 +286,15 @@ bool CudaBackend::try_gemv(const FusedLinearParams& p) {
   g.w = p.w->raw();
   g.bias = p.bias ? p.bias->raw() : nullptr;
   if (p.y != nullptr) {
-    if (p.y->numel() != m * n || (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
+    const int64_t y_cols = p.silu_out ? n / 2 : n;
+    if (p.y->numel() != m * y_cols ||
+        (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
       return false;
     g.y = p.y->raw();
-    g.ldy = n;
+    g.ldy = y_cols;
     g.y_f32 = p.y->dtype() == DType::kF32;
   }
+  g.silu_out = p.silu_out;
   if (p.residual != nullptr) {
     if (p.residual->numel() != m * n || p.residual->dtype() != DType::kBF16) return false;
     g.residual = p.residual->raw();

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
+#include <type_traits>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.h"
@@ -30,53 +32,55 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   return lo | (hi << 16);
 }
 
-template <int M, GemvIn IN>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
-  extern __shared__ uint4 xs_vec[];  // [M][k / 8] staged activations
-  __shared__ float red[kWarps][M];
-  __shared__ float scratch[32];
-  // Two register buffers of U 16-byte loads per lane: one is in flight while the other is used.
-  constexpr int U = kLoadsPerLane<M>;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int k8 = p.k / 8;
-  const int rows_per_cta = kWarps / split;
-  const int sub = warp % split;          // this warp's share of the row's k
-  const int row_in_cta = warp / split;
-  const int vstride = 32 * split;        // vectors between one lane's consecutive loads
-  const uint4* wbase = static_cast<const uint4*>(p.w);
-  // The warp's work as a flat list of items (row group g of this CTA, chunk c of the row), the
-  // same count for every warp of the CTA: rows >= n load nothing but keep the CTA in step.
-  const int chunks = (k8 + U * vstride - 1) / (U * vstride);
-  const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
-  const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
-  const int64_t groups = first_rb < p.n ? (p.n - first_rb + row_step - 1) / row_step : 0;
-  const int64_t items = groups * chunks;
-  auto load = [&](uint4* buf, int64_t item) {
-    const int64_t r = first_rb + (item / chunks) * row_step + row_in_cta;
-    const int base = sub * 32 + static_cast<int>(item % chunks) * U * vstride;
-    const uint4* wr = wbase + r * k8;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int v = base + lane + u * vstride;
-      buf[u] = (r < p.n && v < k8) ? ld_stream(wr + v) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  uint4 wa[U], wb[U];
-  // The first two items are in flight while the prologue runs.
-  if (items > 0) load(wa, 0);
-  if (items > 1) load(wb, 1);
-  // Programmatic dependent launch (launched with the PDL attribute): everything above reads
-  // only the weights, so it may overlap the previous kernel's tail. Wait for that kernel's
-  // writes (x, the residual) before the prologue reads them, and let the next PDL kernel start
-  // its own weight loads early. Both are no-ops for a plain launch.
-  pdl_wait();
-  pdl_trigger();
+// cp.async of 16 bytes global -> shared, cached in L2 only (the weights are read once).
+__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
+// Output row r of x row m from its fp32 sum, rounded as the composed path (cuBLAS bf16 output,
+// bias_add, add): bf16(acc) [+ bias -> bf16] -> y (f32 y: acc [+ bias]); residual = bf16(res + r).
+__device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t r, float acc) {
+  float v = p.y_f32 ? acc : round_bf16(acc);
+  if (p.bias != nullptr) {
+    v += to_f32(static_cast<const bf16*>(p.bias)[r]);
+    if (!p.y_f32) v = round_bf16(v);
+  }
+  if (p.y != nullptr) {
+    if (p.y_f32) {
+      static_cast<float*>(p.y)[m * p.ldy + r] = v;
+    } else {
+      static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(v);
+    }
+  }
+  if (p.residual != nullptr) {
+    bf16* res = static_cast<bf16*>(p.residual) + m * p.ldr + r;
+    *res = from_f32<bf16>(to_f32(*res) + v);
+  }
+}
+
+// silu_out: y[m, r] from the fp32 sums of gate row r and up row n/2 + r, each rounded to bf16
+// first (the GEMM's bf16 output), then as silu_mul_kernel.
+__device__ __forceinline__ void store_silu(const GemvParams& p, int m, int64_t r, float gate_acc,
+                                           float up_acc) {
+  const float g = round_bf16(gate_acc), u = round_bf16(up_acc);
+  static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
+}
+
+// The prologue: x's m rows, through the input op, rounded to bf16 into shared memory at
+// xs[m * stride + v] (16-byte vectors). Every thread of the CTA calls it; no barrier at the end.
+template <int M, GemvIn IN, int kUnroll>
+__device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stride, float* scratch) {
+  const int k8 = p.k / 8;
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
     for (int i = threadIdx.x; i < M * k8; i += kThreads) {
       const int m = i / k8, v = i % k8;
-      xs_vec[i] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
+      xs[m * stride + v] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
     }
   } else if constexpr (IN == GemvIn::kRmsNorm) {
     // 16-byte loads, unrolled so a thread's loads are in flight together; the second pass reads
@@ -86,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     for (int m = 0; m < M; ++m) {
       const uint4* xr = reinterpret_cast<const uint4*>(x + m * p.ldx);
       float ss = 0.0f;
-#pragma unroll 4
+#pragma unroll(kUnroll)
       for (int v = threadIdx.x; v < k8; v += kThreads) {
         float f[8];
         unpack8(xr[v], f);
@@ -95,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
       }
       ss = block_sum(ss, scratch);
       const float inv = rsqrtf(ss / static_cast<float>(p.k) + p.eps);
-#pragma unroll 4
+#pragma unroll(kUnroll)
       for (int v = threadIdx.x; v < k8; v += kThreads) {
         float f[8], g[8];
         unpack8(xr[v], f);
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
         uint32_t* ou = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
         for (int i = 0; i < 4; ++i) ou[i] = pack2(f[2 * i] * inv * g[2 * i], f[2 * i + 1] * inv * g[2 * i + 1]);
-        xs_vec[m * k8 + v] = o;
+        xs[m * stride + v] = o;
       }
     }
   } else {
@@ -112,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     for (int m = 0; m < M; ++m) {
       const uint4* gr = reinterpret_cast<const uint4*>(x + m * p.ldx);
       const uint4* ur = reinterpret_cast<const uint4*>(x + m * p.ldx + p.k);
-#pragma unroll 4
+#pragma unroll(kUnroll)
       for (int v = threadIdx.x; v < k8; v += kThreads) {
         float g[8], u[8];
         unpack8(gr[v], g);
@@ -123,24 +127,112 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
         for (int i = 0; i < 4; ++i)
           ou[i] = pack2(g[2 * i] / (1.0f + expf(-g[2 * i])) * u[2 * i],
                         g[2 * i + 1] / (1.0f + expf(-g[2 * i + 1])) * u[2 * i + 1]);
-        xs_vec[m * k8 + v] = o;
+        xs[m * stride + v] = o;
       }
     }
   }
-  __syncthreads();
+}
 
-  float acc[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  // acc += the item's weights · staged activations; at the row's last chunk: reduce, write.
-  auto consume = [&](const uint4* buf, int64_t item) {
-    const int64_t r = first_rb + (item / chunks) * row_step + row_in_cta;
-    const int c = static_cast<int>(item % chunks);
-    const int base = sub * 32 + c * U * vstride;
+// S == 0: the weights of two items are in flight in registers (two buffers of U 16-byte loads
+// per lane). S >= 2: S - 1 items are in flight in a per-thread ring of S shared-memory stages
+// filled by cp.async (each thread reads back only what it copied itself, so no barrier): more
+// bytes in flight per SM than the register file leaves room for.
+template <int M, GemvIn IN, int S>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
+  // [M][k / 8] staged activations, then (S > 0) the ring [S][U][kThreads]
+  extern __shared__ uint4 xs_vec[];
+  __shared__ float red[kWarps][M];
+  __shared__ float scratch[32];
+  constexpr int U = kLoadsPerLane<M>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int k8 = p.k / 8;
+  const int rows_per_cta = kWarps / split;
+  const int sub = warp % split;          // this warp's share of the row's k
+  const int row_in_cta = warp / split;
+  const int vstride = 32 * split;        // vectors between one lane's consecutive loads
+  const uint4* wbase = static_cast<const uint4*>(p.w);
+  // The warp's work as a flat list of items (row group g of this CTA, chunk c of the row), the
+  // same count for every warp of the CTA: rows >= n_out load nothing but keep the CTA in step.
+  // silu_out: output row r is weight rows r (gate) and n_out + r (up), one after the other.
+  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
+  const int chunks = (k8 + U * vstride - 1) / (U * vstride);
+  const int row_items = p.silu_out ? 2 * chunks : chunks;
+  const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
+  const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
+  const int64_t groups = first_rb < n_out ? (n_out - first_rb + row_step - 1) / row_step : 0;
+  const int64_t items = groups * row_items;
+  struct Item {
+    int64_t r;   // output row
+    int64_t wr;  // weight row
+    int c;       // chunk of the weight row
+    bool last;   // the weight row's last chunk
+  };
+  auto locate = [&](int64_t item) {
+    Item t;
+    t.r = first_rb + (item / row_items) * row_step + row_in_cta;
+    const int ci = static_cast<int>(item % row_items);
+    const bool up = ci >= chunks;
+    t.c = up ? ci - chunks : ci;
+    t.wr = up ? t.r + n_out : t.r;
+    t.last = t.c == chunks - 1;
+    return t;
+  };
+  auto load = [&](uint4* buf, int64_t item) {
+    const Item t = locate(item);
+    const int base = sub * 32 + t.c * U * vstride;
+    const uint4* wr = wbase + t.wr * k8;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int v = base + lane + u * vstride;
-      if (r < p.n && v < k8) {
+      buf[u] = (t.r < n_out && v < k8) ? ld_stream(wr + v) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // Ring slot of (stage, u) for this thread: a warp's 32 lanes fill 512 contiguous bytes.
+  uint4* ring = xs_vec + M * k8 + threadIdx.x;
+  auto issue = [&](int64_t item, int stage) {
+    const Item t = locate(item);
+    const int base = sub * 32 + t.c * U * vstride;
+    const uint4* wr = wbase + t.wr * k8;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = base + lane + u * vstride;
+      if (t.r < n_out && v < k8) cp_async16(ring + (stage * U + u) * kThreads, wr + v);
+    }
+  };
+  uint4 wa[U], wb[U];
+  // The first items are in flight while the prologue runs.
+  if constexpr (S == 0) {
+    if (items > 0) load(wa, 0);
+    if (items > 1) load(wb, 1);
+  } else {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      if (s < items) issue(s, s);
+      cp_async_commit();
+    }
+  }
+  // Programmatic dependent launch (launched with the PDL attribute): everything above reads
+  // only the weights, so it may overlap the previous kernel's tail. Wait for that kernel's
+  // writes (x, the residual) before the prologue reads them, and let the next PDL kernel start
+  // its own weight loads early. Both are no-ops for a plain launch.
+  pdl_wait();
+  pdl_trigger();
+
+  stage_x<M, IN, S == 0 ? 4 : 8>(p, xs_vec, k8, scratch);
+  __syncthreads();
+
+  float acc[M], gate[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.0f;
+  // acc += the item's weights · staged activations; at the row's last chunk: reduce, write.
+  auto consume = [&](const uint4* buf, int64_t item) {
+    const Item t = locate(item);
+    const int64_t r = t.r;
+    const int base = sub * 32 + t.c * U * vstride;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = base + lane + u * vstride;
+      if (r < n_out && v < k8) {
         float wf[8];
         unpack8(buf[u], wf);
 #pragma unroll
@@ -152,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
         }
       }
     }
-    if (c != chunks - 1) return;
+    if (!t.last) return;
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
     if (split > 1) {  // split-K inside the CTA: fixed order, deterministic
@@ -171,32 +263,181 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
       }
       __syncthreads();
     }
-    if (sub == 0 && r < p.n) {
+    if (p.silu_out && t.wr == r) {  // the gate row: kept until its up row is done
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        gate[m] = acc[m];
+        acc[m] = 0.0f;
+      }
+      return;
+    }
+    if (sub == 0 && r < n_out) {
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         if (lane != m) continue;  // lane m writes row m
-        float v = p.y_f32 ? acc[m] : round_bf16(acc[m]);
-        if (p.bias != nullptr) {
-          v += to_f32(static_cast<const bf16*>(p.bias)[r]);
-          if (!p.y_f32) v = round_bf16(v);
-        }
-        if (p.y != nullptr) {
-          if (p.y_f32) {
-            static_cast<float*>(p.y)[m * p.ldy + r] = v;
-          } else {
-            static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(v);
-          }
-        }
-        if (p.residual != nullptr) {
-          bf16* res = static_cast<bf16*>(p.residual) + m * p.ldr + r;
-          *res = from_f32<bf16>(to_f32(*res) + v);
+        if (p.silu_out) {
+          store_silu(p, m, r, gate[m], acc[m]);
+        } else {
+          store_out(p, m, r, acc[m]);
         }
       }
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.0f;
   };
-  // Software pipeline over the items: load item i + 2 into the buffer item i has just used.
+  if constexpr (S == 0) {
+    // Software pipeline over the items: load item i + 2 into the buffer item i has just used.
+    for (int64_t it = 0; it < items; it += 2) {
+      consume(wa, it);
+      if (it + 2 < items) load(wa, it + 2);
+      if (it + 1 < items) {
+        consume(wb, it + 1);
+        if (it + 3 < items) load(wb, it + 3);
+      }
+    }
+  } else {
+    // Item i + S - 1 goes into the stage item i - 1 has left; one commit group per item (empty
+    // past the end) keeps "all but the newest S - 1 groups done" meaning "item i has landed".
+    int stage = 0;
+    for (int64_t it = 0; it < items; ++it) {
+      if (it + S - 1 < items) issue(it + S - 1, stage == 0 ? S - 1 : stage - 1);
+      cp_async_commit();
+      cp_async_wait<S - 1>();
+#pragma unroll
+      for (int u = 0; u < U; ++u) wa[u] = ring[(stage * U + u) * kThreads];
+      consume(wa, it);
+      stage = stage == S - 1 ? 0 : stage + 1;
+    }
+  }
+}
+
+
+// Tensor-core GEMV for m <= kMmaMaxRows: the FMA kernel above spends ~15 instructions per 16
+// bytes of weights, mma.sync m16n8k16 takes a lane's two 16-byte loads in two instructions.
+//
+// A warp's tile is 8 weight rows (silu_out: 4 gate rows, then their 4 up rows). Step j of a row is
+// its 16-byte vectors 8j .. 8j + 7; lane (g, t) = (lane / 4, lane % 4) loads vector 8j + t (the
+// low half) and 8j + 4 + t (the high half) of tile row g. An mma's A fragment is {lo.x, hi.x,
+// lo.y, hi.y} (the second mma: .z, .w): A row g is row g's low half, A row g + 8 its high half, at
+// the same permuted k. B column n is x row n % 4 at the low half's k (n < 4) or the high half's
+// (n >= 4): lane (n, t) reads x vector 8j + t (+ 4) of row n % 4 from shared memory. So D[g][n]
+// (n < 4) is row g's low sum for x row n and D[g + 8][n + 4] its high sum: lane (g, t < 2) holds
+// the low sums of x rows 2t, 2t + 1 (c0, c1), lane (g, t + 2) the high sums (c2, c3).
+// Items, the split of a row's steps over `split` warps and the pipeline are the FMA kernel's.
+constexpr int kMmaMaxRows = 2;
+constexpr int kMmaSteps = 4;  // steps per item: 2 x 4 16-byte loads per lane, 4 KB per warp
+
+template <int M>
+constexpr int mma_x_stride(int k8) {
+  return M > 1 ? k8 + 4 : k8;  // pads the rows apart by 64 bytes (no bank conflicts)
+}
+
+template <int M, GemvIn IN>
+__global__ void __launch_bounds__(kThreads) gemv_mma_kernel(GemvParams p, int split) {
+  static_assert(M <= 4, "B columns hold 4 x rows");
+  extern __shared__ uint4 xs_vec[];  // [M][mma_x_stride] staged activations
+  __shared__ float red[kWarps][2][32];
+  __shared__ float scratch[32];
+  constexpr int U = kMmaSteps;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int k8 = p.k / 8;
+  const int stride = mma_x_stride<M>(k8);
+  const int tiles_per_cta = kWarps / split;
+  const int sub = warp % split, tile_in_cta = warp / split;
+  const uint4* wbase = static_cast<const uint4*>(p.w);
+  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
+  const int tile_out = p.silu_out ? 4 : 8;  // output rows per tile
+  const int steps = (k8 + 7) / 8;
+  const int chunks = (steps + U * split - 1) / (U * split);
+  const int64_t n_tiles = (n_out + tile_out - 1) / tile_out;
+  const int64_t tile_step = int64_t{gridDim.x} * tiles_per_cta;
+  const int64_t first_tile = int64_t{blockIdx.x} * tiles_per_cta;
+  const int64_t groups =
+      first_tile < n_tiles ? (n_tiles - first_tile + tile_step - 1) / tile_step : 0;
+  const int64_t items = groups * chunks;
+  // This lane's output row (tile row g; silu_out: g % 4) and weight row for item `item`.
+  auto rows_of = [&](int64_t item, int64_t* out_row) {
+    const int64_t tile = first_tile + (item / chunks) * tile_step + tile_in_cta;
+    if (p.silu_out) {
+      *out_row = tile * 4 + (g & 3);
+      return g < 4 ? *out_row : *out_row + n_out;
+    }
+    *out_row = tile * 8 + g;
+    return *out_row;
+  };
+  auto load = [&](uint4 (&buf)[2 * U], int64_t item) {
+    int64_t out_row = 0;
+    const int64_t wr = rows_of(item, &out_row);
+    const int c = static_cast<int>(item % chunks);
+    const uint4* w = wbase + wr * k8;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int v = ((c * U + u) * split + sub) * 8 + t;
+      const bool ok = out_row < n_out;
+      buf[u] = ok && v < k8 ? ld_stream(w + v) : make_uint4(0, 0, 0, 0);
+      buf[U + u] = ok && v + 4 < k8 ? ld_stream(w + v + 4) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  uint4 wa[2 * U], wb[2 * U];
+  if (items > 0) load(wa, 0);
+  if (items > 1) load(wb, 1);
+  pdl_wait();  // as in gemv_kernel
+  pdl_trigger();
+  stage_x<M, IN, 4>(p, xs_vec, stride, scratch);
+  __syncthreads();
+
+  const uint4* xrow = xs_vec + min(g & 3, M - 1) * stride + (g >= 4 ? 4 : 0) + t;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  auto consume = [&](const uint4 (&buf)[2 * U], int64_t item) {
+    const int c = static_cast<int>(item % chunks);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = (c * U + u) * split + sub;
+      // B: zero past the row's end (A is zero there too, but stale shared memory could be NaN).
+      const uint4 xv = j * 8 + (g >= 4 ? 4 : 0) + t < k8 ? xrow[j * 8] : make_uint4(0, 0, 0, 0);
+      const uint32_t a0[4] = {buf[u].x, buf[U + u].x, buf[u].y, buf[U + u].y};
+      const uint32_t a1[4] = {buf[u].z, buf[U + u].z, buf[u].w, buf[U + u].w};
+      mma_bf16_16816(acc, a0, xv.x, xv.y);
+      mma_bf16_16816(acc, a1, xv.z, xv.w);
+    }
+    if (c != chunks - 1) return;
+    // Row g's sums for x rows 2t, 2t + 1 (t < 2): low (this lane) + high (lane + 2).
+    float s0 = acc[0] + __shfl_down_sync(0xffffffffu, acc[2], 2);
+    float s1 = acc[1] + __shfl_down_sync(0xffffffffu, acc[3], 2);
+    if (split > 1) {  // split-K inside the CTA: fixed order, deterministic
+      red[warp][0][lane] = s0;
+      red[warp][1][lane] = s1;
+      __syncthreads();
+      if (sub == 0) {
+        s0 = s1 = 0.0f;
+        for (int i = 0; i < split; ++i) {
+          s0 += red[warp + i][0][lane];
+          s1 += red[warp + i][1][lane];
+        }
+      }
+      __syncthreads();
+    }
+    // silu_out: the up row's sums (tile rows 4..7) to the gate row's lane (g - 4).
+    const float u0 = __shfl_down_sync(0xffffffffu, s0, 16);
+    const float u1 = __shfl_down_sync(0xffffffffu, s1, 16);
+    int64_t r = 0;
+    rows_of(item, &r);
+    if (sub == 0 && t < 2 && r < n_out && !(p.silu_out && g >= 4)) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = 2 * t + e;
+        if (m >= M) continue;
+        if (p.silu_out) {
+          store_silu(p, m, r, e == 0 ? s0 : s1, e == 0 ? u0 : u1);
+        } else {
+          store_out(p, m, r, e == 0 ? s0 : s1);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+  };
   for (int64_t it = 0; it < items; it += 2) {
     consume(wa, it);
     if (it + 2 < items) load(wa, it + 2);
@@ -207,10 +448,35 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   }
 }
 
-template <int M, GemvIn IN>
-cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
-  // The shared-memory opt-in is per device: once per device this process uses, the most the
-  // device allows next to the kernel's static shared memory (gemv_supported keeps below it).
+// Rings (depth 2 and 3) are built for m <= kRingMaxRows; 0 is the register double buffer.
+constexpr int kRingMaxRows = 2;
+
+// -1: the policy of ring_depth(); 0 / 2 / 3: forced (DEEPINFER_GEMV_RING).
+std::atomic<int> g_ring_stages{[] {
+  const char* env = std::getenv("DEEPINFER_GEMV_RING");
+  return env == nullptr ? -1 : std::atoi(env);
+}()};
+// The tensor-core kernel for m <= kMmaMaxRows (DEEPINFER_GEMV_MMA=1).
+std::atomic<bool> g_mma{[] {
+  const char* env = std::getenv("DEEPINFER_GEMV_MMA");
+  return env != nullptr && std::atoi(env) != 0;
+}()};
+std::atomic<int> g_split{[] {
+  const char* env = std::getenv("DEEPINFER_GEMV_SPLIT");
+  return env == nullptr ? 0 : std::atoi(env);
+}()};
+
+// Bytes of the S-stage ring of one CTA.
+template <int M>
+constexpr int64_t ring_bytes(int s) {
+  return int64_t{s} * kLoadsPerLane<M> * 16 * kThreads;
+}
+
+// Opens gemv_kernel<M, IN, S> to the device's shared-memory opt-in (once per device) and returns
+// its resident CTAs per SM with `smem` bytes of dynamic shared memory (cached per size; 0 when
+// it does not fit).
+template <int M, GemvIn IN, int S>
+cudaError_t occupancy(int64_t smem, int* occ) {
   static std::atomic<uint64_t> opted_in{0};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -219,16 +485,95 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
     cudaFuncAttributes fa{};
     int optin = 0;
-    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN>)) != cudaSuccess) return err;
+    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN, S>)) != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(gemv_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    err = cudaFuncSetAttribute(gemv_kernel<M, IN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                optin - static_cast<int>(fa.sharedSizeBytes));
     if (err != cudaSuccess) return err;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
-  const int64_t smem = gemv_smem_bytes(M, p.k);
-  // Resident CTAs per SM for this shared-memory size (registers and smem), cached per size.
+  static std::mutex mu;
+  static std::map<int64_t, int> occ_of_smem;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = occ_of_smem.find(smem);
+  if (it == occ_of_smem.end()) {
+    int o = 0;
+    if (smem <= kMaxDynSmem) {
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, gemv_kernel<M, IN, S>, kThreads,
+                                                          static_cast<size_t>(smem));
+      if (err != cudaSuccess) return err;
+    }
+    it = occ_of_smem.emplace(smem, o).first;
+  }
+  *occ = it->second;
+  return cudaSuccess;
+}
+
+// A persistent grid of every resident CTA; a CTA takes groups of `units` (rows, or mma tiles)
+// round-robin, kWarps / split units per group, so the last pass is the tail. The split (warps
+// per unit, k split between them) is the smallest one whose groups fill the passes to >= 90%,
+// else the one that fills them best (small n: more splits); forced by set_gemv_split.
+struct GridPlan {
+  unsigned grid;
+  int split;
+};
+GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
+  int split = 1;
+  double best = -1.0;
+  const int forced = g_split.load(std::memory_order_relaxed);
+  if (forced > 0 && (forced & (forced - 1)) == 0 && forced <= max_split) {
+    split = forced;
+  } else {
+    for (int s = 1; s <= max_split; s *= 2) {
+      const int64_t g = (units + kWarps / s - 1) / (kWarps / s);
+      const double fill =
+          static_cast<double>(g) / static_cast<double>(((g + slots - 1) / slots) * slots);
+      if (fill > best + 1e-9) {
+        best = fill;
+        split = s;
+      }
+      if (fill >= 0.9) break;
+    }
+  }
+  const int64_t groups = (units + kWarps / split - 1) / (kWarps / split);
+  return {static_cast<unsigned>(std::min<int64_t>(groups, slots)), split};
+}
+
+template <int M, GemvIn IN, int S>
+cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
+                        cudaStream_t stream) {
+  const int64_t slots = int64_t{std::max(occ, 1)} * num_sms;
+  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
+  // A split must leave every lane a full load batch per row chunk (U vectors), or the loads in
+  // flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
+  constexpr int U = kLoadsPerLane<M>;
+  const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
+  const GridPlan g = plan_grid(n_out, slots, max_split);
+  return launch_pdl(gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads), static_cast<size_t>(smem),
+                    stream, p, g.split);
+}
+
+template <int M, GemvIn IN>
+cudaError_t launch_mma(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  const int k8 = p.k / 8;
+  const int64_t smem = int64_t{M} * mma_x_stride<M>(k8) * 16;
+  static std::atomic<uint64_t> opted_in{0};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
+    cudaFuncAttributes fa{};
+    int optin = 0;
+    if ((err = cudaFuncGetAttributes(&fa, gemv_mma_kernel<M, IN>)) != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(gemv_mma_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(fa.sharedSizeBytes));
+    if (err != cudaSuccess) return err;
+    opted_in.fetch_or(bit, std::memory_order_relaxed);
+  }
   static std::mutex mu;
   static std::map<int64_t, int> occ_of_smem;
   int occ = 0;
@@ -236,38 +581,68 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = occ_of_smem.find(smem);
     if (it == occ_of_smem.end()) {
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, gemv_kernel<M, IN>, kThreads,
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, gemv_mma_kernel<M, IN>, kThreads,
                                                           static_cast<size_t>(smem));
       if (err != cudaSuccess) return err;
       it = occ_of_smem.emplace(smem, std::max(occ, 1)).first;
     }
     occ = it->second;
   }
-  // A persistent grid of every resident CTA; a CTA takes row groups round-robin, so the last
-  // pass is the tail. The split (warps per row, k split between them) is the smallest one whose
-  // groups fill the passes to >= 90%, else the one that fills them best (small n: more splits).
-  const int64_t slots = int64_t{occ} * num_sms;
-  // A split must leave every lane a full load batch per row chunk (U vectors), or the loads in
-  // flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
-  constexpr int U = kLoadsPerLane<M>;
-  const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
-  int split = 1;
-  double best = -1.0;
-  for (int s = 1; s <= max_split; s *= 2) {
-    const int64_t g = (p.n + kWarps / s - 1) / (kWarps / s);
-    const double fill =
-        static_cast<double>(g) / static_cast<double>(((g + slots - 1) / slots) * slots);
-    if (fill > best + 1e-9) {
-      best = fill;
-      split = s;
-    }
-    if (fill >= 0.9) break;
+  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
+  const int64_t tiles = (n_out + (p.silu_out ? 3 : 7)) / (p.silu_out ? 4 : 8);
+  const int steps = (k8 + 7) / 8;
+  const int max_split = std::max(1, std::min(kWarps, steps / kMmaSteps));
+  const GridPlan g = plan_grid(tiles, int64_t{occ} * num_sms, max_split);
+  return launch_pdl(gemv_mma_kernel<M, IN>, dim3(g.grid), dim3(kThreads),
+                    static_cast<size_t>(smem), stream, p, g.split);
+}
+
+// Launches the ring of depth S when it fits next to the staged activations (*launched false
+// otherwise: the caller uses the registers).
+template <int M, GemvIn IN, int S>
+cudaError_t launch_ring(const GemvParams& p, int num_sms, cudaStream_t stream, bool* launched) {
+  const int64_t smem = gemv_smem_bytes(M, p.k) + ring_bytes<M>(S);
+  int occ = 0;
+  *launched = false;
+  cudaError_t err = occupancy<M, IN, S>(smem, &occ);
+  if (err != cudaSuccess || occ == 0) return err;
+  *launched = true;
+  return launch_grid<M, IN, S>(p, num_sms, occ, smem, stream);
+}
+
+// The ring depth of a call: the forced setting, else (policy) 3 stages for one row and at most
+// kRingMaxBytes of weights, else the registers. From bench_cuda_gemv on the H200 (run 13,
+// docs/cuda_backend.md): Llama-3.1-8B's o_proj 12.1 -> 10.7 us and qkv 15.9 -> 15.2 us on the
+// ring; gate_up (235 MB) and down (117 MB) are faster on the registers.
+constexpr int64_t kRingMaxBytes = 64ll << 20;
+template <int M>
+int ring_depth(const GemvParams& p) {
+  const int want = g_ring_stages.load(std::memory_order_relaxed);
+  if (want >= 0) return want;
+  return M == 1 && int64_t{p.n} * p.k * 2 <= kRingMaxBytes ? 3 : 0;
+}
+
+template <int M, GemvIn IN>
+cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
+  if constexpr (M <= kMmaMaxRows) {
+    if (g_mma.load(std::memory_order_relaxed) && int64_t{M} * mma_x_stride<M>(p.k / 8) * 16 <= kMaxDynSmem)
+      return launch_mma<M, IN>(p, num_sms, stream);
   }
-  const int rows_per_cta = kWarps / split;
-  const int64_t groups = (p.n + rows_per_cta - 1) / rows_per_cta;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, slots));
-  return launch_pdl(gemv_kernel<M, IN>, dim3(grid), dim3(kThreads), static_cast<size_t>(smem),
-                    stream, p, split);
+  if constexpr (M <= kRingMaxRows) {
+    bool launched = false;
+    cudaError_t err = cudaSuccess;
+    switch (ring_depth<M>(p)) {
+      case 2: err = launch_ring<M, IN, 2>(p, num_sms, stream, &launched); break;
+      case 3: err = launch_ring<M, IN, 3>(p, num_sms, stream, &launched); break;
+      default: break;
+    }
+    if (err != cudaSuccess || launched) return err;
+  }
+  const int64_t smem = gemv_smem_bytes(M, p.k);
+  int occ = 0;
+  cudaError_t err = occupancy<M, IN, 0>(smem, &occ);
+  if (err != cudaSuccess) return err;
+  return launch_grid<M, IN, 0>(p, num_sms, occ, smem, stream);
 }
 
 template <int M>
@@ -290,8 +665,16 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   if (p.in == GemvIn::kRmsNorm && (p.norm_w == nullptr || !aligned16(p.norm_w))) return false;
   if (p.ldx < (p.in == GemvIn::kSiluMul ? 2 * int64_t{p.k} : int64_t{p.k})) return false;
   if (p.y == nullptr && p.residual == nullptr) return false;
+  if (p.silu_out && (p.n % 2 != 0 || p.y == nullptr || p.y_f32 || p.bias != nullptr ||
+                     p.residual != nullptr))
+    return false;
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
 }
+
+void set_gemv_ring_stages(int stages) { g_ring_stages.store(stages, std::memory_order_relaxed); }
+int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
+void set_gemv_split(int split) { g_split.store(split, std::memory_order_relaxed); }
+void set_gemv_mma(bool on) { g_mma.store(on, std::memory_order_relaxed); }
 
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {
   switch (p.m) {

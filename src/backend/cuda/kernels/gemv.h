@@ -40,6 +40,10 @@ struct GemvParams {
   int32_t m = 0;
   int32_t n = 0;
   int32_t k = 0;
+  // y = silu(r[:, :n/2]) · r[:, n/2:] ([m, n/2] bf16; each half rounded to bf16 first, as
+  // silu_mul on the bf16 GEMM output): the gate / up projection with silu_mul as its epilogue.
+  // No bias, residual or f32 output.
+  bool silu_out = false;
 };
 
 // Shared memory one CTA needs for the staged activations (m * k bf16).
@@ -53,5 +57,19 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem);
 // the one-time shared-memory opt-in (per device), else cudaSuccess; launch errors are left for
 // cudaGetLastError as with every launcher.
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
+
+// Where the weights in flight wait (m <= 2): 0 = registers (two items per warp), 2 / 3 = a
+// per-thread ring of that many shared-memory stages filled by cp.async (one / two items in
+// flight while one is used; a ring that does not fit falls back to registers), -1 = the policy
+// (3 stages for one row and weights up to 64 MB, else registers). Initial value:
+// DEEPINFER_GEMV_RING, else -1. For A/B measurements.
+void set_gemv_ring_stages(int stages);
+int gemv_ring_stages();
+// Forces the warps per row (a power of two the shape allows; 0 = the fill rule). Initial value:
+// DEEPINFER_GEMV_SPLIT. For A/B measurements.
+void set_gemv_split(int split);
+// The tensor-core kernel (mma.sync) for m <= 2 instead of the FMA kernel. Initial value:
+// DEEPINFER_GEMV_MMA. For A/B measurements.
+void set_gemv_mma(bool on);
 
 }  // namespace di::cuda
