@@ -8,7 +8,8 @@
 //           prologue) and without the norm (qkv_copy): 16 launches on 16 distinct weight matrices
 //           captured in one CUDA graph (PDL as in the model), for every weights-in-flight setting
 //           (the policy, registers, cp.async rings of 2 / 3 stages; forced k splits for the
-//           registers), plus a decoder-layer sequence (qkv, o, gate_up, down) x 8;
+//           registers), plus a decoder-layer sequence (qkv, o, gate_up, down) x 8 (a tensor-core
+//           variant measured here in run 13 lost to the FMA kernel and was removed);
 //   [check] every ring setting's outputs against the register kernel's, bitwise (the reduction
 //           order is the same by construction).
 //
@@ -236,11 +237,10 @@ int main(int argc, char** argv) {
   }
 
   // The GEMV per projection and per weights-in-flight setting.
-  // -1 the ring policy, 0 registers, 2 / 3 rings, kMma the tensor-core kernel.
-  constexpr int kMma = 100;
-  const int settings[] = {-1, 0, 2, 3, kMma};
+  // -1 the ring policy, 0 registers, 2 / 3 rings.
+  const int settings[] = {-1, 0, 2, 3};
   auto setting_name = [](int st) {
-    return st == 0 ? std::string("regs") : st < 0 ? std::string("policy") : st == kMma ? std::string("mma") : "ring" + std::to_string(st);
+    return st == 0 ? std::string("regs") : st < 0 ? std::string("policy") : "ring" + std::to_string(st);
   };
   auto bf16f = [](uint16_t h) {
     const uint32_t u = uint32_t{h} << 16;
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
     std::memcpy(&f, &u, 4);
     return f;
   };
-  // max |a - b| / max |b| over the outputs (the tensor-core kernel sums in another order).
+  // max |a - b| / max |b| over the outputs (other k splits sum in another order).
   auto rel_diff = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
     double md = 0, mb = 0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -274,13 +274,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < kProjs; ++i) ref[i] = out_of(i);
   int mismatches = 0;
   for (int st : settings) {
-    const bool quick = st != 0 && st != kMma;  // forced splits: registers and mma
-    di::cuda::set_gemv_ring_stages(st == kMma ? 0 : st);
-    di::cuda::set_gemv_mma(st == kMma);
+    const bool quick = st != 0;  // the forced splits only for the registers
+    di::cuda::set_gemv_ring_stages(st);
     // Forced warps per row first (a split the shape does not allow falls back to the rule).
-    for (int sp : {1, 2, 4, 8}) {
+    for (int sp : {2, 4}) {
       if (quick) break;
-      if (st == 0 && (sp == 1 || sp == 8)) continue;
       di::cuda::set_gemv_split(sp);
       for (int i = 0; i < kProjs; ++i) {
         const Proj& pr = projs[i];
@@ -302,8 +300,8 @@ int main(int argc, char** argv) {
       const std::vector<uint16_t> got = out_of(i);
       const bool same = got == ref[i];
       const double rd = rel_diff(got, ref[i]);
-      // The FMA settings must match the registers bitwise; mma within bf16 rounding of them.
-      if (st == kMma ? rd > 2e-2 : !same) ++mismatches;
+      // Every setting sums in the same order: the registers' outputs bitwise.
+      if (!same) ++mismatches;
       const double ms = graph_ms(s, reps, [&] {
         for (int j = 0; j < kMats; ++j) {
           CK(di::cuda::launch_gemv(params(pr, bufs[i], j, true), sms, s));
@@ -328,7 +326,6 @@ int main(int argc, char** argv) {
                 setting_name(st).c_str(), ms * 1e3 / 8, layer_sum, bytes / (ms * 1e-3 / 8) / 1e12,
                 100.0 * bytes / (ms * 1e-3 / 8) / kCopyBw);
   }
-  di::cuda::set_gemv_mma(false);
   std::printf("[check] settings vs registers: %d mismatching outputs\n", mismatches);
   return mismatches == 0 ? 0 : 1;
 }

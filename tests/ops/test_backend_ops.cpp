@@ -19,6 +19,7 @@
 
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/cuda_sampler.h"
 #endif
 
@@ -883,6 +884,42 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 
 // ---- sampling on the GPU vs the CPU sampler
 // ------------------------------------------------------
+
+// The GQA decode kernel with each q-head group split over two warps (HS = 2, the default on small
+// grids) against one warp per group (HS = 1): the same tokens in the same order per head, so
+// every output must be bit-equal (HS is a speed choice that must not change a sequence's logits).
+TEST(GqaDecodeHeadSplit, BitEqualToOneWarpPerGroup) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::gqa_decode_head_split();
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
+    if (a == nullptr || a->mla || a->hq / a->hkv < 2) continue;
+    cuda::set_gqa_decode_head_split(1);
+    const std::vector<Output> one = c->run(*be);
+    cuda::set_gqa_decode_head_split(2);
+    const std::vector<Output> two = c->run(*be);
+    ASSERT_EQ(one.size(), two.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      int64_t bad = 0;
+      for (int64_t j = 0; j < one[i].value.numel(); ++j) {
+        if (one[i].value.f32()[j] != two[i].value.f32()[j]) ++bad;
+      }
+      std::printf("[op] %-60s %-8s hs1_vs_hs2_bits_differ=%lld of %lld %s\n", c->name().c_str(),
+                  one[i].name.c_str(), static_cast<long long>(bad),
+                  static_cast<long long>(one[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << one[i].name << "'";
+    }
+    ++checked;
+  }
+  cuda::set_gqa_decode_head_split(saved);
+  EXPECT_GE(checked, 6);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
 
 TEST(GpuSampling, SameTokenAsCpuSampler) {
 #ifdef DI_HAVE_CUDA

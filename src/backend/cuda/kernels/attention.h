@@ -80,6 +80,13 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
 // The decode kernel (gqa_decode_kernel, attention.cu) is on unless DEEPINFER_ATTN_DECODE=generic
 // (the A/B switch; read once per process).
 bool gqa_decode_enabled();
+// Warps per head group of the decode kernel (HS): 1 (4 warps per CTA) or 2 (8 warps, each with
+// half of the group's q heads); 0 (default, DEEPINFER_GQA_HEAD_SPLIT unset) picks 2 when the grid
+// has at most one CTA per SM. The bits are the same either way (and the same as the fused
+// qkv_rope_attention kernel's).
+int gqa_decode_head_split();
+void set_gqa_decode_head_split(int hs);
+
 // Whether the decode kernel takes this call: bf16, separate K and V (GQA), head dims equal and
 // 64 / 128 / 256, group 1 / 2 / 4 / 8, 32-bit aligned per-lane vectors, at most one new token
 // per sequence on average (decode batches), grid.z (sequences) within limits.

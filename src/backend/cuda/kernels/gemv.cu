@@ -84,7 +84,7 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
     }
   } else if constexpr (IN == GemvIn::kRmsNorm) {
     // 16-byte loads, unrolled so a thread's loads are in flight together; the second pass reads
-    // the same addresses again (L1 hits).
+    // the same addresses again, and the prefetched norm weights (L1 hits).
     const uint4* nw = static_cast<const uint4*>(p.norm_w);
 #pragma unroll 1
     for (int m = 0; m < M; ++m) {
@@ -92,6 +92,8 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
       float ss = 0.0f;
 #pragma unroll(kUnroll)
       for (int v = threadIdx.x; v < k8; v += kThreads) {
+        // The norm weights into L1 now, so the second pass waits for no load from L2.
+        if (m == 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(nw + v));
         float f[8];
         unpack8(xr[v], f);
 #pragma unroll
@@ -312,142 +314,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
 }
 
 
-// Tensor-core GEMV for m <= kMmaMaxRows: the FMA kernel above spends ~15 instructions per 16
-// bytes of weights, mma.sync m16n8k16 takes a lane's two 16-byte loads in two instructions.
-//
-// A warp's tile is 8 weight rows (silu_out: 4 gate rows, then their 4 up rows). Step j of a row is
-// its 16-byte vectors 8j .. 8j + 7; lane (g, t) = (lane / 4, lane % 4) loads vector 8j + t (the
-// low half) and 8j + 4 + t (the high half) of tile row g. An mma's A fragment is {lo.x, hi.x,
-// lo.y, hi.y} (the second mma: .z, .w): A row g is row g's low half, A row g + 8 its high half, at
-// the same permuted k. B column n is x row n % 4 at the low half's k (n < 4) or the high half's
-// (n >= 4): lane (n, t) reads x vector 8j + t (+ 4) of row n % 4 from shared memory. So D[g][n]
-// (n < 4) is row g's low sum for x row n and D[g + 8][n + 4] its high sum: lane (g, t < 2) holds
-// the low sums of x rows 2t, 2t + 1 (c0, c1), lane (g, t + 2) the high sums (c2, c3).
-// Items, the split of a row's steps over `split` warps and the pipeline are the FMA kernel's.
-constexpr int kMmaMaxRows = 2;
-constexpr int kMmaSteps = 4;  // steps per item: 2 x 4 16-byte loads per lane, 4 KB per warp
-
-template <int M>
-constexpr int mma_x_stride(int k8) {
-  return M > 1 ? k8 + 4 : k8;  // pads the rows apart by 64 bytes (no bank conflicts)
-}
-
-template <int M, GemvIn IN>
-__global__ void __launch_bounds__(kThreads) gemv_mma_kernel(GemvParams p, int split) {
-  static_assert(M <= 4, "B columns hold 4 x rows");
-  extern __shared__ uint4 xs_vec[];  // [M][mma_x_stride] staged activations
-  __shared__ float red[kWarps][2][32];
-  __shared__ float scratch[32];
-  constexpr int U = kMmaSteps;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int k8 = p.k / 8;
-  const int stride = mma_x_stride<M>(k8);
-  const int tiles_per_cta = kWarps / split;
-  const int sub = warp % split, tile_in_cta = warp / split;
-  const uint4* wbase = static_cast<const uint4*>(p.w);
-  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
-  const int tile_out = p.silu_out ? 4 : 8;  // output rows per tile
-  const int steps = (k8 + 7) / 8;
-  const int chunks = (steps + U * split - 1) / (U * split);
-  const int64_t n_tiles = (n_out + tile_out - 1) / tile_out;
-  const int64_t tile_step = int64_t{gridDim.x} * tiles_per_cta;
-  const int64_t first_tile = int64_t{blockIdx.x} * tiles_per_cta;
-  const int64_t groups =
-      first_tile < n_tiles ? (n_tiles - first_tile + tile_step - 1) / tile_step : 0;
-  const int64_t items = groups * chunks;
-  // This lane's output row (tile row g; silu_out: g % 4) and weight row for item `item`.
-  auto rows_of = [&](int64_t item, int64_t* out_row) {
-    const int64_t tile = first_tile + (item / chunks) * tile_step + tile_in_cta;
-    if (p.silu_out) {
-      *out_row = tile * 4 + (g & 3);
-      return g < 4 ? *out_row : *out_row + n_out;
-    }
-    *out_row = tile * 8 + g;
-    return *out_row;
-  };
-  auto load = [&](uint4 (&buf)[2 * U], int64_t item) {
-    int64_t out_row = 0;
-    const int64_t wr = rows_of(item, &out_row);
-    const int c = static_cast<int>(item % chunks);
-    const uint4* w = wbase + wr * k8;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int v = ((c * U + u) * split + sub) * 8 + t;
-      const bool ok = out_row < n_out;
-      buf[u] = ok && v < k8 ? ld_stream(w + v) : make_uint4(0, 0, 0, 0);
-      buf[U + u] = ok && v + 4 < k8 ? ld_stream(w + v + 4) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  uint4 wa[2 * U], wb[2 * U];
-  if (items > 0) load(wa, 0);
-  if (items > 1) load(wb, 1);
-  pdl_wait();  // as in gemv_kernel
-  pdl_trigger();
-  stage_x<M, IN, 4>(p, xs_vec, stride, scratch);
-  __syncthreads();
-
-  const uint4* xrow = xs_vec + min(g & 3, M - 1) * stride + (g >= 4 ? 4 : 0) + t;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  auto consume = [&](const uint4 (&buf)[2 * U], int64_t item) {
-    const int c = static_cast<int>(item % chunks);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = (c * U + u) * split + sub;
-      // B: zero past the row's end (A is zero there too, but stale shared memory could be NaN).
-      const uint4 xv = j * 8 + (g >= 4 ? 4 : 0) + t < k8 ? xrow[j * 8] : make_uint4(0, 0, 0, 0);
-      const uint32_t a0[4] = {buf[u].x, buf[U + u].x, buf[u].y, buf[U + u].y};
-      const uint32_t a1[4] = {buf[u].z, buf[U + u].z, buf[u].w, buf[U + u].w};
-      mma_bf16_16816(acc, a0, xv.x, xv.y);
-      mma_bf16_16816(acc, a1, xv.z, xv.w);
-    }
-    if (c != chunks - 1) return;
-    // Row g's sums for x rows 2t, 2t + 1 (t < 2): low (this lane) + high (lane + 2).
-    float s0 = acc[0] + __shfl_down_sync(0xffffffffu, acc[2], 2);
-    float s1 = acc[1] + __shfl_down_sync(0xffffffffu, acc[3], 2);
-    if (split > 1) {  // split-K inside the CTA: fixed order, deterministic
-      red[warp][0][lane] = s0;
-      red[warp][1][lane] = s1;
-      __syncthreads();
-      if (sub == 0) {
-        s0 = s1 = 0.0f;
-        for (int i = 0; i < split; ++i) {
-          s0 += red[warp + i][0][lane];
-          s1 += red[warp + i][1][lane];
-        }
-      }
-      __syncthreads();
-    }
-    // silu_out: the up row's sums (tile rows 4..7) to the gate row's lane (g - 4).
-    const float u0 = __shfl_down_sync(0xffffffffu, s0, 16);
-    const float u1 = __shfl_down_sync(0xffffffffu, s1, 16);
-    int64_t r = 0;
-    rows_of(item, &r);
-    if (sub == 0 && t < 2 && r < n_out && !(p.silu_out && g >= 4)) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int m = 2 * t + e;
-        if (m >= M) continue;
-        if (p.silu_out) {
-          store_silu(p, m, r, e == 0 ? s0 : s1, e == 0 ? u0 : u1);
-        } else {
-          store_out(p, m, r, e == 0 ? s0 : s1);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
-  };
-  for (int64_t it = 0; it < items; it += 2) {
-    consume(wa, it);
-    if (it + 2 < items) load(wa, it + 2);
-    if (it + 1 < items) {
-      consume(wb, it + 1);
-      if (it + 3 < items) load(wb, it + 3);
-    }
-  }
-}
-
 // Rings (depth 2 and 3) are built for m <= kRingMaxRows; 0 is the register double buffer.
 constexpr int kRingMaxRows = 2;
 
@@ -455,11 +321,6 @@ constexpr int kRingMaxRows = 2;
 std::atomic<int> g_ring_stages{[] {
   const char* env = std::getenv("DEEPINFER_GEMV_RING");
   return env == nullptr ? -1 : std::atoi(env);
-}()};
-// The tensor-core kernel for m <= kMmaMaxRows (DEEPINFER_GEMV_MMA=1).
-std::atomic<bool> g_mma{[] {
-  const char* env = std::getenv("DEEPINFER_GEMV_MMA");
-  return env != nullptr && std::atoi(env) != 0;
 }()};
 std::atomic<int> g_split{[] {
   const char* env = std::getenv("DEEPINFER_GEMV_SPLIT");
@@ -510,7 +371,7 @@ cudaError_t occupancy(int64_t smem, int* occ) {
   return cudaSuccess;
 }
 
-// A persistent grid of every resident CTA; a CTA takes groups of `units` (rows, or mma tiles)
+// A persistent grid of every resident CTA; a CTA takes groups of `units` (rows)
 // round-robin, kWarps / split units per group, so the last pass is the tail. The split (warps
 // per unit, k split between them) is the smallest one whose groups fill the passes to >= 90%,
 // else the one that fills them best (small n: more splits); forced by set_gemv_split.
@@ -554,49 +415,6 @@ cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
                     stream, p, g.split);
 }
 
-template <int M, GemvIn IN>
-cudaError_t launch_mma(const GemvParams& p, int num_sms, cudaStream_t stream) {
-  const int k8 = p.k / 8;
-  const int64_t smem = int64_t{M} * mma_x_stride<M>(k8) * 16;
-  static std::atomic<uint64_t> opted_in{0};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
-    cudaFuncAttributes fa{};
-    int optin = 0;
-    if ((err = cudaFuncGetAttributes(&fa, gemv_mma_kernel<M, IN>)) != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(gemv_mma_kernel<M, IN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               optin - static_cast<int>(fa.sharedSizeBytes));
-    if (err != cudaSuccess) return err;
-    opted_in.fetch_or(bit, std::memory_order_relaxed);
-  }
-  static std::mutex mu;
-  static std::map<int64_t, int> occ_of_smem;
-  int occ = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = occ_of_smem.find(smem);
-    if (it == occ_of_smem.end()) {
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, gemv_mma_kernel<M, IN>, kThreads,
-                                                          static_cast<size_t>(smem));
-      if (err != cudaSuccess) return err;
-      it = occ_of_smem.emplace(smem, std::max(occ, 1)).first;
-    }
-    occ = it->second;
-  }
-  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
-  const int64_t tiles = (n_out + (p.silu_out ? 3 : 7)) / (p.silu_out ? 4 : 8);
-  const int steps = (k8 + 7) / 8;
-  const int max_split = std::max(1, std::min(kWarps, steps / kMmaSteps));
-  const GridPlan g = plan_grid(tiles, int64_t{occ} * num_sms, max_split);
-  return launch_pdl(gemv_mma_kernel<M, IN>, dim3(g.grid), dim3(kThreads),
-                    static_cast<size_t>(smem), stream, p, g.split);
-}
-
 // Launches the ring of depth S when it fits next to the staged activations (*launched false
 // otherwise: the caller uses the registers).
 template <int M, GemvIn IN, int S>
@@ -610,24 +428,24 @@ cudaError_t launch_ring(const GemvParams& p, int num_sms, cudaStream_t stream, b
   return launch_grid<M, IN, S>(p, num_sms, occ, smem, stream);
 }
 
-// The ring depth of a call: the forced setting, else (policy) 3 stages for one row and at most
-// kRingMaxBytes of weights, else the registers. From bench_cuda_gemv on the H200 (run 13,
-// docs/cuda_backend.md): Llama-3.1-8B's o_proj 12.1 -> 10.7 us and qkv 15.9 -> 15.2 us on the
-// ring; gate_up (235 MB) and down (117 MB) are faster on the registers.
+// The ring depth of a call: the forced setting, else (policy) 3 stages for one row, at least
+// kRingMinDim inputs and outputs and at most kRingMaxBytes of weights, else the registers.
+// Measured on the H200 (run 13, docs/cuda_backend.md): Llama-3.1-8B's o_proj (4096 x 4096)
+// 12.3 -> 10.8 us and qkv (6144 x 4096) 16.0 -> 14.9 us on the ring; gate_up (235 MB) and down
+// (117 MB) are faster on the registers, and so are the k = 2048 models' projections and
+// Qwen3-30B-A3B's o_proj (2048 x 4096): the ring cost that model 7.6 %, then 1.6 % at batch 1.
 constexpr int64_t kRingMaxBytes = 64ll << 20;
+constexpr int32_t kRingMinDim = 4096;
 template <int M>
 int ring_depth(const GemvParams& p) {
   const int want = g_ring_stages.load(std::memory_order_relaxed);
   if (want >= 0) return want;
-  return M == 1 && int64_t{p.n} * p.k * 2 <= kRingMaxBytes ? 3 : 0;
+  const int64_t bytes = int64_t{p.n} * p.k * 2;
+  return M == 1 && p.k >= kRingMinDim && p.n >= kRingMinDim && bytes <= kRingMaxBytes ? 3 : 0;
 }
 
 template <int M, GemvIn IN>
 cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
-  if constexpr (M <= kMmaMaxRows) {
-    if (g_mma.load(std::memory_order_relaxed) && int64_t{M} * mma_x_stride<M>(p.k / 8) * 16 <= kMaxDynSmem)
-      return launch_mma<M, IN>(p, num_sms, stream);
-  }
   if constexpr (M <= kRingMaxRows) {
     bool launched = false;
     cudaError_t err = cudaSuccess;
@@ -674,7 +492,6 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
 void set_gemv_ring_stages(int stages) { g_ring_stages.store(stages, std::memory_order_relaxed); }
 int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
 void set_gemv_split(int split) { g_split.store(split, std::memory_order_relaxed); }
-void set_gemv_mma(bool on) { g_mma.store(on, std::memory_order_relaxed); }
 
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {
   switch (p.m) {

@@ -61,15 +61,12 @@ cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
 // Where the weights in flight wait (m <= 2): 0 = registers (two items per warp), 2 / 3 = a
 // per-thread ring of that many shared-memory stages filled by cp.async (one / two items in
 // flight while one is used; a ring that does not fit falls back to registers), -1 = the policy
-// (3 stages for one row and weights up to 64 MB, else registers). Initial value:
+// (3 stages for one row, n and k >= 4096 and weights up to 64 MB, else registers). Initial value:
 // DEEPINFER_GEMV_RING, else -1. For A/B measurements.
 void set_gemv_ring_stages(int stages);
 int gemv_ring_stages();
 // Forces the warps per row (a power of two the shape allows; 0 = the fill rule). Initial value:
 // DEEPINFER_GEMV_SPLIT. For A/B measurements.
 void set_gemv_split(int split);
-// The tensor-core kernel (mma.sync) for m <= 2 instead of the FMA kernel. Initial value:
-// DEEPINFER_GEMV_MMA. For A/B measurements.
-void set_gemv_mma(bool on);
 
 }  // namespace di::cuda

@@ -2,11 +2,14 @@
 // The per-token body of the GQA decode attention, shared by gqa_decode_kernel (attention.cu) and
 // the fused qkv_rope_attention_kernel (qkv_rope_attention.cu), so both compute the same bits.
 //
-// One CTA of kGqaDecodeWarps warps per (KV split, kv head, sequence). Every warp walks its share
-// of the split's tokens (kChunk at a time: the block ids first, then every K and V row of the
-// chunk in flight together); each lane holds E consecutive dims of K, V, q (for all G q heads of
-// the kv head) and the output. q·k is a warp sum per head, the softmax is online per warp, and
-// the warps merge through shared memory in warp order. Output: out (one split) or the split's
+// One CTA of kGqaDecodeWarps "token warps" per (KV split, kv head, sequence), each in HS warps
+// (HS = 2: the decode kernel on small grids, W = 8 warps) that take G / HS of the heads each.
+// Every token warp walks its share of the split's tokens (kChunk at a time: the block ids first,
+// then every K and V row of the chunk in flight together); each lane holds E consecutive dims of
+// K, V, q (for its q heads of the kv head) and the output. q·k is a warp sum per head, the
+// softmax is online per warp, and the token warps merge through shared memory in warp order. A
+// head's arithmetic is the same for every HS (same tokens in the same order, same merge), so HS
+// changes the speed, not the bits. Output: out (one split) or the split's
 // partials (o, m, l) in the generic kernel's layout (attention.h), merged by combine_split_row.
 #include <cuda_bf16.h>
 
@@ -35,10 +38,10 @@ __device__ __forceinline__ void load_bf16_e(const bf16* src, float (&f)[E]) {
 }
 
 // Shared memory of one CTA: each warp's (acc, m, l) before the merge.
-template <int E, int G>
+template <int E, int G, int W = kGqaDecodeWarps>
 struct GqaDecodeShared {
-  float acc[kGqaDecodeWarps][G][32 * E];
-  float ml[kGqaDecodeWarps][G][2];
+  float acc[W][G][32 * E];
+  float ml[W][G][2];
 };
 
 // Sequence s's blocks: first index into kv_indices and cached length (0: no blocks, padding).
@@ -55,14 +58,18 @@ __device__ __forceinline__ GqaDecodeSeq gqa_decode_seq(const PagedAttentionKerne
 // Token i (of sequence `seq`) over split `split` for kv head kvh. q: this lane's E dims of the G
 // q heads, already multiplied by p.scale. Every thread of the CTA calls it (it ends with a
 // barrier, after which `sh` may be reused).
-template <int E, int G>
+template <int E, int G, int W = kGqaDecodeWarps, int HS = 1>
 __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParams& p, int split,
                                                  int kvh, GqaDecodeSeq seq, int i,
-                                                 const float (&q)[G][E],
-                                                 GqaDecodeShared<E, G>& sh) {
+                                                 const float (&q)[G / HS][E],
+                                                 GqaDecodeShared<E, G, W / HS>& sh) {
   constexpr int D = 32 * E;
   constexpr int kChunk = E <= 4 ? 8 : 4;
+  // HS warps per token warp, each with G / HS of the heads (same tokens, same order per head:
+  // the bits do not depend on HS).
+  constexpr int GL = G / HS, TW = W / HS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tw = warp % TW, h0 = (warp / TW) * GL;
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
   const int64_t k_col = p.k_offset + int64_t{kvh} * p.kv_head_stride + lane * E;
   const int64_t v_col = p.v_offset + int64_t{kvh} * p.kv_head_stride + lane * E;
@@ -70,16 +77,16 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
   const int limit = min(seq.kv_len, p.positions[i] + 1);
   const int t0 = split * p.split_size;
   const int t1 = min(limit, t0 + p.split_size);
-  float acc[G][E], m[G], l[G];
+  float acc[GL][E], m[GL], l[GL];
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
+  for (int h = 0; h < GL; ++h) {
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
     m[h] = -INFINITY;
     l[h] = 0.0f;
   }
-  // This warp's tokens: t0 + warp * kChunk + j + c * kGqaDecodeWarps * kChunk.
-  for (int base = t0 + warp * kChunk; base < t1; base += kGqaDecodeWarps * kChunk) {
+  // This warp's tokens: t0 + tw * kChunk + j + c * TW * kChunk.
+  for (int base = t0 + tw * kChunk; base < t1; base += TW * kChunk) {
     const bf16* ent[kChunk];
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
@@ -96,11 +103,11 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     if (p.gqa_chunk_softmax != 0) {
       // Every score of the chunk first (kChunk x G independent warp sums), then one rescale per
       // head: the per-token chain (sum, max, two exps) no longer serializes the chunk.
-      float sc[kChunk][G];
+      float sc[kChunk][GL];
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
 #pragma unroll
-        for (int h = 0; h < G; ++h) {
+        for (int h = 0; h < GL; ++h) {
           float d = 0.0f;
 #pragma unroll
           for (int e = 0; e < E; ++e) d = fmaf(q[h][e], kf[j][e], d);
@@ -112,11 +119,11 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) {
 #pragma unroll
-          for (int h = 0; h < G; ++h) sc[j][h] += __shfl_xor_sync(0xffffffffu, sc[j][h], off);
+          for (int h = 0; h < GL; ++h) sc[j][h] += __shfl_xor_sync(0xffffffffu, sc[j][h], off);
         }
       }
 #pragma unroll
-      for (int h = 0; h < G; ++h) {
+      for (int h = 0; h < GL; ++h) {
         float mc = sc[0][h];  // token base is always < t1
 #pragma unroll
         for (int j = 1; j < kChunk; ++j) {
@@ -142,7 +149,7 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     for (int j = 0; j < kChunk; ++j) {
       if (base + j >= t1) break;  // uniform over the warp
 #pragma unroll
-      for (int h = 0; h < G; ++h) {
+      for (int h = 0; h < GL; ++h) {
         float sc = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; ++e) sc = fmaf(q[h][e], kf[j][e], sc);
@@ -158,24 +165,24 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     }
   }
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
+  for (int h = 0; h < GL; ++h) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) sh.acc[warp][h][lane * E + e] = acc[h][e];
+    for (int e = 0; e < E; ++e) sh.acc[tw][h0 + h][lane * E + e] = acc[h][e];
     if (lane == 0) {
-      sh.ml[warp][h][0] = m[h];
-      sh.ml[warp][h][1] = l[h];
+      sh.ml[tw][h0 + h][0] = m[h];
+      sh.ml[tw][h0 + h][1] = l[h];
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += kGqaDecodeWarps * 32) {
+  for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
     const int h = idx / D, d = idx % D;
     float mm = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kGqaDecodeWarps; ++w) mm = fmaxf(mm, sh.ml[w][h][0]);
+    for (int w = 0; w < TW; ++w) mm = fmaxf(mm, sh.ml[w][h][0]);
     float ll = 0.0f, o = 0.0f;
     if (mm != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < kGqaDecodeWarps; ++w) {
+      for (int w = 0; w < TW; ++w) {
         const float mw = sh.ml[w][h][0];
         if (mw == -INFINITY) continue;
         const float c = expf(mw - mm);
