@@ -170,17 +170,9 @@ TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
     EXPECT_EQ(col.num_finals(id), 1);
     EXPECT_EQ(col.finish(id), EngineFinish::kLength);
   }
-  // Both ranks served requests; the one with the short ones padded while the other decoded.
-  const EngineStats r0 = group->rank_stats(0), r1 = group->rank_stats(1);
-  EXPECT_GT(r0.requests_finished, 0u);
-  EXPECT_GT(r1.requests_finished, 0u);
-  EXPECT_GT(r1.padding_steps, 0u) << "rank 1 never padded";
-  // Time accounting: both ranks ran forwards and sampled; a DP rank waits at the barriers.
-  EXPECT_GT(r0.forward_us + r1.forward_us, 0u);
-  EXPECT_GT(r0.sample_us, 0u);
-  EXPECT_GT(r0.group_wait_us + r1.group_wait_us, 0u);
   // Lockstep: every group step is one forward on every rank (the rank that padded in the last
-  // round may publish its stats just after the other rank's final event).
+  // round may publish its stats just after the other rank's final event, so wait for them before
+  // reading any rank's stats: CI once read rank 1's before its padding steps were published).
   const auto forwards = [&](int32_t r) {
     const EngineStats st = group->rank_stats(r);
     return st.steps + st.padding_steps;
@@ -192,6 +184,15 @@ TEST_P(DpEngineGolden, TwoRanksEqualOneEngine) {
   }
   EXPECT_EQ(forwards(0), group->group_steps());
   EXPECT_EQ(forwards(1), group->group_steps());
+  // Both ranks served requests; the one with the short ones padded while the other decoded.
+  const EngineStats r0 = group->rank_stats(0), r1 = group->rank_stats(1);
+  EXPECT_GT(r0.requests_finished, 0u);
+  EXPECT_GT(r1.requests_finished, 0u);
+  EXPECT_GT(r1.padding_steps, 0u) << "rank 1 never padded";
+  // Time accounting: both ranks ran forwards and sampled; a DP rank waits at the barriers.
+  EXPECT_GT(r0.forward_us + r1.forward_us, 0u);
+  EXPECT_GT(r0.sample_us, 0u);
+  EXPECT_GT(r0.group_wait_us + r1.group_wait_us, 0u);
 
   const EngineStats s = group->stats();
   EXPECT_EQ(s.dp_size, 2);
