@@ -333,10 +333,10 @@ template <int E>
 bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
   int hs = g_head_split.load(std::memory_order_relaxed);
   if (hs != 1 && hs != 2) {
-    // A grid of at most one CTA per SM leaves warp slots free: twice the warps, half the heads
-    // each, take a 64-token split in one pass (Llama-3.1-8B batch 1: 224.4 -> 228.1 tok/s on the
-    // H200, run 13); on full grids the extra warps only add their fixed costs (batch 8-64: -1 to
-    // -7 % with 8 warps everywhere).
+    // A grid of at most one CTA per SM leaves warp slots free: twice the warps, each with half
+    // of the kv head's q heads, halve the per-token chain of warp sums and exps (H200, run 13:
+    // Qwen3-30B-A3B batch 1, 8 q heads per kv head, 242.8 -> 264.1 tok/s; Llama-3.1-8B, 4
+    // heads, within 0.4 %). Full grids keep 4 warps (their SMs have no free warp slots).
     const int64_t ctas = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
     hs = ctas <= device_sms() ? 2 : 1;
   }
