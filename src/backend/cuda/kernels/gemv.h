@@ -6,10 +6,12 @@
 //     kNone      a = x
 //     kRmsNorm   a = x / rms(x) · norm_w              (x: the residual stream, as rms_norm)
 //     kSiluMul   a = silu(x[:, :k]) · x[:, k:2k]      (x: the gate_up output, as silu_mul)
-//   main loop: each output row of w is streamed once with 16-byte non-caching loads, split over
-//     `split` warps (split-K inside the CTA when n is small), fp32 accumulation;
+//   main loop: each output row of w is streamed once (16-byte non-caching loads into registers,
+//     or cp.async into a per-thread shared-memory ring), split over `split` warps (split-K inside
+//     the CTA when n is small), fp32 accumulation;
 //   epilogue: r = bf16(acc) [+ bias, rounded again, as the cuBLAS + bias_add path];
-//     y = r (bf16 or f32 acc); residual = bf16(residual + r).
+//     y = r (bf16 or f32 acc); residual = bf16(residual + r);
+//     silu_out: y = silu(r_gate) · r_up (the gate_up projection with silu_mul fused in).
 //
 // A persistent grid (at most a few CTAs per SM) keeps the prologue to once per CTA; the first
 // weight vectors are loaded before the prologue so HBM is busy from the start.
