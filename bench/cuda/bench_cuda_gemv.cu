@@ -18,9 +18,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -33,13 +33,13 @@ namespace {
 constexpr double kCopyBw = 4.28e12;  // bytes/s, measured D2D copy on the H200
 constexpr int kMats = 16;            // distinct matrices per graph: 16 x 34 MB > 50 MB of L2
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 __global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
@@ -57,7 +57,8 @@ __global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float sc
 // Streams n16 16-byte vectors, U per thread in flight, and folds them into one word per thread
 // (written only when it would be a magic value, so nothing is eliminated).
 template <int U>
-__global__ void __launch_bounds__(256) read_floor_kernel(const uint4* p, int64_t n16, uint32_t* sink) {
+__global__ void __launch_bounds__(256)
+    read_floor_kernel(const uint4* p, int64_t n16, uint32_t* sink) {
   uint32_t acc = 0;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x * U;
   for (int64_t base = (blockIdx.x * int64_t{blockDim.x}) * U + threadIdx.x; base < n16;
@@ -134,7 +135,8 @@ struct ProjBufs {
 
 ProjBufs make_bufs(const Proj& pr, uint64_t seed) {
   ProjBufs b;
-  for (int i = 0; i < kMats; ++i) b.w.push_back(alloc_random(int64_t{pr.n} * pr.k, seed + i, 0.02f));
+  for (int i = 0; i < kMats; ++i)
+    b.w.push_back(alloc_random(int64_t{pr.n} * pr.k, seed + i, 0.02f));
   const int64_t xcols = pr.in == di::cuda::GemvIn::kSiluMul ? 2 * int64_t{pr.k} : pr.k;
   b.x = alloc_random(xcols, seed + 100, 1.0f);
   b.norm_w = alloc_random(pr.k, seed + 101, 1.0f);
@@ -204,7 +206,8 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
     CK(cudaMemsetAsync(a, 1, bytes, s));
-    const double ms = graph_ms(s, reps, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+    const double ms =
+        graph_ms(s, reps, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
     std::printf("[copy] 1 GiB D2D: %.3f ms = %.2f TB/s (read + write)\n", ms,
                 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e12);
     CK(cudaFree(a));
@@ -220,13 +223,15 @@ int main(int argc, char** argv) {
       const int grid = occ * sms;
       const double ms = graph_ms(s, reps, [&] {
         for (int i = 0; i < kMats; ++i) {
-          read_floor_kernel<U><<<grid, 256, 0, s>>>(reinterpret_cast<const uint4*>(mats[i]), bytes / 16, sink);
+          read_floor_kernel<U>
+              <<<grid, 256, 0, s>>>(reinterpret_cast<const uint4*>(mats[i]), bytes / 16, sink);
         }
       });
       const double us = ms * 1e3 / kMats;
-      std::printf("[floor] %-8s %7.1f MB  U=%d (%3lld KB in flight/SM)  %7.2f us  %5.2f TB/s  %5.1f %%\n",
-                  name, bytes / 1e6, U, static_cast<long long>(occ) * 256 * U * 16 / 1024, us,
-                  bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / kCopyBw);
+      std::printf(
+          "[floor] %-8s %7.1f MB  U=%d (%3lld KB in flight/SM)  %7.2f us  %5.2f TB/s  %5.1f %%\n",
+          name, bytes / 1e6, U, static_cast<long long>(occ) * 256 * U * 16 / 1024, us,
+          bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / kCopyBw);
     };
     one(std::integral_constant<int, 2>{});
     one(std::integral_constant<int, 4>{});
@@ -240,7 +245,9 @@ int main(int argc, char** argv) {
   // -1 the ring policy, 0 registers, 2 / 3 rings.
   const int settings[] = {-1, 0, 2, 3};
   auto setting_name = [](int st) {
-    return st == 0 ? std::string("regs") : st < 0 ? std::string("policy") : "ring" + std::to_string(st);
+    return st == 0  ? std::string("regs")
+           : st < 0 ? std::string("policy")
+                    : "ring" + std::to_string(st);
   };
   auto bf16f = [](uint16_t h) {
     const uint32_t u = uint32_t{h} << 16;
@@ -283,14 +290,20 @@ int main(int argc, char** argv) {
       for (int i = 0; i < kProjs; ++i) {
         const Proj& pr = projs[i];
         const std::vector<uint16_t> got = out_of(i);
-        if (got != ref[i]) std::printf("[gemv] %s %s split %d: output differs from regs by %.2e rel (expected: other k split)\n", pr.name, setting_name(st).c_str(), sp, rel_diff(got, ref[i]));
+        if (got != ref[i])
+          std::printf(
+              "[gemv] %s %s split %d: output differs from regs by %.2e rel (expected: other k "
+              "split)\n",
+              pr.name, setting_name(st).c_str(), sp, rel_diff(got, ref[i]));
         const double ms = graph_ms(s, reps, [&] {
-          for (int j = 0; j < kMats; ++j) CK(di::cuda::launch_gemv(params(pr, bufs[i], j, true), sms, s));
+          for (int j = 0; j < kMats; ++j)
+            CK(di::cuda::launch_gemv(params(pr, bufs[i], j, true), sms, s));
         });
         const double us = ms * 1e3 / kMats;
         const double bytes = 2.0 * pr.n * pr.k;
         std::printf("[gemv] %-8s %-6s split%d %7.2f us  %5.2f TB/s  %5.1f %% of copy BW\n", pr.name,
-                    setting_name(st).c_str(), sp, us, bytes / (us * 1e-6) / 1e12, 100.0 * bytes / (us * 1e-6) / kCopyBw);
+                    setting_name(st).c_str(), sp, us, bytes / (us * 1e-6) / 1e12,
+                    100.0 * bytes / (us * 1e-6) / kCopyBw);
       }
     }
     di::cuda::set_gemv_split(0);
@@ -310,21 +323,27 @@ int main(int argc, char** argv) {
       const double us = ms * 1e3 / kMats;
       const double bytes = 2.0 * pr.n * pr.k;
       if (i < 4) layer_sum += us;
-      std::printf("[gemv] %-8s %-6s %7.2f us  %5.2f TB/s  %5.1f %% of copy BW  (ideal %.2f us)  vs regs: %s (%.2e rel)\n",
-                  pr.name, setting_name(st).c_str(), us, bytes / (us * 1e-6) / 1e12,
-                  100.0 * bytes / (us * 1e-6) / kCopyBw, bytes / kCopyBw * 1e6, same ? "bitwise equal" : "differs", rd);
+      std::printf(
+          "[gemv] %-8s %-6s %7.2f us  %5.2f TB/s  %5.1f %% of copy BW  (ideal %.2f us)  vs regs: "
+          "%s (%.2e rel)\n",
+          pr.name, setting_name(st).c_str(), us, bytes / (us * 1e-6) / 1e12,
+          100.0 * bytes / (us * 1e-6) / kCopyBw, bytes / kCopyBw * 1e6,
+          same ? "bitwise equal" : "differs", rd);
     }
     // A decoder layer's four projections in sequence, 8 layers (distinct weights).
     const double ms = graph_ms(s, reps, [&] {
       for (int l = 0; l < 8; ++l) {
-        for (int i = 0; i < 4; ++i) CK(di::cuda::launch_gemv(params(projs[i], bufs[i], l, true), sms, s));
+        for (int i = 0; i < 4; ++i)
+          CK(di::cuda::launch_gemv(params(projs[i], bufs[i], l, true), sms, s));
       }
     });
     double bytes = 0;
     for (int i = 0; i < 4; ++i) bytes += 2.0 * projs[i].n * projs[i].k;
-    std::printf("[gemv] layer    %-6s %7.2f us per layer (sum of the four alone %.2f)  %5.2f TB/s  %5.1f %%\n",
-                setting_name(st).c_str(), ms * 1e3 / 8, layer_sum, bytes / (ms * 1e-3 / 8) / 1e12,
-                100.0 * bytes / (ms * 1e-3 / 8) / kCopyBw);
+    std::printf(
+        "[gemv] layer    %-6s %7.2f us per layer (sum of the four alone %.2f)  %5.2f TB/s  %5.1f "
+        "%%\n",
+        setting_name(st).c_str(), ms * 1e3 / 8, layer_sum, bytes / (ms * 1e-3 / 8) / 1e12,
+        100.0 * bytes / (ms * 1e-3 / 8) / kCopyBw);
   }
   std::printf("[check] settings vs registers: %d mismatching outputs\n", mismatches);
   return mismatches == 0 ? 0 : 1;

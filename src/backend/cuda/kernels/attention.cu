@@ -341,7 +341,8 @@ bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_
     hs = ctas <= device_sms() ? 2 : 1;
   }
   if (group < 2) hs = 1;
-  return hs == 2 ? launch_decode_eh<E, 2>(p, group, stream) : launch_decode_eh<E, 1>(p, group, stream);
+  return hs == 2 ? launch_decode_eh<E, 2>(p, group, stream)
+                 : launch_decode_eh<E, 1>(p, group, stream);
 }
 
 bool launch_gqa_decode(const PagedAttentionKernelParams& p, cudaStream_t stream) {

@@ -34,9 +34,12 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
 
 // cp.async of 16 bytes global -> shared, cached in L2 only (the weights are read once).
 __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
@@ -74,7 +77,8 @@ __device__ __forceinline__ void store_silu(const GemvParams& p, int m, int64_t r
 // The prologue: x's m rows, through the input op, rounded to bf16 into shared memory at
 // xs[m * stride + v] (16-byte vectors). Every thread of the CTA calls it; no barrier at the end.
 template <int M, GemvIn IN, int kUnroll>
-__device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stride, float* scratch) {
+__device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stride,
+                                        float* scratch) {
   const int k8 = p.k / 8;
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
@@ -109,7 +113,8 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
         uint4 o;
         uint32_t* ou = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ou[i] = pack2(f[2 * i] * inv * g[2 * i], f[2 * i + 1] * inv * g[2 * i + 1]);
+        for (int i = 0; i < 4; ++i)
+          ou[i] = pack2(f[2 * i] * inv * g[2 * i], f[2 * i + 1] * inv * g[2 * i + 1]);
         xs[m * stride + v] = o;
       }
     }
