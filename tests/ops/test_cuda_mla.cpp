@@ -187,10 +187,6 @@ Backend* gpu() {
       cuda::cuda_available() ? make_backend("cuda") : std::unique_ptr<Backend>();
   return be.get();
 }
-#else
-Backend* gpu() {
-  return nullptr;
-}
 #endif
 
 class MlaDecode : public ::testing::TestWithParam<MlaCase> {};
