@@ -184,26 +184,33 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     t.last = t.c == chunks - 1;
     return t;
   };
-  auto load = [&](uint4* buf, int64_t item) {
+  // This lane's vectors of an item: wr + first + u * vstride for u < U (only those < k8, and
+  // none past the last output row).
+  struct Src {
+    const uint4* wr;
+    int first;
+    bool row_ok;
+  };
+  auto source = [&](int64_t item) {
     const Item t = locate(item);
-    const int base = sub * 32 + t.c * U * vstride;
-    const uint4* wr = wbase + t.wr * k8;
+    return Src{wbase + t.wr * k8, sub * 32 + t.c * U * vstride + lane, t.r < n_out};
+  };
+  auto load = [&](uint4* buf, int64_t item) {
+    const Src src = source(item);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int v = base + lane + u * vstride;
-      buf[u] = (t.r < n_out && v < k8) ? ld_stream(wr + v) : make_uint4(0, 0, 0, 0);
+      const int v = src.first + u * vstride;
+      buf[u] = (src.row_ok && v < k8) ? ld_stream(src.wr + v) : make_uint4(0, 0, 0, 0);
     }
   };
   // Ring slot of (stage, u) for this thread: a warp's 32 lanes fill 512 contiguous bytes.
   uint4* ring = xs_vec + M * k8 + threadIdx.x;
   auto issue = [&](int64_t item, int stage) {
-    const Item t = locate(item);
-    const int base = sub * 32 + t.c * U * vstride;
-    const uint4* wr = wbase + t.wr * k8;
+    const Src src = source(item);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int v = base + lane + u * vstride;
-      if (t.r < n_out && v < k8) cp_async16(ring + (stage * U + u) * kThreads, wr + v);
+      const int v = src.first + u * vstride;
+      if (src.row_ok && v < k8) cp_async16(ring + (stage * U + u) * kThreads, src.wr + v);
     }
   };
   uint4 wa[U], wb[U];
