@@ -34,12 +34,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_b
                "r"(src_bytes)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* ptr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -172,7 +166,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
     l_run[mt][0] = l_run[mt][1] = 0.0f;
   }
 
-  cp_async_wait_all();
+  cp_async_wait<0>();
   __syncthreads();
   // One m-tile: Q fragments stay in registers for the whole KV walk.
   uint32_t qf[kQInRegs ? kDChunks : 1][4];
@@ -185,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
 
   for (int it = 0; it < n_tiles; ++it) {
     const int kv0 = it * kKvTile;
-    cp_async_wait_all();  // K tile `it` landed (this thread's copies) ...
+    cp_async_wait<0>();  // K tile `it` landed (this thread's copies) ...
     __syncthreads();      // ... everyone's; and every warp is done with the previous P·V (V free)
     load_kv_tile<kD, kThreads>(p, blocks, kv_len, kvh, kv0, p.v_offset, bs_shift, v_s);
     cp_async_commit();
@@ -280,7 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
         pf[mt][kc][3] = pack_bf16(sc[mt][2 * kc + 1][2], sc[mt][2 * kc + 1][3]);
       }
 
-    cp_async_wait_all();  // V tile `it` landed ...
+    cp_async_wait<0>();  // V tile `it` landed ...
     __syncthreads();      // ... everyone's; every warp is done with Q·Kᵀ (K free)
     if (it + 1 < n_tiles)
       load_kv_tile<kD, kThreads>(p, blocks, kv_len, kvh, kv0 + kKvTile, p.k_offset, bs_shift, k_s);
@@ -302,7 +296,7 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_mma_kernel(PagedAttention
       }
     }
   }
-  cp_async_wait_all();  // no copy may still be in flight when the CTA exits
+  cp_async_wait<0>();  // no copy may still be in flight when the CTA exits
 
   // Normalise and write rows quad_row and quad_row + 8 of each m-tile of this warp.
 #pragma unroll

@@ -101,13 +101,6 @@ __device__ __forceinline__ void named_bar_arrive(int id) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // ---- wgmma ----
 // Shared-memory matrix descriptor, 128B swizzle (layout type 1); byte offsets are >> 4.

@@ -37,13 +37,6 @@ __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 
 // Output row r of x row m from its fp32 sum, rounded as the composed path (cuBLAS bf16 output,
 // bias_add, add): bf16(acc) [+ bias -> bf16] -> y (f32 y: acc [+ bias]); residual = bf16(res + r).

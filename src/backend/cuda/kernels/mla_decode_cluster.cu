@@ -98,13 +98,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
                "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // The B fragment (b0, b1) of an m16n8k16 from a k-major 16 x 8 tile: rows k0 .. k0 + 15 of
 // `base` (row stride ld), columns col .. col + 7. Lanes 0-15 give the row addresses.
