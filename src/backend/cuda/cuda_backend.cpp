@@ -776,6 +776,7 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   Tensor ws = empty({static_cast<int64_t>(indptr_padded + plan.partial_bytes)}, DType::kU8);
   char* base = mptr<char>(ws);
   PagedAttentionKernelParams k = attention_kernel_params(p, f32_);
+  k.num_sms = num_sms_;
   k.rows_per_tile = plan.rows_per_tile;
   k.max_tiles = plan.max_tiles;
   k.tile_indptr = reinterpret_cast<int32_t*>(base);

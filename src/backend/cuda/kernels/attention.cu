@@ -13,8 +13,6 @@
 // Prefill on CUDA cores is compute-bound (about 20-30 TFLOP/s expected): the tensor-core version
 // is TODO(#5).
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <cstdlib>
 #include <string>
 #include <cfloat>
@@ -314,21 +312,6 @@ std::atomic<int> g_head_split{[] {
   return env == nullptr ? 0 : std::atoi(env);
 }()};
 
-int device_sms() {
-  static std::mutex mu;
-  static std::map<int, int> sms;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = sms.find(dev);
-  if (it == sms.end()) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 132;
-    it = sms.emplace(dev, n).first;
-  }
-  return it->second;
-}
-
 template <int E>
 bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
   int hs = g_head_split.load(std::memory_order_relaxed);
@@ -338,7 +321,7 @@ bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_
     // Qwen3-30B-A3B batch 1, 8 q heads per kv head, 242.8 -> 264.1 tok/s; Llama-3.1-8B, 4
     // heads, within 0.4 %). Full grids keep 4 warps (their SMs have no free warp slots).
     const int64_t ctas = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
-    hs = ctas <= device_sms() ? 2 : 1;
+    hs = ctas <= p.num_sms ? 2 : 1;
   }
   if (group < 2) hs = 1;
   return hs == 2 ? launch_decode_eh<E, 2>(p, group, stream)

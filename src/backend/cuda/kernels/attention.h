@@ -52,6 +52,9 @@ struct PagedAttentionKernelParams {
   // per chunk of tokens (all scores of the chunk first, one rescale; opt-in
   // DEEPINFER_GQA_SOFTMAX=chunk). Results differ in rounding only.
   int32_t gqa_chunk_softmax;
+  // The device's multiprocessor count (CudaBackend's): the GQA decode kernel doubles its warps
+  // on grids of at most one CTA per SM (gqa_decode_head_split). 0: never.
+  int32_t num_sms;
   // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
   // are unused and these f32 tensors (same shapes) are read and written instead.
   const float* q_f32;

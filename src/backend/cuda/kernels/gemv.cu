@@ -4,8 +4,6 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
-#include <type_traits>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.h"
