@@ -6,7 +6,8 @@
 #               glibc, libstdc++/libgcc and the CUDA libraries (cuBLAS/cuBLASLt) are not copied.
 # Then run scripts/gpu_check.sh there from the repository root.
 #
-#   scripts/build_gpu_bundle.sh            # JOBS=2 by default; BUNDLE_TARGETS picks a subset
+#   scripts/build_gpu_bundle.sh            # JOBS=2 by default; BUNDLE_TARGETS picks a subset,
+#                                          # BUNDLE_EXTRA_BINS adds prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -28,6 +29,12 @@ for t in "${targets[@]}"; do
   bin=$(find build-cuda -type f -name "$t" -perm -u+x | head -1)
   cp "$bin" .gpu_bin/
   strip --strip-unneeded ".gpu_bin/$t"
+done
+# BUNDLE_EXTRA_BINS="/path/a /path/b": more binaries (e.g. a benchmark built from an earlier
+# commit, for a before/after in one device call), copied under their own names.
+for extra in ${BUNDLE_EXTRA_BINS:-}; do
+  cp "$extra" .gpu_bin/
+  strip --strip-unneeded ".gpu_bin/$(basename "$extra")"
 done
 
 # Libraries resolved here that are neither glibc/libstdc++/libgcc nor CUDA's own.

@@ -43,6 +43,7 @@ fi
 # "hs1|DEEPINFER_GQA_HEAD_SPLIT=1;hs2|DEEPINFER_GQA_HEAD_SPLIT=2") on the cases of
 # DI_DECODE_AB_CASES ("preset|args;..."; default: Llama at batch 1 / 8 / 32 / 64 with a 512
 # context and batch 1 at 2048, Qwen3-30B-A3B at 1 / 32 with 2048), [model] lines tagged <tag>.
+# An assignment DI_AB_BIN=<file> runs .gpu_bin/<file> instead of bench_cuda_model.
 if [ -n "${DI_DECODE_AB:-}" ] && [ -x .gpu_bin/bench_cuda_model ]; then
   IFS=';' read -ra ab_runs <<<"$DI_DECODE_AB"
   IFS=';' read -ra ab_cases <<<"${DI_DECODE_AB_CASES:-llama3-8b|--conc 1,8,32,64 --ctx 512;llama3-8b|--conc 1 --ctx 2048;qwen3-30b-a3b|--conc 1,32 --ctx 2048}"
@@ -51,8 +52,12 @@ if [ -n "${DI_DECODE_AB:-}" ] && [ -x .gpu_bin/bench_cuda_model ]; then
     for pc in "${ab_cases[@]}"; do
       preset=${pc%%|*} args=${pc#*|}
       name="decode_ab_${tag}_${preset}_$(echo "$args" | tr -dc '0-9' | tail -c 4)"
+      # DI_AB_BIN=<name> among the assignments: that binary of .gpu_bin instead (e.g. a
+      # bench_cuda_model built from the previous commit, for a before/after in one call).
+      bin=bench_cuda_model
+      case " $envs " in *" DI_AB_BIN="*) bin=${envs##*DI_AB_BIN=} bin=${bin%% *} ;; esac
       # shellcheck disable=SC2086
-      run_step "$name" 60 env $envs .gpu_bin/bench_cuda_model --preset "$preset" $args --reps 10 \
+      run_step "$name" 60 env $envs ".gpu_bin/$bin" --preset "$preset" $args --reps 10 \
         --tag "$tag"
       grep -E '^\[model\].*conc' "$OUT/$name.log" >>"$OUT/summary_extra.txt" ||
         echo "[model] $name: no output" >>"$OUT/summary_extra.txt"

@@ -19,8 +19,8 @@
 
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/cuda_sampler.h"
+#include "backend/cuda/kernels/attention.h"
 #endif
 
 namespace di::testing {
@@ -490,7 +490,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     add(new TestFusedLinear(1, 4096, 4096, In::kNone, false, false, true));      // o_proj += x
     add(new TestFusedLinear(1, 4096, 14336, In::kSiluMul, false, false, true));  // down += x
     add(new TestFusedLinear(4, 4096, 14336, In::kSiluMul, false, false, true));
-    add(new TestFusedLinear(1, 4096, 14336, In::kNone, false, false, true));  // down += h
+    add(new TestFusedLinear(1, 4096, 14336, In::kNone, false, false, true));        // down += h
     add(new TestFusedLinear(2, 1152, 4096, In::kRmsNorm, true, false, false));      // qkv bias
     add(new TestFusedLinear(3, 1000, 520, In::kRmsNorm, true, false, true, true));  // k % 256 != 0
     add(new TestFusedLinear(8, 576, 2048, In::kNone, false, false, false));
@@ -508,7 +508,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     add(new TestFusedLinear(8, 2816, 2048, In::kRmsNorm, false, false, false, false, true));
     add(new TestFusedLinear(1, 16, 4096, In::kRmsNorm, false, false, false, false, true));
     add(new TestFusedLinear(12, 300, 128, In::kNone, false, false, false, false, true));
-    add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));         // k % 8 != 0
+    add(new TestFusedLinear(2, 50, 100, In::kNone, true, false, true));  // k % 8 != 0
   }
   add(new TestSiluMul(13, 1408));
   add(new TestSiluMul(1, 14336));
@@ -885,37 +885,60 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 // ---- sampling on the GPU vs the CPU sampler
 // ------------------------------------------------------
 
-// The GQA decode kernel with each q-head group split over two warps (HS = 2, the default on small
-// grids) against one warp per group (HS = 1): the same tokens in the same order per head, so
-// every output must be bit-equal (HS is a speed choice that must not change a sequence's logits).
-TEST(GqaDecodeHeadSplit, BitEqualToOneWarpPerGroup) {
+// The GQA decode kernel's warp layouts: 4 or 8 token warps (TW) times 1 or 2 warps per head group
+// (HS), each chosen by the grid on its own (8 token warps and HS = 2 on small grids), and the
+// split merge by the combine kernel or in the last CTA. Every layout computes the same softmax
+// slots and merges them in the same order, so every output must be bit-equal to the 4-warp,
+// combine-kernel layout's (a speed choice must not change a sequence's logits, or batch
+// invariance would break).
+TEST(GqaDecodeLayout, EveryLayoutBitEqualToFourWarps) {
 #ifdef DI_HAVE_CUDA
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
-  const int saved = cuda::gqa_decode_head_split();
+  const int saved_hs = cuda::gqa_decode_head_split();
+  const int saved_tw = cuda::gqa_decode_token_warps();
+  auto& cb = static_cast<cuda::CudaBackend&>(*be);
+  const bool saved_merge = cb.gqa_merge_in_kernel();
   int64_t checked = 0;
   for (const auto& c : all_cases()) {
     const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
-    if (a == nullptr || a->mla || a->hq / a->hkv < 2) continue;
+    if (a == nullptr || a->mla) continue;
     cuda::set_gqa_decode_head_split(1);
-    const std::vector<Output> one = c->run(*be);
-    cuda::set_gqa_decode_head_split(2);
-    const std::vector<Output> two = c->run(*be);
-    ASSERT_EQ(one.size(), two.size());
-    for (size_t i = 0; i < one.size(); ++i) {
-      int64_t bad = 0;
-      for (int64_t j = 0; j < one[i].value.numel(); ++j) {
-        if (one[i].value.f32()[j] != two[i].value.f32()[j]) ++bad;
+    cuda::set_gqa_decode_token_warps(4);
+    cb.set_gqa_merge_in_kernel(false);
+    const std::vector<Output> ref = c->run(*be);
+    cb.set_gqa_merge_in_kernel(saved_merge);
+    // Every layout, with the splits merged by the combine kernel and by the last CTA.
+    for (const bool in_kernel : {false, true}) {
+      for (const auto& [hs, tw] :
+           {std::pair{1, 4}, std::pair{2, 4}, std::pair{1, 8}, std::pair{2, 8}}) {
+        if ((hs == 2 && a->hq / a->hkv < 2) || (!in_kernel && hs == 1 && tw == 4)) continue;
+        cuda::set_gqa_decode_head_split(hs);
+        cuda::set_gqa_decode_token_warps(tw);
+        cb.set_gqa_merge_in_kernel(in_kernel);
+        const std::vector<Output> got = c->run(*be);
+        cb.set_gqa_merge_in_kernel(saved_merge);
+        ASSERT_EQ(ref.size(), got.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          int64_t bad = 0;
+          for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
+            if (ref[i].value.f32()[j] != got[i].value.f32()[j]) ++bad;
+          }
+          std::printf(
+              "[op] %-60s %-8s hs%d_tw%d_%s_vs_hs1_tw4_combine_bits_differ=%lld of %lld %s\n",
+              c->name().c_str(), ref[i].name.c_str(), hs, tw, in_kernel ? "lastcta" : "combine",
+              static_cast<long long>(bad), static_cast<long long>(ref[i].value.numel()),
+              bad == 0 ? "PASS" : "FAIL");
+          EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "' hs " << hs << " tw "
+                            << tw << " merge in kernel " << in_kernel;
+        }
       }
-      std::printf("[op] %-60s %-8s hs1_vs_hs2_bits_differ=%lld of %lld %s\n", c->name().c_str(),
-                  one[i].name.c_str(), static_cast<long long>(bad),
-                  static_cast<long long>(one[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
-      EXPECT_EQ(bad, 0) << c->name() << " output '" << one[i].name << "'";
     }
     ++checked;
   }
-  cuda::set_gqa_decode_head_split(saved);
-  EXPECT_GE(checked, 6);
+  cuda::set_gqa_decode_head_split(saved_hs);
+  cuda::set_gqa_decode_token_warps(saved_tw);
+  EXPECT_GE(checked, 8);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -287,8 +287,7 @@ bool CudaBackend::try_gemv(const FusedLinearParams& p) {
   g.bias = p.bias ? p.bias->raw() : nullptr;
   if (p.y != nullptr) {
     const int64_t y_cols = p.silu_out ? n / 2 : n;
-    if (p.y->numel() != m * y_cols ||
-        (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
+    if (p.y->numel() != m * y_cols || (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
       return false;
     g.y = p.y->raw();
     g.ldy = y_cols;
@@ -476,8 +475,8 @@ bool mla_decode_call_ok(const PagedAttentionParams& p) {
       p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
                               reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
   return q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
-         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
-                              p.head_dim_v, p.layout.entry_size) &&
+         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
+                              p.layout.entry_size) &&
          reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0;
@@ -794,8 +793,8 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
           0) {
     // Hopper warpgroup-MMA kernel (attention_prefill_wgmma.cu) where it applies, else mma.sync.
     const bool wgmma = attention_prefill_wgmma_ &&
-                       prefill_wgmma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset,
-                                               p.v_offset, p.kv_head_stride, p.layout.entry_size);
+                       prefill_wgmma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset,
+                                               p.kv_head_stride, p.layout.entry_size);
     const int32_t group = p.num_q_heads / p.num_kv_heads;
     const int32_t rows =
         wgmma ? kPrefillWgmmaRows : prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
@@ -817,6 +816,11 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
     const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
     k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
     k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+    // The GQA decode kernel merges the splits itself (attention.h merge_counters); a grown
+    // counter buffer inside a capture is not possible, so the combine kernel runs then.
+    if (gqa_merge_in_kernel_ && !f32_ && plan.num_splits <= 128 &&
+        reserve_attention_counters(int64_t{b.num_seqs} * p.num_kv_heads))
+      k.merge_counters = attention_counters_;
   }
   launch_paged_attention(k, stream_);
   CUDA_CHECK_LAUNCH("paged_attention");

@@ -13,9 +13,9 @@
 // Prefill on CUDA cores is compute-bound (about 20-30 TFLOP/s expected): the tensor-core version
 // is TODO(#5).
 #include <atomic>
+#include <cfloat>
 #include <cstdlib>
 #include <string>
-#include <cfloat>
 #include <type_traits>
 
 #include "backend/cuda/kernels/attention.h"
@@ -27,7 +27,7 @@
 namespace di::cuda {
 namespace {
 
-constexpr int kKvTile = 32;   // kv tokens per tile = warp width (one lane per key in softmax)
+constexpr int kKvTile = 32;  // kv tokens per tile = warp width (one lane per key in softmax)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
@@ -74,15 +74,24 @@ __global__ void tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs, i
 // The element pointers of the mode: bf16 (default) or f32 (the verification mode).
 template <typename T>
 __device__ __forceinline__ const T* q_of(const PagedAttentionKernelParams& p) {
-  if constexpr (std::is_same_v<T, float>) return p.q_f32; else return p.q;
+  if constexpr (std::is_same_v<T, float>)
+    return p.q_f32;
+  else
+    return p.q;
 }
 template <typename T>
 __device__ __forceinline__ T* out_of(const PagedAttentionKernelParams& p) {
-  if constexpr (std::is_same_v<T, float>) return p.out_f32; else return p.out;
+  if constexpr (std::is_same_v<T, float>)
+    return p.out_f32;
+  else
+    return p.out;
 }
 template <typename T>
 __device__ __forceinline__ const T* pool_of(const PagedAttentionKernelParams& p) {
-  if constexpr (std::is_same_v<T, float>) return p.pool_f32; else return p.pool;
+  if constexpr (std::is_same_v<T, float>)
+    return p.pool_f32;
+  else
+    return p.pool;
 }
 // Elements 2c and 2c + 1 of a row as floats (one 4-byte bf16x2 or one 8-byte float2 load).
 __device__ __forceinline__ float2 load_pair(const bf16* row, int c) {
@@ -106,9 +115,10 @@ __device__ __forceinline__ void load_kv_tile(const PagedAttentionKernelParams& p
     const int kvp = kv0 + j;
     const int64_t blk = blocks[kvp / p.block_size];
     const T* entry = pool + blk * p.block_stride + p.layer_offset +
-                        int64_t{kvp % p.block_size} * p.entry_size + elem_offset +
-                        int64_t{kvh} * p.kv_head_stride;
-    reinterpret_cast<uint32_t*>(dst + j * (dim + 2))[c] = reinterpret_cast<const uint32_t*>(entry)[c];
+                     int64_t{kvp % p.block_size} * p.entry_size + elem_offset +
+                     int64_t{kvh} * p.kv_head_stride;
+    reinterpret_cast<uint32_t*>(dst + j * (dim + 2))[c] =
+        reinterpret_cast<const uint32_t*>(entry)[c];
   }
 }
 
@@ -260,15 +270,14 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKerne
 // The body is gqa_decode_token (gqa_decode.cuh, shared with the fused qkv_rope_attention kernel).
 // The split layout and the partials are the generic kernel's, so combine_splits_kernel merges
 // them. Tokens per sequence: any (usually one; a causal limit per token).
-template <int E, int G, int HS>
-__global__ void __launch_bounds__(kGqaDecodeWarps * HS * 32)
-    gqa_decode_kernel(PagedAttentionKernelParams p) {
+template <int E, int G, int HS, int TW>
+__global__ void __launch_bounds__(TW* HS * 32) gqa_decode_kernel(PagedAttentionKernelParams p) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
-  constexpr int D = 32 * E, GL = G / HS, W = kGqaDecodeWarps * HS;
-  __shared__ GqaDecodeShared<E, G, kGqaDecodeWarps> sh;
+  constexpr int D = 32 * E, GL = G / HS, W = TW * HS;
+  __shared__ GqaDecodeShared<E, G> sh;
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const int lane = threadIdx.x & 31;
-  const int h0 = (static_cast<int>(threadIdx.x >> 5) / kGqaDecodeWarps) * GL;  // this warp's heads
+  const int h0 = (static_cast<int>(threadIdx.x >> 5) / TW) * GL;  // this warp's heads
   const GqaDecodeSeq seq = gqa_decode_seq(p, s);
   for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
     float q[GL][E];
@@ -280,52 +289,67 @@ __global__ void __launch_bounds__(kGqaDecodeWarps * HS * 32)
     }
     gqa_decode_token<E, G, W, HS>(p, split, kvh, seq, i, q, sh);
   }
+  if (p.merge_counters != nullptr && p.num_splits > 1)
+    gqa_merge_in_last_cta<G>(p, p.merge_counters, s, kvh);
 }
 
-template <int E, int HS>
+template <int E, int HS, int TW>
 bool launch_decode_eh(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  constexpr int kThreadsHs = kGqaDecodeWarps * HS * 32;
+  constexpr int kThreadsHs = TW * HS * 32;
   switch (group) {
     case 1:
       if constexpr (HS != 1) return false;
-      gqa_decode_kernel<E, 1, 1><<<grid, kThreadsHs, 0, stream>>>(p);
+      gqa_decode_kernel<E, 1, 1, TW><<<grid, kThreadsHs, 0, stream>>>(p);
       return true;
     case 2:
-      gqa_decode_kernel<E, 2, HS><<<grid, kThreadsHs, 0, stream>>>(p);
+      gqa_decode_kernel<E, 2, HS, TW><<<grid, kThreadsHs, 0, stream>>>(p);
       return true;
     case 4:
-      gqa_decode_kernel<E, 4, HS><<<grid, kThreadsHs, 0, stream>>>(p);
+      gqa_decode_kernel<E, 4, HS, TW><<<grid, kThreadsHs, 0, stream>>>(p);
       return true;
     case 8:
-      gqa_decode_kernel<E, 8, HS><<<grid, kThreadsHs, 0, stream>>>(p);
+      gqa_decode_kernel<E, 8, HS, TW><<<grid, kThreadsHs, 0, stream>>>(p);
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
-// 0: HS by the grid (2 when it has at most one CTA per SM and the group has 2+ heads), 1 or 2:
-// forced (DEEPINFER_GQA_HEAD_SPLIT; tests compare the two bitwise).
-std::atomic<int> g_head_split{[] {
-  const char* env = std::getenv("DEEPINFER_GQA_HEAD_SPLIT");
+// 0: by the grid (below), else forced (DEEPINFER_GQA_HEAD_SPLIT = 1|2, DEEPINFER_GQA_TOKEN_WARPS =
+// 4|8; tests compare the layouts bitwise).
+int env_int(const char* name) {
+  const char* env = std::getenv(name);
   return env == nullptr ? 0 : std::atoi(env);
-}()};
+}
+std::atomic<int> g_head_split{env_int("DEEPINFER_GQA_HEAD_SPLIT")};
+std::atomic<int> g_token_warps{env_int("DEEPINFER_GQA_TOKEN_WARPS")};
 
 template <int E>
 bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
   int hs = g_head_split.load(std::memory_order_relaxed);
-  if (hs != 1 && hs != 2) {
-    // A grid of at most one CTA per SM leaves warp slots free: twice the warps, each with half
-    // of the kv head's q heads, halve the per-token chain of warp sums and exps (H200, run 13:
-    // Qwen3-30B-A3B batch 1, 8 q heads per kv head, 242.8 -> 264.1 tok/s; Llama-3.1-8B, 4
-    // heads, within 0.4 %). Full grids keep 4 warps (their SMs have no free warp slots).
-    const int64_t ctas = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
-    hs = ctas <= p.num_sms ? 2 : 1;
-  }
+  int tw = g_token_warps.load(std::memory_order_relaxed);
+  // A grid of at most one CTA per SM leaves warp slots free. Twice the token warps (each one
+  // softmax slot: one chunk of a 64-token split) halve the chain of dependent K/V loads per CTA;
+  // or twice the warps
+  // per token warp, each with half of the kv head's q heads, halve the per-token chain of warp
+  // sums and exps (H200, run 13: Qwen3-30B-A3B batch 1, 8 q heads per kv head, 242.8 -> 264.1
+  // tok/s). Full grids keep 4 warps (their SMs have no free warp slots).
+  const int64_t ctas = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
+  const bool small_grid = ctas <= p.num_sms;
+  if (tw != 4 && tw != 8) tw = small_grid ? 8 : 4;
+  if (kGqaSlots<E> % 8 != 0) tw = 4;  // eight token warps need eight softmax slots
+  if (hs != 1 && hs != 2) hs = small_grid && tw == 4 ? 2 : 1;
   if (group < 2) hs = 1;
-  return hs == 2 ? launch_decode_eh<E, 2>(p, group, stream)
-                 : launch_decode_eh<E, 1>(p, group, stream);
+  if (tw == 8) {
+    if constexpr (E <= 4) {
+      return hs == 2 ? launch_decode_eh<E, 2, 8>(p, group, stream)
+                     : launch_decode_eh<E, 1, 8>(p, group, stream);
+    }
+  }
+  return hs == 2 ? launch_decode_eh<E, 2, 4>(p, group, stream)
+                 : launch_decode_eh<E, 1, 4>(p, group, stream);
 }
 
 bool launch_gqa_decode(const PagedAttentionKernelParams& p, cudaStream_t stream) {
@@ -349,8 +373,18 @@ void launch_rows(const PagedAttentionKernelParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-int gqa_decode_head_split() { return g_head_split.load(std::memory_order_relaxed); }
-void set_gqa_decode_head_split(int hs) { g_head_split.store(hs, std::memory_order_relaxed); }
+int gqa_decode_head_split() {
+  return g_head_split.load(std::memory_order_relaxed);
+}
+void set_gqa_decode_head_split(int hs) {
+  g_head_split.store(hs, std::memory_order_relaxed);
+}
+int gqa_decode_token_warps() {
+  return g_token_warps.load(std::memory_order_relaxed);
+}
+void set_gqa_decode_token_warps(int tw) {
+  g_token_warps.store(tw, std::memory_order_relaxed);
+}
 
 bool gqa_decode_enabled() {
   static const bool on = [] {  // DEEPINFER_ATTN_DECODE=generic: the A/B switch
@@ -379,8 +413,8 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
   // Many rows per (sequence, kv head): 64-row tiles reuse each K/V tile 4x more (prefill).
   const int64_t rows_per_seq = num_seqs > 0 ? int64_t{num_tokens} * group / num_seqs : 0;
   plan.rows_per_tile = (rows_per_seq >= 64 && head_dim_qk <= 256 && head_dim_v <= 256) ? 64 : 16;
-  plan.max_tiles = static_cast<int32_t>((int64_t{num_tokens} * group + plan.rows_per_tile - 1) /
-                                        plan.rows_per_tile + num_seqs);
+  plan.max_tiles = static_cast<int32_t>(
+      (int64_t{num_tokens} * group + plan.rows_per_tile - 1) / plan.rows_per_tile + num_seqs);
   const int32_t kv = max_kv_len > 0 ? max_kv_len : 1;
   // Split the KV only for decode-like batches (few new tokens per sequence), with a fixed split
   // size of 64 tokens (doubled while the workspace would exceed 512 MB): 64 beat 128 and 256 at
@@ -420,7 +454,7 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
   if (gqa_decode_enabled() && launch_gqa_decode(p, stream)) {
-    if (p.num_splits > 1) {
+    if (p.num_splits > 1 && p.merge_counters == nullptr) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
       combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
     }

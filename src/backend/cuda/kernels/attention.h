@@ -55,6 +55,10 @@ struct PagedAttentionKernelParams {
   // The device's multiprocessor count (CudaBackend's): the GQA decode kernel doubles its warps
   // on grids of at most one CTA per SM (gqa_decode_head_split). 0: never.
   int32_t num_sms;
+  // GQA decode kernel, num_splits in 2..128: when set, the last CTA of each (sequence, kv head)
+  // merges the splits (gqa_merge_in_last_cta, same bits as the combine kernel, which is then not
+  // launched); one zeroed uint32 per (sequence, kv head), left zeroed. Other kernels ignore it.
+  uint32_t* merge_counters;
   // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
   // are unused and these f32 tensors (same shapes) are read and written instead.
   const float* q_f32;
@@ -89,6 +93,11 @@ bool gqa_decode_enabled();
 // qkv_rope_attention kernel's).
 int gqa_decode_head_split();
 void set_gqa_decode_head_split(int hs);
+// Token warps of the decode kernel (TW): 4, or 8 (each with one 8-token chunk of a 64-token
+// split; head dims 64 / 128 only); 0 (default, DEEPINFER_GQA_TOKEN_WARPS unset) picks 8 when the
+// grid has at most one CTA per SM. Same bits either way (gqa_decode.cuh).
+int gqa_decode_token_warps();
+void set_gqa_decode_token_warps(int tw);
 
 // Whether the decode kernel takes this call: bf16, separate K and V (GQA), head dims equal and
 // 64 / 128 / 256, group 1 / 2 / 4 / 8, 32-bit aligned per-lane vectors, at most one new token

@@ -2,23 +2,31 @@
 // The per-token body of the GQA decode attention, shared by gqa_decode_kernel (attention.cu) and
 // the fused qkv_rope_attention_kernel (qkv_rope_attention.cu), so both compute the same bits.
 //
-// One CTA of kGqaDecodeWarps "token warps" per (KV split, kv head, sequence), each in HS warps
-// (HS = 2: the decode kernel on small grids, W = 8 warps) that take G / HS of the heads each.
-// Every token warp walks its share of the split's tokens (kChunk at a time: the block ids first,
-// then every K and V row of the chunk in flight together); each lane holds E consecutive dims of
-// K, V, q (for its q heads of the kv head) and the output. q·k is a warp sum per head, the
-// softmax is online per warp, and the token warps merge through shared memory in warp order. A
-// head's arithmetic is the same for every HS (same tokens in the same order, same merge), so HS
-// changes the speed, not the bits. Output: out (one split) or the split's
-// partials (o, m, l) in the generic kernel's layout (attention.h), merged by combine_split_row.
+// One CTA of TW = 4 or 8 "token warps" per (KV split, kv head, sequence), each in HS warps (HS =
+// 2: W = TW * HS warps) that take G / HS of the heads each. The split's tokens are cut into
+// chunks of kChunk (the block ids first, then every K and V row of the chunk in flight together)
+// and the chunks are dealt round-robin to S slots (S = 8 for head dims 64 / 128, else 4): slot σ
+// is the online softmax over chunks σ, σ + S, σ + 2S, … in order, computed by one warp (TW = 4:
+// warp tw computes slot tw, then slot tw + 4; TW = 8: warp w computes slot w). The slots merge in
+// slot order through shared memory. Each lane holds E consecutive dims of K, V, q (for its q heads
+// of the kv head) and the output; q·k is a warp sum per head. A head's arithmetic is the same for
+// every TW and HS (same slots, same merge), so they change the speed, not the bits. Output: out
+// (one split) or the split's partials (o, m, l) in the generic kernel's layout (attention.h),
+// merged by combine_split_row.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/split_combine.cuh"
 
 namespace di::cuda {
 
 inline constexpr int kGqaDecodeWarps = 4;
+// Tokens per chunk, and the softmax slots a split's chunks are dealt to (see above).
+template <int E>
+inline constexpr int kGqaChunk = E <= 4 ? 8 : 4;
+template <int E>
+inline constexpr int kGqaSlots = E <= 4 ? 8 : 4;
 
 template <int E>
 __device__ __forceinline__ void load_bf16_e(const bf16* src, float (&f)[E]) {
@@ -37,11 +45,11 @@ __device__ __forceinline__ void load_bf16_e(const bf16* src, float (&f)[E]) {
   }
 }
 
-// Shared memory of one CTA: each warp's (acc, m, l) before the merge.
-template <int E, int G, int W = kGqaDecodeWarps>
+// Shared memory of one CTA: each slot's (acc, m, l) before the merge.
+template <int E, int G>
 struct GqaDecodeShared {
-  float acc[W][G][32 * E];
-  float ml[W][G][2];
+  float acc[kGqaSlots<E>][G][32 * E];
+  float ml[kGqaSlots<E>][G][2];
 };
 
 // Sequence s's blocks: first index into kv_indices and cached length (0: no blocks, padding).
@@ -55,19 +63,20 @@ __device__ __forceinline__ GqaDecodeSeq gqa_decode_seq(const PagedAttentionKerne
   return {b0, nblocks > 0 ? (nblocks - 1) * p.block_size + p.kv_last_len[s] : 0};
 }
 
-// Token i (of sequence `seq`) over split `split` for kv head kvh. q: this lane's E dims of the G
-// q heads, already multiplied by p.scale. Every thread of the CTA calls it (it ends with a
-// barrier, after which `sh` may be reused).
+// Token i (of sequence `seq`) over split `split` for kv head kvh. q: this lane's E dims of the
+// warp's G / HS q heads, already multiplied by p.scale. Every thread of the CTA calls it (it ends
+// with a barrier, after which `sh` may be reused).
 template <int E, int G, int W = kGqaDecodeWarps, int HS = 1>
 __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParams& p, int split,
                                                  int kvh, GqaDecodeSeq seq, int i,
                                                  const float (&q)[G / HS][E],
-                                                 GqaDecodeShared<E, G, W / HS>& sh) {
+                                                 GqaDecodeShared<E, G>& sh) {
   constexpr int D = 32 * E;
-  constexpr int kChunk = E <= 4 ? 8 : 4;
+  constexpr int kChunk = kGqaChunk<E>, S = kGqaSlots<E>;
   // HS warps per token warp, each with G / HS of the heads (same tokens, same order per head:
   // the bits do not depend on HS).
   constexpr int GL = G / HS, TW = W / HS;
+  static_assert(S % TW == 0, "every token warp computes the same number of slots");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tw = warp % TW, h0 = (warp / TW) * GL;
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
@@ -77,100 +86,103 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
   const int limit = min(seq.kv_len, p.positions[i] + 1);
   const int t0 = split * p.split_size;
   const int t1 = min(limit, t0 + p.split_size);
-  float acc[GL][E], m[GL], l[GL];
+  // This warp's slots: tw, tw + TW, …; slot σ's tokens: t0 + σ * kChunk + j + c * S * kChunk.
+#pragma unroll 1
+  for (int slot = tw; slot < S; slot += TW) {
+    float acc[GL][E], m[GL], l[GL];
 #pragma unroll
-  for (int h = 0; h < GL; ++h) {
+    for (int h = 0; h < GL; ++h) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-  }
-  // This warp's tokens: t0 + tw * kChunk + j + c * TW * kChunk.
-  for (int base = t0 + tw * kChunk; base < t1; base += TW * kChunk) {
-    const bf16* ent[kChunk];
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      const int t = min(base + j, t1 - 1);
-      const int blk = p.kv_indices[seq.b0 + t / p.block_size];
-      ent[j] = layer_base + blk * p.block_stride + int64_t{t % p.block_size} * p.entry_size;
+      for (int e = 0; e < E; ++e) acc[h][e] = 0.0f;
+      m[h] = -INFINITY;
+      l[h] = 0.0f;
     }
-    float kf[kChunk][E], vf[kChunk][E];
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      load_bf16_e<E>(ent[j] + k_col, kf[j]);
-      load_bf16_e<E>(ent[j] + v_col, vf[j]);
-    }
-    if (p.gqa_chunk_softmax != 0) {
-      // Every score of the chunk first (kChunk x G independent warp sums), then one rescale per
-      // head: the per-token chain (sum, max, two exps) no longer serializes the chunk.
-      float sc[kChunk][GL];
+    for (int base = t0 + slot * kChunk; base < t1; base += S * kChunk) {
+      const bf16* ent[kChunk];
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
+        const int t = min(base + j, t1 - 1);
+        const int blk = p.kv_indices[seq.b0 + t / p.block_size];
+        ent[j] = layer_base + blk * p.block_stride + int64_t{t % p.block_size} * p.entry_size;
+      }
+      float kf[kChunk][E], vf[kChunk][E];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        load_bf16_e<E>(ent[j] + k_col, kf[j]);
+        load_bf16_e<E>(ent[j] + v_col, vf[j]);
+      }
+      if (p.gqa_chunk_softmax != 0) {
+        // Every score of the chunk first (kChunk x G independent warp sums), then one rescale per
+        // head: the per-token chain (sum, max, two exps) no longer serializes the chunk.
+        float sc[kChunk][GL];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+#pragma unroll
+          for (int h = 0; h < GL; ++h) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; ++e) d = fmaf(q[h][e], kf[j][e], d);
+            sc[j][h] = d;
+          }
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) {
+#pragma unroll
+            for (int h = 0; h < GL; ++h) sc[j][h] += __shfl_xor_sync(0xffffffffu, sc[j][h], off);
+          }
+        }
 #pragma unroll
         for (int h = 0; h < GL; ++h) {
-          float d = 0.0f;
+          float mc = sc[0][h];  // token base is always < t1
 #pragma unroll
-          for (int e = 0; e < E; ++e) d = fmaf(q[h][e], kf[j][e], d);
-          sc[j][h] = d;
+          for (int j = 1; j < kChunk; ++j) {
+            if (base + j < t1) mc = fmaxf(mc, sc[j][h]);
+          }
+          const float mn = fmaxf(m[h], mc);
+          const float corr = expf(m[h] - mn);  // 0 on the first chunk (m = -inf)
+          l[h] *= corr;
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[h][e] *= corr;
+#pragma unroll
+          for (int j = 0; j < kChunk; ++j) {
+            const float pe = base + j < t1 ? expf(sc[j][h] - mn) : 0.0f;
+            l[h] += pe;
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pe, vf[j][e], acc[h][e]);
+          }
+          m[h] = mn;
         }
+        continue;
       }
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
+      for (int j = 0; j < kChunk; ++j) {
+        if (base + j >= t1) break;  // uniform over the warp
 #pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
+        for (int h = 0; h < GL; ++h) {
+          float sc = 0.0f;
 #pragma unroll
-          for (int h = 0; h < GL; ++h) sc[j][h] += __shfl_xor_sync(0xffffffffu, sc[j][h], off);
+          for (int e = 0; e < E; ++e) sc = fmaf(q[h][e], kf[j][e], sc);
+          sc = warp_sum(sc);
+          const float mn = fmaxf(m[h], sc);
+          const float corr = expf(m[h] - mn);  // 0 on the first token (m = -inf)
+          const float pe = expf(sc - mn);
+          l[h] = l[h] * corr + pe;
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[h][e] = fmaf(acc[h][e], corr, pe * vf[j][e]);
+          m[h] = mn;
         }
       }
-#pragma unroll
-      for (int h = 0; h < GL; ++h) {
-        float mc = sc[0][h];  // token base is always < t1
-#pragma unroll
-        for (int j = 1; j < kChunk; ++j) {
-          if (base + j < t1) mc = fmaxf(mc, sc[j][h]);
-        }
-        const float mn = fmaxf(m[h], mc);
-        const float corr = expf(m[h] - mn);  // 0 on the first chunk (m = -inf)
-        l[h] *= corr;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[h][e] *= corr;
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          const float pe = base + j < t1 ? expf(sc[j][h] - mn) : 0.0f;
-          l[h] += pe;
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[h][e] = fmaf(pe, vf[j][e], acc[h][e]);
-        }
-        m[h] = mn;
-      }
-      continue;
     }
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      if (base + j >= t1) break;  // uniform over the warp
+    for (int h = 0; h < GL; ++h) {
 #pragma unroll
-      for (int h = 0; h < GL; ++h) {
-        float sc = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) sc = fmaf(q[h][e], kf[j][e], sc);
-        sc = warp_sum(sc);
-        const float mn = fmaxf(m[h], sc);
-        const float corr = expf(m[h] - mn);  // 0 on the first token (m = -inf)
-        const float pe = expf(sc - mn);
-        l[h] = l[h] * corr + pe;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[h][e] = fmaf(acc[h][e], corr, pe * vf[j][e]);
-        m[h] = mn;
+      for (int e = 0; e < E; ++e) sh.acc[slot][h0 + h][lane * E + e] = acc[h][e];
+      if (lane == 0) {
+        sh.ml[slot][h0 + h][0] = m[h];
+        sh.ml[slot][h0 + h][1] = l[h];
       }
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < GL; ++h) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) sh.acc[tw][h0 + h][lane * E + e] = acc[h][e];
-    if (lane == 0) {
-      sh.ml[tw][h0 + h][0] = m[h];
-      sh.ml[tw][h0 + h][1] = l[h];
     }
   }
   __syncthreads();
@@ -178,11 +190,11 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     const int h = idx / D, d = idx % D;
     float mm = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < TW; ++w) mm = fmaxf(mm, sh.ml[w][h][0]);
+    for (int w = 0; w < S; ++w) mm = fmaxf(mm, sh.ml[w][h][0]);
     float ll = 0.0f, o = 0.0f;
     if (mm != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < TW; ++w) {
+      for (int w = 0; w < S; ++w) {
         const float mw = sh.ml[w][h][0];
         if (mw == -INFINITY) continue;
         const float c = expf(mw - mm);
@@ -202,6 +214,39 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     }
   }
   __syncthreads();  // sh is reused by the next token
+}
+
+// After every token of sequence s wrote this split's partials: the last CTA of (s, kv head kvh)
+// to arrive merges all splits of those rows into out (combine_split_row_dim, through L2) and
+// resets the counter. The merge's bits equal the combine kernel's (128 threads) when the CTA has
+// at least 128 threads and num_splits <= 128 (each split then sits on the same thread: the
+// callers' condition). Returns whether this CTA merged. Every thread of the CTA calls it.
+template <int G>
+__device__ __forceinline__ void gqa_merge_in_last_cta(const PagedAttentionKernelParams& p,
+                                                      uint32_t* counters, int s, int kvh) {
+  __shared__ bool last_s;
+  // Every thread fences its own partial writes before the barrier, so thread 0's atomic is
+  // ordered after all of them (the threadfence-reduction pattern of the CUDA guide).
+  __threadfence();
+  __syncthreads();
+  uint32_t* counter = counters + int64_t{s} * p.num_kv_heads + kvh;
+  if (threadIdx.x == 0) last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(p.num_splits - 1);
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();  // acquire side: the other splits' partials, read through L2 below
+  const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
+  for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
+    for (int h = 0; h < G; ++h) {
+      const int64_t row = int64_t{i} * p.num_q_heads + kvh * G + h;
+      for (int d0 = 0; d0 < p.head_dim_v; d0 += static_cast<int>(blockDim.x))
+        combine_split_row_dim<bf16, true>(p.partial_o, p.partial_ml, rows, p.num_splits,
+                                          p.head_dim_v, row, d0 + static_cast<int>(threadIdx.x),
+                                          p.out);
+    }
+  }
+  // Every CTA of (s, kv head) has counted; nothing else touches the counter before the kernel
+  // ends, so a plain store readies it for the next launch (and graph replay).
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 }  // namespace di::cuda
