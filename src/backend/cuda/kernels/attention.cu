@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKerne
 // The split layout and the partials are the generic kernel's, so combine_splits_kernel merges
 // them. Tokens per sequence: any (usually one; a causal limit per token).
 template <int E, int G, int HS, int TW>
-__global__ void __launch_bounds__(TW* HS * 32) gqa_decode_kernel(PagedAttentionKernelParams p) {
+__global__ void __launch_bounds__(TW* HS * 32, TW == 8 ? 1 : 0)
+    gqa_decode_kernel(PagedAttentionKernelParams p) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   constexpr int D = 32 * E, GL = G / HS, W = TW * HS;
   __shared__ GqaDecodeShared<E, G> sh;
@@ -289,8 +290,6 @@ __global__ void __launch_bounds__(TW* HS * 32) gqa_decode_kernel(PagedAttentionK
     }
     gqa_decode_token<E, G, W, HS>(p, split, kvh, seq, i, q, sh);
   }
-  if (p.merge_counters != nullptr && p.num_splits > 1)
-    gqa_merge_in_last_cta<G>(p, p.merge_counters, s, kvh);
 }
 
 template <int E, int HS, int TW>
@@ -330,16 +329,16 @@ template <int E>
 bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
   int hs = g_head_split.load(std::memory_order_relaxed);
   int tw = g_token_warps.load(std::memory_order_relaxed);
-  // A grid of at most one CTA per SM leaves warp slots free. Twice the token warps (each one
-  // softmax slot: one chunk of a 64-token split) halve the chain of dependent K/V loads per CTA;
-  // or twice the warps
+  // A grid of at most one CTA per SM leaves warp slots free. Twice the token warps (one chunk of
+  // a 64-token split each) halve the chain of dependent K/V loads per CTA; or twice the warps
   // per token warp, each with half of the kv head's q heads, halve the per-token chain of warp
   // sums and exps (H200, run 13: Qwen3-30B-A3B batch 1, 8 q heads per kv head, 242.8 -> 264.1
   // tok/s). Full grids keep 4 warps (their SMs have no free warp slots).
   const int64_t ctas = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
   const bool small_grid = ctas <= p.num_sms;
   if (tw != 4 && tw != 8) tw = small_grid ? 8 : 4;
-  if (kGqaSlots<E> % 8 != 0) tw = 4;  // eight token warps need eight softmax slots
+  // Eight token warps reproduce four's arithmetic when each of the four has at most two chunks.
+  if (p.split_size > 8 * kGqaChunk<E>) tw = 4;
   if (hs != 1 && hs != 2) hs = small_grid && tw == 4 ? 2 : 1;
   if (group < 2) hs = 1;
   if (tw == 8) {
@@ -454,7 +453,7 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
   if (gqa_decode_enabled() && launch_gqa_decode(p, stream)) {
-    if (p.num_splits > 1 && p.merge_counters == nullptr) {
+    if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
       combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
     }

@@ -55,10 +55,6 @@ struct PagedAttentionKernelParams {
   // The device's multiprocessor count (CudaBackend's): the GQA decode kernel doubles its warps
   // on grids of at most one CTA per SM (gqa_decode_head_split). 0: never.
   int32_t num_sms;
-  // GQA decode kernel, num_splits in 2..128: when set, the last CTA of each (sequence, kv head)
-  // merges the splits (gqa_merge_in_last_cta, same bits as the combine kernel, which is then not
-  // launched); one zeroed uint32 per (sequence, kv head), left zeroed. Other kernels ignore it.
-  uint32_t* merge_counters;
   // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
   // are unused and these f32 tensors (same shapes) are read and written instead.
   const float* q_f32;
