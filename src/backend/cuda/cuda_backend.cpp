@@ -66,6 +66,10 @@ T* mptr(const Tensor& t) {
   return static_cast<T*>(t.raw());
 }
 
+// Defined below (the paged-attention helpers); fused_linear's rope_store uses them too.
+void check_qkv_rope_store(const QkvRopeStoreParams& p, DType dt);
+QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f32);
+
 }  // namespace
 
 bool cuda_available() {
@@ -294,6 +298,24 @@ bool CudaBackend::try_gemv(const FusedLinearParams& p) {
     g.y_f32 = p.y->dtype() == DType::kF32;
   }
   g.silu_out = p.silu_out;
+  if (p.rope_store != nullptr) {
+    // The rope and KV write in the epilogue: q heads into q_out, y (the qkv) left unwritten.
+    // DEEPINFER_GEMV_ROPE=0 (the A/B switch): the GEMM, then qkv_rope_store_kernel.
+    static const bool rope_in_gemv = [] {
+      const char* env = std::getenv("DEEPINFER_GEMV_ROPE");
+      return env == nullptr || std::string(env) != "0";
+    }();
+    if (!rope_in_gemv) return false;
+    const QkvRopeStoreParams& rs = *p.rope_store;
+    if (rs.q_out == nullptr || rs.q_out->dtype() != DType::kBF16 ||
+        rs.q_out->numel() != m * rs.num_q_heads * rs.head_dim || rs.cos_sin == nullptr)
+      return false;
+    g.rope_out = true;
+    g.rope = store_kernel_params(rs, false);
+    g.y = rs.q_out->raw();
+    g.ldy = int64_t{rs.num_q_heads} * rs.head_dim;
+    g.y_f32 = false;
+  }
   if (p.residual != nullptr) {
     if (p.residual->numel() != m * n || p.residual->dtype() != DType::kBF16) return false;
     g.residual = p.residual->raw();
@@ -317,6 +339,11 @@ void CudaBackend::fused_linear(const FusedLinearParams& p) {
   if (p.residual) {
     check_dev(*p.residual, dt_, "fused_linear", "residual");
     DI_CHECK(p.residual->raw() != p.x->raw(), "cuda fused_linear: residual must not alias x");
+  }
+  if (p.rope_store) {
+    check_qkv_rope_store(*p.rope_store, dt_);
+    DI_CHECK(p.y != nullptr && p.residual == nullptr && !p.silu_out && p.rope_store->qkv == p.y,
+             "cuda fused_linear: rope_store needs y (its qkv), no residual and no silu_out");
   }
   if (try_gemv(p)) return;
   fused_linear_composed(*this, p);

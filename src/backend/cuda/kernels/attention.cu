@@ -329,18 +329,21 @@ template <int E>
 bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
   int hs = g_head_split.load(std::memory_order_relaxed);
   int tw = g_token_warps.load(std::memory_order_relaxed);
-  // A grid of at most one CTA per SM leaves warp slots free. Twice the token warps (one chunk of
-  // a 64-token split each) halve the chain of dependent K/V loads per CTA; or twice the warps
-  // per token warp, each with half of the kv head's q heads, halve the per-token chain of warp
-  // sums and exps (H200, run 13: Qwen3-30B-A3B batch 1, 8 q heads per kv head, 242.8 -> 264.1
-  // tok/s). Full grids keep 4 warps (their SMs have no free warp slots).
+  // Measured on the H200 (docs/cuda_backend.md "GQA decode attention", run 14):
+  // - HS = 2 (twice the warps, each with half of the kv head's q heads: half the per-token chain
+  //   of warp sums and exps) on grids of at most one CTA per SM, which leave warp slots free
+  //   (Qwen3-30B-A3B batch 1: 242.8 -> 264.1 tok/s), and for 8 q heads per kv head on any grid
+  //   (half the registers per thread, 244 -> 128: Qwen3 batch 32 955 -> 1,010 tok/s);
+  // - TW = 8 token warps on such small grids when each warp then has two heads (Llama-3.1-8B
+  //   batch 1: 223.6 -> 225.8 tok/s); with four heads per warp the handed-over chain is longer
+  //   than the loads it overlaps (Qwen3 batch 1: 263.7 -> 256.1).
   const int64_t ctas = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
   const bool small_grid = ctas <= p.num_sms;
-  if (tw != 4 && tw != 8) tw = small_grid ? 8 : 4;
+  if (hs != 1 && hs != 2) hs = small_grid || group >= 8 ? 2 : 1;
+  if (group < 2) hs = 1;
+  if (tw != 4 && tw != 8) tw = small_grid && group / hs == 2 ? 8 : 4;
   // Eight token warps reproduce four's arithmetic when each of the four has at most two chunks.
   if (p.split_size > 8 * kGqaChunk<E>) tw = 4;
-  if (hs != 1 && hs != 2) hs = small_grid && tw == 4 ? 2 : 1;
-  if (group < 2) hs = 1;
   if (tw == 8) {
     if constexpr (E <= 4) {
       return hs == 2 ? launch_decode_eh<E, 2, 8>(p, group, stream)

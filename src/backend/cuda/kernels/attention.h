@@ -83,15 +83,14 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
 // The decode kernel (gqa_decode_kernel, attention.cu) is on unless DEEPINFER_ATTN_DECODE=generic
 // (the A/B switch; read once per process).
 bool gqa_decode_enabled();
-// Warps per head group of the decode kernel (HS): 1 (4 warps per CTA) or 2 (8 warps, each with
-// half of the group's q heads); 0 (default, DEEPINFER_GQA_HEAD_SPLIT unset) picks 2 when the grid
-// has at most one CTA per SM. The bits are the same either way (and the same as the fused
-// qkv_rope_attention kernel's).
+// Warps per head group of the decode kernel (HS): 1, or 2 (each with half of the group's q
+// heads); and token warps (TW): 4, or 8 (warp w + 4 continues warp w's online softmax over the
+// next chunk: head dims 64 / 128, splits of at most 64 tokens). 0 (default; the environment's
+// DEEPINFER_GQA_HEAD_SPLIT / DEEPINFER_GQA_TOKEN_WARPS) picks by the grid and the group
+// (launch_decode_e in attention.cu). The bits are the same for every choice (and the same as the
+// fused qkv_rope_attention kernel's).
 int gqa_decode_head_split();
 void set_gqa_decode_head_split(int hs);
-// Token warps of the decode kernel (TW): 4, or 8 (each with one 8-token chunk of a 64-token
-// split; head dims 64 / 128 only); 0 (default, DEEPINFER_GQA_TOKEN_WARPS unset) picks 8 when the
-// grid has at most one CTA per SM. Same bits either way (gqa_decode.cuh).
 int gqa_decode_token_warps();
 void set_gqa_decode_token_warps(int tw);
 
