@@ -60,33 +60,23 @@ struct TestQkvRopeStore : OpCase {
 // Backend::fused_linear with rope_store (the QKV projection of a GQA layer: norm, GEMM, rope, KV
 // write; on CUDA one GEMV for a batch-1 row without q/k norms) vs the CPU's composition. Outputs:
 // q_out and the pool (the new tokens' entries and, untouched, the rest). Batches: one decode token
-// (the GEMV; with a bias, a bf16 rope table, a padding token whose slot is -1, a position past the
-// table), or three (the composed path), and the Qwen3 head norms (composed: the GEMV declines).
+// (the GEMV; with a bias, a padding token whose slot is -1), or three (the composed path unless
+// DEEPINFER_GEMV_MAX_ROWS allows 3), and the Qwen3 head norms (the GEMV declines the rope).
 struct TestNormQkvRopeStore : OpCase {
   int32_t block_size, hq, hkv, d, k;
-  bool bias, norm, bf16_table, padding, past_table;
+  bool bias, norm, padding;
   int32_t tokens;
   TestNormQkvRopeStore(int32_t bs, int32_t q, int32_t kv, int32_t dim, int32_t in, int32_t t,
-                       bool b, bool n, bool bf16_cs = false, bool pad = false, bool past = false)
-      : block_size(bs),
-        hq(q),
-        hkv(kv),
-        d(dim),
-        k(in),
-        bias(b),
-        norm(n),
-        bf16_table(bf16_cs),
-        padding(pad),
-        past_table(past),
-        tokens(t) {}
+                       bool b, bool n, bool pad = false)
+      : block_size(bs), hq(q), hkv(kv), d(dim), k(in), bias(b), norm(n), padding(pad), tokens(t) {}
   std::string name() const override {
     return "fused_linear_rope_store_bs" + std::to_string(block_size) + "_hq" + std::to_string(hq) +
            "_hkv" + std::to_string(hkv) + "_d" + std::to_string(d) + "_k" + std::to_string(k) +
            "_t" + std::to_string(tokens) + (bias ? "_bias" : "") + (norm ? "_qknorm" : "") +
-           (bf16_table ? "_bf16cs" : "") + (padding ? "_pad" : "") + (past_table ? "_past" : "");
+           (padding ? "_pad" : "");
   }
   std::vector<Output> run(Backend& be) const override {
-    const int32_t entry = 2 * hkv * d, layers = 3, max_pos = past_table ? 40 : 300;
+    const int32_t entry = 2 * hkv * d, layers = 3, max_pos = 300;
     using P = std::vector<std::pair<int, int>>;
     PagedSetup s(tokens == 1 ? P{{padding ? 0 : 45, 1}} : P{{45, 1}, {0, 1}, {130, 1}}, block_size,
                  layers, entry);
@@ -107,7 +97,7 @@ struct TestNormQkvRopeStore : OpCase {
         cs_host.f32()[p * d + j] = static_cast<float>(std::cos(a));
         cs_host.f32()[p * d + d / 2 + j] = static_cast<float>(std::sin(a));
       }
-    Tensor cos_sin = be.upload(cs_host, bf16_table ? DType::kBF16 : DType::kF32);
+    Tensor cos_sin = be.upload(cs_host, DType::kF32);
     Tensor qkv = be.empty({s.num_tokens, n}, be.compute_dtype());
     Tensor q = be.empty({s.num_tokens, hq, d}, be.compute_dtype());
     QkvRopeStoreParams rp;
@@ -401,9 +391,9 @@ void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestQkvRopeStore(16, 5, 1, 64, false));
   // fused_linear + rope_store: Llama-3.1-8B heads (k cut to 512), odd heads, d 64 / 256.
   c.emplace_back(new TestNormQkvRopeStore(16, 32, 8, 128, 512, 1, false, false));
-  c.emplace_back(new TestNormQkvRopeStore(1, 5, 1, 64, 256, 1, true, false, true));
-  c.emplace_back(new TestNormQkvRopeStore(64, 4, 2, 256, 128, 1, false, false, false, true));
-  c.emplace_back(new TestNormQkvRopeStore(16, 8, 2, 128, 256, 1, true, false, false, false, true));
+  c.emplace_back(new TestNormQkvRopeStore(1, 5, 1, 64, 256, 1, true, false));
+  c.emplace_back(new TestNormQkvRopeStore(64, 4, 2, 256, 128, 1, false, false, true));
+  c.emplace_back(new TestNormQkvRopeStore(16, 8, 2, 128, 4096, 1, true, false));
   c.emplace_back(new TestNormQkvRopeStore(16, 8, 2, 128, 256, 3, true, false));
   c.emplace_back(new TestNormQkvRopeStore(16, 8, 2, 128, 256, 1, false, true));
   using Src = TestMlaRopeStore::Src;

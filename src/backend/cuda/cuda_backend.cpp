@@ -346,6 +346,13 @@ void CudaBackend::fused_linear(const FusedLinearParams& p) {
              "cuda fused_linear: rope_store needs y (its qkv), no residual and no silu_out");
   }
   if (try_gemv(p)) return;
+  if (p.rope_store != nullptr) {  // the GEMV without the rope (q/k norms, ...), then the kernel
+    FusedLinearParams lp = p;
+    lp.rope_store = nullptr;
+    fused_linear(lp);
+    qkv_rope_store(*p.rope_store);
+    return;
+  }
   fused_linear_composed(*this, p);
 }
 

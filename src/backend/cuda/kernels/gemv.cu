@@ -173,11 +173,12 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 // per lane). S >= 2: S - 1 items are in flight in a per-thread ring of S shared-memory stages
 // filled by cp.async (each thread reads back only what it copied itself, so no barrier): more
 // bytes in flight per SM than the register file leaves room for.
-template <int M, GemvIn IN, int S>
+template <int M, GemvIn IN, int S, bool ROPE>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
   // [M][k / 8] staged activations, then (S > 0) the ring [S][U][kThreads]
   extern __shared__ uint4 xs_vec[];
   __shared__ float red[kWarps][M];
+  __shared__ float pair_s[2][kWarps / 2][M];  // rope_out: second rows' sums, by group parity
   __shared__ float scratch[32];
   constexpr int U = kLoadsPerLane<M>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -189,23 +190,30 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   const uint4* wbase = static_cast<const uint4*>(p.w);
   // The warp's work as a flat list of items (row group g of this CTA, chunk c of the row), the
   // same count for every warp of the CTA: rows >= n_out load nothing but keep the CTA in step.
-  // silu_out: output row r is weight rows r (gate) and n_out + r (up), one after the other;
-  // rope_out: pair r is weight rows h·d + j and h·d + j + d/2 (h = r / (d/2), j = r % (d/2)).
-  const bool pairs = p.silu_out || p.rope_out;
+  // silu_out: output row r is weight rows r (gate) and n_out + r (up), one after the other.
+  // rope_out: a CTA's group of rows_per_cta units is rows_per_cta / 2 pairs (h·d + j, h·d + j +
+  // d/2): the first half of its warps computes the pairs' first rows, the second half their
+  // second rows, and the two halves meet in shared memory (the grid is the plain GEMV's).
+  const bool pairs = p.silu_out;
   const int64_t n_out = pairs ? p.n / 2 : p.n;
   const int chunks = (k8 + U * vstride - 1) / (U * vstride);
   const int row_items = pairs ? 2 * chunks : chunks;
-  const int rope_half = p.rope.head_dim / 2;
+  const int rope_half = p.rope.head_dim / 2, group_half = rows_per_cta / 2;
   const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
   const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
   const int64_t groups = first_rb < n_out ? (n_out - first_rb + row_step - 1) / row_step : 0;
   const int64_t items = groups * row_items;
   struct Item {
-    int64_t r;    // output row (pairs: the pair)
+    int64_t r;    // output row (silu_out: the pair; rope_out: the unit)
     int64_t wr;   // weight row
     int c;        // chunk of the weight row
     bool last;    // the weight row's last chunk
-    bool second;  // pairs: the pair's second weight row
+    bool second;  // silu_out: the pair's second weight row
+  };
+  // rope_out: unit u's pair (its group's pairs are consecutive) and whether it is the second row.
+  auto rope_pair_of = [&](int64_t u) {
+    const int i = static_cast<int>(u % rows_per_cta);
+    return (u / rows_per_cta) * group_half + i % group_half;
   };
   auto locate = [&](int64_t item) {
     Item t;
@@ -213,9 +221,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     const int ci = static_cast<int>(item % row_items);
     t.second = ci >= chunks;
     t.c = t.second ? ci - chunks : ci;
-    if (p.rope_out) {
-      const int64_t first = (t.r / rope_half) * 2 * rope_half + t.r % rope_half;
-      t.wr = t.second ? first + rope_half : first;
+    if constexpr (ROPE) {
+      const int64_t pr = rope_pair_of(t.r);
+      t.wr = (pr / rope_half) * 2 * rope_half + pr % rope_half +
+             (row_in_cta >= group_half ? rope_half : 0);
     } else {
       t.wr = t.second ? t.r + n_out : t.r;
     }
@@ -315,6 +324,25 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
       }
       __syncthreads();
     }
+    if constexpr (ROPE) {
+      // Every warp of the CTA is here for the same group: second rows hand their sums over,
+      // first rows rotate and store the pair. pair_s alternates by group, so one barrier does.
+      const int par = static_cast<int>((item / row_items) & 1);
+      if (sub == 0 && lane == 0 && row_in_cta >= group_half) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) pair_s[par][row_in_cta - group_half][m] = acc[m];
+      }
+      __syncthreads();
+      if (sub == 0 && row_in_cta < group_half && r < n_out) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          if (lane == m) store_rope(p, m, rope_pair_of(r), acc[m], pair_s[par][row_in_cta][m]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+      return;
+    }
     if (pairs && !t.second) {  // the pair's first row: kept until its second row is done
 #pragma unroll
       for (int m = 0; m < M; ++m) {
@@ -329,8 +357,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
         if (lane != m) continue;  // lane m writes row m
         if (p.silu_out) {
           store_silu(p, m, r, gate[m], acc[m]);
-        } else if (p.rope_out) {
-          store_rope(p, m, r, gate[m], acc[m]);
         } else {
           store_out(p, m, r, acc[m]);
         }
@@ -384,10 +410,10 @@ constexpr int64_t ring_bytes(int s) {
   return int64_t{s} * kLoadsPerLane<M> * 16 * kThreads;
 }
 
-// Opens gemv_kernel<M, IN, S> to the device's shared-memory opt-in (once per device) and returns
+// Opens gemv_kernel<M, IN, S, R> to the device's shared-memory opt-in (once per device) and returns
 // its resident CTAs per SM with `smem` bytes of dynamic shared memory (cached per size; 0 when
 // it does not fit).
-template <int M, GemvIn IN, int S>
+template <int M, GemvIn IN, int S, bool R>
 cudaError_t occupancy(int64_t smem, int* occ) {
   static std::atomic<uint64_t> opted_in{0};
   int dev = 0;
@@ -397,11 +423,12 @@ cudaError_t occupancy(int64_t smem, int* occ) {
   if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
     cudaFuncAttributes fa{};
     int optin = 0;
-    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN, S>)) != cudaSuccess) return err;
+    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN, S, R>)) != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
-    err = cudaFuncSetAttribute(gemv_kernel<M, IN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               optin - static_cast<int>(fa.sharedSizeBytes));
+    err =
+        cudaFuncSetAttribute(gemv_kernel<M, IN, S, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             optin - static_cast<int>(fa.sharedSizeBytes));
     if (err != cudaSuccess) return err;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
@@ -412,7 +439,7 @@ cudaError_t occupancy(int64_t smem, int* occ) {
   if (it == occ_of_smem.end()) {
     int o = 0;
     if (smem <= kMaxDynSmem) {
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, gemv_kernel<M, IN, S>, kThreads,
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, gemv_kernel<M, IN, S, R>, kThreads,
                                                           static_cast<size_t>(smem));
       if (err != cudaSuccess) return err;
     }
@@ -452,31 +479,32 @@ GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
   return {static_cast<unsigned>(std::min<int64_t>(groups, slots)), split};
 }
 
-template <int M, GemvIn IN, int S>
+template <int M, GemvIn IN, int S, bool R>
 cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
                         cudaStream_t stream) {
   const int64_t slots = int64_t{std::max(occ, 1)} * num_sms;
-  const int64_t n_out = p.silu_out || p.rope_out ? p.n / 2 : p.n;
+  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
   // A split must leave every lane a full load batch per row chunk (U vectors), or the loads in
   // flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
   constexpr int U = kLoadsPerLane<M>;
-  const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
+  // rope_out pairs rows inside a CTA: at least two rows per CTA group.
+  const int max_split = std::max(1, std::min(p.rope_out ? kWarps / 2 : kWarps, p.k / 8 / (U * 32)));
   const GridPlan g = plan_grid(n_out, slots, max_split);
-  return launch_pdl(gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads), static_cast<size_t>(smem),
-                    stream, p, g.split);
+  return launch_pdl(gemv_kernel<M, IN, S, R>, dim3(g.grid), dim3(kThreads),
+                    static_cast<size_t>(smem), stream, p, g.split);
 }
 
 // Launches the ring of depth S when it fits next to the staged activations (*launched false
 // otherwise: the caller uses the registers).
-template <int M, GemvIn IN, int S>
+template <int M, GemvIn IN, int S, bool R>
 cudaError_t launch_ring(const GemvParams& p, int num_sms, cudaStream_t stream, bool* launched) {
   const int64_t smem = gemv_smem_bytes(M, p.k) + ring_bytes<M>(S);
   int occ = 0;
   *launched = false;
-  cudaError_t err = occupancy<M, IN, S>(smem, &occ);
+  cudaError_t err = occupancy<M, IN, S, R>(smem, &occ);
   if (err != cudaSuccess || occ == 0) return err;
   *launched = true;
-  return launch_grid<M, IN, S>(p, num_sms, occ, smem, stream);
+  return launch_grid<M, IN, S, R>(p, num_sms, occ, smem, stream);
 }
 
 // The ring depth of a call: the forced setting, else (policy) 3 stages for one row, at least
@@ -495,17 +523,17 @@ int ring_depth(const GemvParams& p) {
   return M == 1 && p.k >= kRingMinDim && p.n >= kRingMinDim && bytes <= kRingMaxBytes ? 3 : 0;
 }
 
-template <int M, GemvIn IN>
+template <int M, GemvIn IN, bool R = false>
 cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   if constexpr (M <= kRingMaxRows) {
     bool launched = false;
     cudaError_t err = cudaSuccess;
     switch (ring_depth<M>(p)) {
       case 2:
-        err = launch_ring<M, IN, 2>(p, num_sms, stream, &launched);
+        err = launch_ring<M, IN, 2, R>(p, num_sms, stream, &launched);
         break;
       case 3:
-        err = launch_ring<M, IN, 3>(p, num_sms, stream, &launched);
+        err = launch_ring<M, IN, 3, R>(p, num_sms, stream, &launched);
         break;
       default:
         break;
@@ -514,9 +542,9 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   }
   const int64_t smem = gemv_smem_bytes(M, p.k);
   int occ = 0;
-  cudaError_t err = occupancy<M, IN, 0>(smem, &occ);
+  cudaError_t err = occupancy<M, IN, 0, R>(smem, &occ);
   if (err != cudaSuccess) return err;
-  return launch_grid<M, IN, 0>(p, num_sms, occ, smem, stream);
+  return launch_grid<M, IN, 0, R>(p, num_sms, occ, smem, stream);
 }
 
 template <int M>
@@ -525,6 +553,11 @@ cudaError_t launch_m(const GemvParams& p, int num_sms, cudaStream_t stream) {
     case GemvIn::kNone:
       return launch_m_in<M, GemvIn::kNone>(p, num_sms, stream);
     case GemvIn::kRmsNorm:
+      // rope_out (gemv_supported: one row, the norm): its own instantiations, so the others
+      // carry none of its epilogue.
+      if constexpr (M == 1) {
+        if (p.rope_out) return launch_m_in<M, GemvIn::kRmsNorm, true>(p, num_sms, stream);
+      }
       return launch_m_in<M, GemvIn::kRmsNorm>(p, num_sms, stream);
     case GemvIn::kSiluMul:
       return launch_m_in<M, GemvIn::kSiluMul>(p, num_sms, stream);
@@ -549,12 +582,12 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
     return false;
   if (p.rope_out) {
     const QkvRopeStoreKernelParams& r = p.rope;
-    if (p.silu_out || p.y == nullptr || p.y_f32 || p.residual != nullptr || r.f32 ||
-        r.q_norm != nullptr || r.k_norm != nullptr || r.head_dim < 2 || r.head_dim % 2 != 0 ||
-        r.num_q_heads < 1 || r.num_kv_heads < 1 || r.tokens != p.m ||
-        p.ldy != int64_t{r.num_q_heads} * r.head_dim ||
+    if (p.m != 1 || p.in != GemvIn::kRmsNorm || p.silu_out || p.y == nullptr || p.y_f32 ||
+        p.residual != nullptr || r.f32 || r.q_norm != nullptr || r.k_norm != nullptr ||
+        r.head_dim < 2 || r.head_dim % 2 != 0 || r.num_q_heads < 1 || r.num_kv_heads < 1 ||
+        r.tokens != p.m || p.ldy != int64_t{r.num_q_heads} * r.head_dim ||
         int64_t{p.n} != int64_t{r.num_q_heads + 2 * r.num_kv_heads} * r.head_dim ||
-        r.entry_size < 2 * r.num_kv_heads * r.head_dim || r.block_size < 1)
+        r.entry_size < 2 * r.num_kv_heads * r.head_dim || r.block_size < 1 || p.n % kWarps != 0)
       return false;
   }
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
