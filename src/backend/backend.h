@@ -39,10 +39,10 @@ struct PagedBatch {
   Tensor slot_mapping;  // [T] block_id * block_size + offset where each new token's KV goes;
                         // negative: padding (CUDA-graph buckets), nothing is written
   Tensor qo_indptr;     // [S + 1] new tokens of sequence s are rows [qo_indptr[s], qo_indptr[s+1])
-  Tensor kv_indptr;   // [S + 1] blocks of sequence s are kv_indices[kv_indptr[s] .. kv_indptr[s+1])
-                      // (none: a padding sequence, whose attention output is zero)
-  Tensor kv_indices;  // block ids, concatenated per sequence
-  Tensor kv_last_len;  // [S] valid tokens in each sequence's last block (1..block_size)
+  Tensor kv_indptr;     // [S + 1] blocks of sequence s are kv_indices[kv_indptr[s] .. kv_indptr[s+1])
+                        // (none: a padding sequence, whose attention output is zero)
+  Tensor kv_indices;    // block ids, concatenated per sequence
+  Tensor kv_last_len;   // [S] valid tokens in each sequence's last block (1..block_size)
   int32_t num_seqs = 0;
   int32_t num_tokens = 0;
   int32_t max_kv_len = 0;  // host-side hint for kernels that size work by context length
@@ -58,7 +58,7 @@ struct PagedAttentionParams {
   // is [T, num_q_heads, rope_dim] (rope_dim = q_rope->size(-1)), and the query of (t, h) is
   // [q[t, h, :] | q_rope[t, h, :]]. Same results as attention on the concatenation.
   const Tensor* q_rope = nullptr;
-  Tensor* out = nullptr;         // [T, num_q_heads, head_dim_v]
+  Tensor* out = nullptr;      // [T, num_q_heads, head_dim_v]
   const Tensor* pool = nullptr;  // the KV pool, KvLayout order
   KvLayout layout;
   int32_t layer = 0;
@@ -66,10 +66,10 @@ struct PagedAttentionParams {
   int32_t num_kv_heads = 0;  // q head h reads kv head h / (num_q_heads / num_kv_heads)
   int32_t head_dim_qk = 0;
   int32_t head_dim_v = 0;
-  int32_t k_offset = 0;        // elements from the start of a token's entry to K of kv head 0
-  int32_t v_offset = 0;        // elements from the start of a token's entry to V of kv head 0
-  int32_t kv_head_stride = 0;  // elements between consecutive kv heads (for K and for V)
-  float scale = 1.0f;          // softmax scale applied to q·k
+  int32_t k_offset = 0;       // elements from the start of a token's entry to K of kv head 0
+  int32_t v_offset = 0;       // elements from the start of a token's entry to V of kv head 0
+  int32_t kv_head_stride = 0; // elements between consecutive kv heads (for K and for V)
+  float scale = 1.0f;         // softmax scale applied to q·k
   const PagedBatch* batch = nullptr;
 };
 
@@ -78,16 +78,16 @@ struct PagedAttentionParams {
 // whole head (pairs (i, i + head_dim/2)), q -> q_out, k and v -> the pool entries of the batch's
 // new tokens in layer `layer`, entry = [K: kv_heads x head_dim | V: kv_heads x head_dim].
 struct QkvRopeStoreParams {
-  const Tensor* qkv = nullptr;  // [T, (num_q_heads + 2 * num_kv_heads) * head_dim]
-  Tensor* q_out = nullptr;      // [T, num_q_heads, head_dim]
-  Tensor* pool = nullptr;       // the KV pool, KvLayout order
+  const Tensor* qkv = nullptr;      // [T, (num_q_heads + 2 * num_kv_heads) * head_dim]
+  Tensor* q_out = nullptr;          // [T, num_q_heads, head_dim]
+  Tensor* pool = nullptr;           // the KV pool, KvLayout order
   KvLayout layout;
   int32_t layer = 0;
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  const Tensor* q_norm = nullptr;  // [head_dim] or null (no q/k norm)
-  const Tensor* k_norm = nullptr;  // [head_dim] or null
+  const Tensor* q_norm = nullptr;   // [head_dim] or null (no q/k norm)
+  const Tensor* k_norm = nullptr;   // [head_dim] or null
   float eps = 1e-6f;
   const Tensor* cos_sin = nullptr;  // [max_pos, head_dim], as for rope()
   const PagedBatch* batch = nullptr;
@@ -139,9 +139,9 @@ struct MoeRoutingParams {
   int32_t topk_groups = 1;  // only experts of the best topk_groups groups are eligible
   GroupScore group_score = GroupScore::kMax;
   const Tensor* correction_bias = nullptr;  // [E] f32, added to scores for selection only (V3)
-  bool renormalize = false;                 // divide the top-k weights by their sum (+ renorm_eps)
+  bool renormalize = false;  // divide the top-k weights by their sum (+ renorm_eps)
   float renorm_eps = 0.0f;
-  float scaling = 1.0f;  // routed_scaling_factor, applied after renormalisation
+  float scaling = 1.0f;      // routed_scaling_factor, applied after renormalisation
 };
 
 // One linear layer with its elementwise neighbours (Backend::fused_linear; the decode path of
@@ -154,9 +154,6 @@ struct MoeRoutingParams {
 //   residual += r                  (when residual is given; [M, N] compute dtype; no alias of x)
 //   silu_out: y = silu(r[:, :N/2]) * r[:, N/2:] instead (as silu_mul on r: the gate / up
 //     projection with its activation; y [M, N/2] compute dtype, no residual)
-//   rope_store: then qkv_rope_store(*rope_store), whose qkv is y (the QKV projection of a GQA
-//     layer with its rope and KV write; no residual, no silu_out). y is then scratch a fused
-//     implementation may leave unwritten (callers read rope_store's q_out and pool only).
 struct FusedLinearParams {
   enum class In { kNone, kRmsNorm, kSiluMul };
   In in = In::kNone;
@@ -165,10 +162,9 @@ struct FusedLinearParams {
   const Tensor* norm_w = nullptr;  // [K] (kRmsNorm)
   float eps = 1e-6f;
   const Tensor* w = nullptr;
-  const Tensor* bias = nullptr;  // [N] or null
+  const Tensor* bias = nullptr;    // [N] or null
   Tensor* y = nullptr;
   Tensor* residual = nullptr;
-  const QkvRopeStoreParams* rope_store = nullptr;
 };
 
 // Stacked expert weights. gate_up[e] = [gate_proj; up_proj] of expert e.
@@ -180,9 +176,9 @@ struct ExpertWeights {
 // One decode step (one new token per sequence) for n <= bucket sequences, host side: what a
 // captured step graph (Backend::make_decode_graph) needs to replay it.
 struct DecodeStepInputs {
-  std::vector<int32_t> token_ids;                  // [n] the token each sequence feeds
-  std::vector<int32_t> positions;                  // [n] its position
-  std::vector<int32_t> slots;                      // [n] block_id * block_size + offset of its KV
+  std::vector<int32_t> token_ids;   // [n] the token each sequence feeds
+  std::vector<int32_t> positions;   // [n] its position
+  std::vector<int32_t> slots;       // [n] block_id * block_size + offset of its KV
   std::vector<std::vector<int32_t>> block_tables;  // [n] block ids covering [0, position]
   int32_t block_size = 0;
 };
@@ -253,8 +249,7 @@ class Backend {
   // interleaved: pairs (2i, 2i+1) rotate by frequency i (DeepSeek); else pairs (i, i + rot_dim/2).
   virtual void rope(Tensor& x, int32_t rot_begin, int32_t rot_dim, const Tensor& positions,
                     const Tensor& cos_sin, bool interleaved) = 0;
-  // Copies columns [col_begin, col_begin + w) of each row of src [R, C] into dst (R·w values, any
-  // shape).
+  // Copies columns [col_begin, col_begin + w) of each row of src [R, C] into dst (R·w values, any shape).
   virtual void copy_columns(const Tensor& src, int32_t col_begin, Tensor& dst) = 0;
   // Writes src (R·w values, any shape) into columns [col_begin, col_begin + w) of dst [R, C].
   virtual void write_columns(const Tensor& src, Tensor& dst, int32_t col_begin) = 0;

@@ -9,15 +9,6 @@ namespace di {
 
 void fused_linear_composed(Backend& be, const FusedLinearParams& p) {
   DI_CHECK(p.x && p.w && (p.y || p.residual), "fused_linear: missing x, w or an output");
-  if (p.rope_store != nullptr) {
-    DI_CHECK(p.y != nullptr && p.residual == nullptr && !p.silu_out && p.rope_store->qkv == p.y,
-             "fused_linear: rope_store needs y (its qkv), no residual and no silu_out");
-    FusedLinearParams lp = p;
-    lp.rope_store = nullptr;
-    fused_linear_composed(be, lp);
-    be.qkv_rope_store(*p.rope_store);
-    return;
-  }
   const Tensor& x = *p.x;
   const int64_t rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
   const int64_t k = p.w->size(1), n = p.w->size(0);

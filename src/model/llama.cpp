@@ -3,8 +3,7 @@
 //
 // Per layer:  h = norm(x);  q,k,v = split(h · Wqkvᵀ);  [q,k = head_norm(q,k)];  rope(q, k)
 //             store k,v → paged pool;  a = attention(q, pool)
-//             (the norm, GEMM, head norms, rope and store: one Backend::fused_linear with
-//             rope_store, one GEMV kernel per layer at batch 1 on CUDA without head norms)
+//             (all of this but the GEMM: Backend::qkv_rope_attention)
 //             x += o_proj(a);  x += ffn(norm(x))
 // The norms, the residual adds and the MLP's silu·mul ride on the neighbouring linear layer
 // (Backend::fused_linear: one kernel per linear at decode batch sizes on CUDA). x, the residual
@@ -40,9 +39,9 @@ class GqaModel final : public Model {
       GqaLayer L;
       L.input_norm = w.load(p + "input_layernorm.weight", {hidden});
       L.post_norm = w.load(p + "post_attention_layernorm.weight", {hidden});
-      L.qkv = w.load_concat_rows({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                                  p + "self_attn.v_proj.weight"},
-                                 {{hq * d, hidden}, {hkv * d, hidden}, {hkv * d, hidden}});
+      L.qkv = w.load_concat_rows(
+          {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"},
+          {{hq * d, hidden}, {hkv * d, hidden}, {hkv * d, hidden}});
       if (w.has(p + "self_attn.q_proj.bias")) {
         Tensor qb = w.load_host_f32(p + "self_attn.q_proj.bias", {hq * d});
         Tensor kb = w.load_host_f32(p + "self_attn.k_proj.bias", {hkv * d});
@@ -63,8 +62,7 @@ class GqaModel final : public Model {
         L.ffn.is_moe = true;
         MoeBlock& m = L.ffn.moe;
         m.gate = w.load(p + "mlp.gate.weight", {c.num_experts, hidden});
-        m.experts =
-            w.load_experts(p + "mlp.experts.", c.num_experts, hidden, c.moe_intermediate_size);
+        m.experts = w.load_experts(p + "mlp.experts.", c.num_experts, hidden, c.moe_intermediate_size);
         m.routing.scoring = MoeRoutingParams::Scoring::kSoftmax;
         m.routing.num_experts = static_cast<int32_t>(c.num_experts);
         m.routing.top_k = static_cast<int32_t>(c.num_experts_per_tok);
@@ -75,8 +73,7 @@ class GqaModel final : public Model {
       layers_.push_back(std::move(L));
     }
     max_context_ = opts.max_context > 0 ? opts.max_context : c.max_position_embeddings;
-    cos_sin_ = w.upload(
-        make_cos_sin_table(compute_rope(c.rope, d, c.max_position_embeddings), max_context_));
+    cos_sin_ = w.upload(make_cos_sin_table(compute_rope(c.rope, d, c.max_position_embeddings), max_context_));
   }
 
   int32_t kv_entry_size() const override {
@@ -98,8 +95,7 @@ class GqaModel final : public Model {
     const int64_t t = token_ids.numel(), hidden = c.hidden_size, d = c.head_dim,
                   hq = c.num_attention_heads, hkv = c.num_key_value_heads;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const KvLayout layout =
-        kv_layout(static_cast<int32_t>(pool.size(0)), static_cast<int32_t>(pool.size(2)));
+    const KvLayout layout = kv_layout(static_cast<int32_t>(pool.size(0)), static_cast<int32_t>(pool.size(2)));
 
     Tensor x = be.empty({t, hidden}, dt);
     be.embedding(token_ids, ends_.embed, x);
@@ -108,7 +104,10 @@ class GqaModel final : public Model {
     Tensor attn = be.empty({t, hq, d}, dt);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const GqaLayer& L = layers_[l];
-      // norm, qkv GEMM, split, [q/k norm], rope, k/v -> pool: one op; then the attention.
+      norm_linear(be, x, L.input_norm, eps, L.qkv, L.qkv_bias.is_null() ? nullptr : &L.qkv_bias,
+                  qkv);
+      // split qkv, [q/k norm], rope, k/v -> pool, attention -> attn: one op (one kernel on CUDA
+      // for decode batches).
       QkvRopeStoreParams qp;
       qp.qkv = &qkv;
       qp.q_out = &q;
@@ -137,17 +136,7 @@ class GqaModel final : public Model {
       ap.kv_head_stride = static_cast<int32_t>(d);
       ap.scale = static_cast<float>(c.attention_scale());
       ap.batch = &batch;
-      FusedLinearParams lp;
-      lp.in = FusedLinearParams::In::kRmsNorm;
-      lp.x = &x;
-      lp.norm_w = &L.input_norm;
-      lp.eps = eps;
-      lp.w = &L.qkv;
-      lp.bias = L.qkv_bias.is_null() ? nullptr : &L.qkv_bias;
-      lp.y = &qkv;  // scratch once rope_store is fused
-      lp.rope_store = &qp;
-      be.fused_linear(lp);
-      be.paged_attention(ap);
+      be.qkv_rope_attention(qp, ap);  // q is scratch: a fused implementation keeps it on chip
       linear_add(be, attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias,
                  x);
       L.ffn.forward_residual(be, x, L.post_norm, eps);

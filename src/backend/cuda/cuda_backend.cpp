@@ -66,10 +66,6 @@ T* mptr(const Tensor& t) {
   return static_cast<T*>(t.raw());
 }
 
-// Defined below (the paged-attention helpers); fused_linear's rope_store uses them too.
-void check_qkv_rope_store(const QkvRopeStoreParams& p, DType dt);
-QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f32);
-
 }  // namespace
 
 bool cuda_available() {
@@ -291,31 +287,14 @@ bool CudaBackend::try_gemv(const FusedLinearParams& p) {
   g.bias = p.bias ? p.bias->raw() : nullptr;
   if (p.y != nullptr) {
     const int64_t y_cols = p.silu_out ? n / 2 : n;
-    if (p.y->numel() != m * y_cols || (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
+    if (p.y->numel() != m * y_cols ||
+        (p.y->dtype() != DType::kBF16 && p.y->dtype() != DType::kF32))
       return false;
     g.y = p.y->raw();
     g.ldy = y_cols;
     g.y_f32 = p.y->dtype() == DType::kF32;
   }
   g.silu_out = p.silu_out;
-  if (p.rope_store != nullptr) {
-    // The rope and KV write in the epilogue: q heads into q_out, y (the qkv) left unwritten.
-    // DEEPINFER_GEMV_ROPE=0 (the A/B switch): the GEMM, then qkv_rope_store_kernel.
-    static const bool rope_in_gemv = [] {
-      const char* env = std::getenv("DEEPINFER_GEMV_ROPE");
-      return env == nullptr || std::string(env) != "0";
-    }();
-    if (!rope_in_gemv) return false;
-    const QkvRopeStoreParams& rs = *p.rope_store;
-    if (rs.q_out == nullptr || rs.q_out->dtype() != DType::kBF16 ||
-        rs.q_out->numel() != m * rs.num_q_heads * rs.head_dim || rs.cos_sin == nullptr)
-      return false;
-    g.rope_out = true;
-    g.rope = store_kernel_params(rs, false);
-    g.y = rs.q_out->raw();
-    g.ldy = int64_t{rs.num_q_heads} * rs.head_dim;
-    g.y_f32 = false;
-  }
   if (p.residual != nullptr) {
     if (p.residual->numel() != m * n || p.residual->dtype() != DType::kBF16) return false;
     g.residual = p.residual->raw();
@@ -340,19 +319,7 @@ void CudaBackend::fused_linear(const FusedLinearParams& p) {
     check_dev(*p.residual, dt_, "fused_linear", "residual");
     DI_CHECK(p.residual->raw() != p.x->raw(), "cuda fused_linear: residual must not alias x");
   }
-  if (p.rope_store) {
-    check_qkv_rope_store(*p.rope_store, dt_);
-    DI_CHECK(p.y != nullptr && p.residual == nullptr && !p.silu_out && p.rope_store->qkv == p.y,
-             "cuda fused_linear: rope_store needs y (its qkv), no residual and no silu_out");
-  }
   if (try_gemv(p)) return;
-  if (p.rope_store != nullptr) {  // the GEMV without the rope (q/k norms, ...), then the kernel
-    FusedLinearParams lp = p;
-    lp.rope_store = nullptr;
-    fused_linear(lp);
-    qkv_rope_store(*p.rope_store);
-    return;
-  }
   fused_linear_composed(*this, p);
 }
 
@@ -509,8 +476,8 @@ bool mla_decode_call_ok(const PagedAttentionParams& p) {
       p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
                               reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
   return q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
-         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
-                              p.layout.entry_size) &&
+         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
+                              p.head_dim_v, p.layout.entry_size) &&
          reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0;
@@ -827,8 +794,8 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
           0) {
     // Hopper warpgroup-MMA kernel (attention_prefill_wgmma.cu) where it applies, else mma.sync.
     const bool wgmma = attention_prefill_wgmma_ &&
-                       prefill_wgmma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset, p.v_offset,
-                                               p.kv_head_stride, p.layout.entry_size);
+                       prefill_wgmma_supported(p.head_dim_qk, p.head_dim_v, p.k_offset,
+                                               p.v_offset, p.kv_head_stride, p.layout.entry_size);
     const int32_t group = p.num_q_heads / p.num_kv_heads;
     const int32_t rows =
         wgmma ? kPrefillWgmmaRows : prefill_mma_rows(attention_mma_warps_, attention_mma_mtiles_);
@@ -850,6 +817,11 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
     const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
     k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
     k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+    // The GQA decode kernel merges the splits in its last CTA (same bits as the combine
+    // kernel); inside a capture a counter buffer too small to grow means the combine kernel.
+    if (gqa_merge_in_kernel_ && !f32_ && plan.num_splits <= kGqaMergeMaxSplits &&
+        reserve_attention_counters(int64_t{b.num_seqs} * p.num_kv_heads))
+      k.merge_counters = attention_counters_;
   }
   launch_paged_attention(k, stream_);
   CUDA_CHECK_LAUNCH("paged_attention");

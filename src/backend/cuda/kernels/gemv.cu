@@ -7,7 +7,6 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.h"
-#include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
 namespace {
@@ -22,9 +21,7 @@ constexpr int kMaxDynSmem = 220 * 1024;
 template <int M>
 constexpr int kLoadsPerLane = M <= 2 ? 8 : 4;
 
-__device__ __forceinline__ float round_bf16(float v) {
-  return to_f32(from_f32<bf16>(v));
-}
+__device__ __forceinline__ float round_bf16(float v) { return to_f32(from_f32<bf16>(v)); }
 
 // Two floats to a bf16 pair (round to nearest even, as from_f32<bf16>); a goes to the low half.
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
@@ -66,41 +63,6 @@ __device__ __forceinline__ void store_silu(const GemvParams& p, int m, int64_t r
                                            float up_acc) {
   const float g = round_bf16(gate_acc), u = round_bf16(up_acc);
   static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
-}
-
-// rope_out: pair r (head r / (d/2), element j = r % (d/2)) of x row m from the fp32 sums of its
-// weight rows h·d + j and h·d + j + d/2, rounded as store_out, then as qkv_rope_store_kernel
-// without norms: q heads -> y, k heads rotated and v heads copied into the token's pool entry.
-__device__ __forceinline__ void store_rope(const GemvParams& p, int m, int64_t r, float acc0,
-                                           float acc1) {
-  const QkvRopeStoreKernelParams& s = p.rope;
-  const int d = s.head_dim, half = d / 2;
-  const int head = static_cast<int>(r / half), j = static_cast<int>(r % half);
-  float x0 = round_bf16(acc0), x1 = round_bf16(acc1);
-  if (p.bias != nullptr) {
-    const bf16* b = static_cast<const bf16*>(p.bias) + int64_t{head} * d + j;
-    x0 = round_bf16(x0 + to_f32(b[0]));
-    x1 = round_bf16(x1 + to_f32(b[half]));
-  }
-  bf16* dst;
-  if (head < s.num_q_heads) {
-    dst = static_cast<bf16*>(p.y) + m * p.ldy + int64_t{head} * d;
-  } else {
-    const int32_t slot = s.slot_mapping[m];
-    if (slot < 0) return;
-    const int64_t block = slot / s.block_size, off = slot % s.block_size;
-    if (block >= s.num_blocks) return;
-    // The pool entry is [k heads | v heads], the qkv row's order after the q heads.
-    dst = static_cast<bf16*>(s.pool) + block * s.block_stride + s.layer_offset +
-          off * s.entry_size + int64_t{head - s.num_q_heads} * d;
-  }
-  const int32_t pos = s.positions[m];
-  if (head >= s.num_q_heads + s.num_kv_heads || pos < 0 || pos >= s.max_pos) {
-    dst[j] = from_f32<bf16>(x0);  // v heads, and positions without a table row: unrotated
-    dst[j + half] = from_f32<bf16>(x1);
-    return;
-  }
-  rope_pair<bf16>(x0, x1, j, d, pos, RopeCosSin{s.cos_sin, s.cos_sin_f32, s.max_pos}, dst);
 }
 
 // The prologue: x's m rows, through the input op, rounded to bf16 into shared memory at
@@ -173,61 +135,43 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 // per lane). S >= 2: S - 1 items are in flight in a per-thread ring of S shared-memory stages
 // filled by cp.async (each thread reads back only what it copied itself, so no barrier): more
 // bytes in flight per SM than the register file leaves room for.
-template <int M, GemvIn IN, int S, bool ROPE>
+template <int M, GemvIn IN, int S>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
   // [M][k / 8] staged activations, then (S > 0) the ring [S][U][kThreads]
   extern __shared__ uint4 xs_vec[];
   __shared__ float red[kWarps][M];
-  __shared__ float pair_s[2][kWarps / 2][M];  // rope_out: second rows' sums, by group parity
   __shared__ float scratch[32];
   constexpr int U = kLoadsPerLane<M>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int k8 = p.k / 8;
   const int rows_per_cta = kWarps / split;
-  const int sub = warp % split;  // this warp's share of the row's k
+  const int sub = warp % split;          // this warp's share of the row's k
   const int row_in_cta = warp / split;
-  const int vstride = 32 * split;  // vectors between one lane's consecutive loads
+  const int vstride = 32 * split;        // vectors between one lane's consecutive loads
   const uint4* wbase = static_cast<const uint4*>(p.w);
   // The warp's work as a flat list of items (row group g of this CTA, chunk c of the row), the
   // same count for every warp of the CTA: rows >= n_out load nothing but keep the CTA in step.
   // silu_out: output row r is weight rows r (gate) and n_out + r (up), one after the other.
-  // rope_out: a CTA's group of rows_per_cta units is rows_per_cta / 2 pairs (h·d + j, h·d + j +
-  // d/2): the first half of its warps computes the pairs' first rows, the second half their
-  // second rows, and the two halves meet in shared memory (the grid is the plain GEMV's).
-  const bool pairs = p.silu_out;
-  const int64_t n_out = pairs ? p.n / 2 : p.n;
+  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
   const int chunks = (k8 + U * vstride - 1) / (U * vstride);
-  const int row_items = pairs ? 2 * chunks : chunks;
-  const int rope_half = p.rope.head_dim / 2, group_half = rows_per_cta / 2;
+  const int row_items = p.silu_out ? 2 * chunks : chunks;
   const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
   const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
   const int64_t groups = first_rb < n_out ? (n_out - first_rb + row_step - 1) / row_step : 0;
   const int64_t items = groups * row_items;
   struct Item {
-    int64_t r;    // output row (silu_out: the pair; rope_out: the unit)
-    int64_t wr;   // weight row
-    int c;        // chunk of the weight row
-    bool last;    // the weight row's last chunk
-    bool second;  // silu_out: the pair's second weight row
-  };
-  // rope_out: unit u's pair (its group's pairs are consecutive) and whether it is the second row.
-  auto rope_pair_of = [&](int64_t u) {
-    const int i = static_cast<int>(u % rows_per_cta);
-    return (u / rows_per_cta) * group_half + i % group_half;
+    int64_t r;   // output row
+    int64_t wr;  // weight row
+    int c;       // chunk of the weight row
+    bool last;   // the weight row's last chunk
   };
   auto locate = [&](int64_t item) {
     Item t;
     t.r = first_rb + (item / row_items) * row_step + row_in_cta;
     const int ci = static_cast<int>(item % row_items);
-    t.second = ci >= chunks;
-    t.c = t.second ? ci - chunks : ci;
-    if constexpr (ROPE) {
-      const int64_t pr = rope_pair_of(t.r);
-      t.wr = (pr / rope_half) * 2 * rope_half + pr % rope_half +
-             (row_in_cta >= group_half ? rope_half : 0);
-    } else {
-      t.wr = t.second ? t.r + n_out : t.r;
-    }
+    const bool up = ci >= chunks;
+    t.c = up ? ci - chunks : ci;
+    t.wr = up ? t.r + n_out : t.r;
     t.last = t.c == chunks - 1;
     return t;
   };
@@ -324,26 +268,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
       }
       __syncthreads();
     }
-    if constexpr (ROPE) {
-      // Every warp of the CTA is here for the same group: second rows hand their sums over,
-      // first rows rotate and store the pair. pair_s alternates by group, so one barrier does.
-      const int par = static_cast<int>((item / row_items) & 1);
-      if (sub == 0 && lane == 0 && row_in_cta >= group_half) {
-#pragma unroll
-        for (int m = 0; m < M; ++m) pair_s[par][row_in_cta - group_half][m] = acc[m];
-      }
-      __syncthreads();
-      if (sub == 0 && row_in_cta < group_half && r < n_out) {
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          if (lane == m) store_rope(p, m, rope_pair_of(r), acc[m], pair_s[par][row_in_cta][m]);
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-      return;
-    }
-    if (pairs && !t.second) {  // the pair's first row: kept until its second row is done
+    if (p.silu_out && t.wr == r) {  // the gate row: kept until its up row is done
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         gate[m] = acc[m];
@@ -391,6 +316,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   }
 }
 
+
 // Rings (depth 2 and 3) are built for m <= kRingMaxRows; 0 is the register double buffer.
 constexpr int kRingMaxRows = 2;
 
@@ -410,10 +336,10 @@ constexpr int64_t ring_bytes(int s) {
   return int64_t{s} * kLoadsPerLane<M> * 16 * kThreads;
 }
 
-// Opens gemv_kernel<M, IN, S, R> to the device's shared-memory opt-in (once per device) and returns
+// Opens gemv_kernel<M, IN, S> to the device's shared-memory opt-in (once per device) and returns
 // its resident CTAs per SM with `smem` bytes of dynamic shared memory (cached per size; 0 when
 // it does not fit).
-template <int M, GemvIn IN, int S, bool R>
+template <int M, GemvIn IN, int S>
 cudaError_t occupancy(int64_t smem, int* occ) {
   static std::atomic<uint64_t> opted_in{0};
   int dev = 0;
@@ -423,12 +349,11 @@ cudaError_t occupancy(int64_t smem, int* occ) {
   if ((opted_in.load(std::memory_order_relaxed) & bit) == 0) {
     cudaFuncAttributes fa{};
     int optin = 0;
-    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN, S, R>)) != cudaSuccess) return err;
+    if ((err = cudaFuncGetAttributes(&fa, gemv_kernel<M, IN, S>)) != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
-    err =
-        cudaFuncSetAttribute(gemv_kernel<M, IN, S, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             optin - static_cast<int>(fa.sharedSizeBytes));
+    err = cudaFuncSetAttribute(gemv_kernel<M, IN, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               optin - static_cast<int>(fa.sharedSizeBytes));
     if (err != cudaSuccess) return err;
     opted_in.fetch_or(bit, std::memory_order_relaxed);
   }
@@ -439,7 +364,7 @@ cudaError_t occupancy(int64_t smem, int* occ) {
   if (it == occ_of_smem.end()) {
     int o = 0;
     if (smem <= kMaxDynSmem) {
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, gemv_kernel<M, IN, S, R>, kThreads,
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, gemv_kernel<M, IN, S>, kThreads,
                                                           static_cast<size_t>(smem));
       if (err != cudaSuccess) return err;
     }
@@ -479,7 +404,7 @@ GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
   return {static_cast<unsigned>(std::min<int64_t>(groups, slots)), split};
 }
 
-template <int M, GemvIn IN, int S, bool R>
+template <int M, GemvIn IN, int S>
 cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
                         cudaStream_t stream) {
   const int64_t slots = int64_t{std::max(occ, 1)} * num_sms;
@@ -487,24 +412,23 @@ cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
   // A split must leave every lane a full load batch per row chunk (U vectors), or the loads in
   // flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
   constexpr int U = kLoadsPerLane<M>;
-  // rope_out pairs rows inside a CTA: at least two rows per CTA group.
-  const int max_split = std::max(1, std::min(p.rope_out ? kWarps / 2 : kWarps, p.k / 8 / (U * 32)));
+  const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
   const GridPlan g = plan_grid(n_out, slots, max_split);
-  return launch_pdl(gemv_kernel<M, IN, S, R>, dim3(g.grid), dim3(kThreads),
-                    static_cast<size_t>(smem), stream, p, g.split);
+  return launch_pdl(gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads), static_cast<size_t>(smem),
+                    stream, p, g.split);
 }
 
 // Launches the ring of depth S when it fits next to the staged activations (*launched false
 // otherwise: the caller uses the registers).
-template <int M, GemvIn IN, int S, bool R>
+template <int M, GemvIn IN, int S>
 cudaError_t launch_ring(const GemvParams& p, int num_sms, cudaStream_t stream, bool* launched) {
   const int64_t smem = gemv_smem_bytes(M, p.k) + ring_bytes<M>(S);
   int occ = 0;
   *launched = false;
-  cudaError_t err = occupancy<M, IN, S, R>(smem, &occ);
+  cudaError_t err = occupancy<M, IN, S>(smem, &occ);
   if (err != cudaSuccess || occ == 0) return err;
   *launched = true;
-  return launch_grid<M, IN, S, R>(p, num_sms, occ, smem, stream);
+  return launch_grid<M, IN, S>(p, num_sms, occ, smem, stream);
 }
 
 // The ring depth of a call: the forced setting, else (policy) 3 stages for one row, at least
@@ -523,51 +447,36 @@ int ring_depth(const GemvParams& p) {
   return M == 1 && p.k >= kRingMinDim && p.n >= kRingMinDim && bytes <= kRingMaxBytes ? 3 : 0;
 }
 
-template <int M, GemvIn IN, bool R = false>
+template <int M, GemvIn IN>
 cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   if constexpr (M <= kRingMaxRows) {
     bool launched = false;
     cudaError_t err = cudaSuccess;
     switch (ring_depth<M>(p)) {
-      case 2:
-        err = launch_ring<M, IN, 2, R>(p, num_sms, stream, &launched);
-        break;
-      case 3:
-        err = launch_ring<M, IN, 3, R>(p, num_sms, stream, &launched);
-        break;
-      default:
-        break;
+      case 2: err = launch_ring<M, IN, 2>(p, num_sms, stream, &launched); break;
+      case 3: err = launch_ring<M, IN, 3>(p, num_sms, stream, &launched); break;
+      default: break;
     }
     if (err != cudaSuccess || launched) return err;
   }
   const int64_t smem = gemv_smem_bytes(M, p.k);
   int occ = 0;
-  cudaError_t err = occupancy<M, IN, 0, R>(smem, &occ);
+  cudaError_t err = occupancy<M, IN, 0>(smem, &occ);
   if (err != cudaSuccess) return err;
-  return launch_grid<M, IN, 0, R>(p, num_sms, occ, smem, stream);
+  return launch_grid<M, IN, 0>(p, num_sms, occ, smem, stream);
 }
 
 template <int M>
 cudaError_t launch_m(const GemvParams& p, int num_sms, cudaStream_t stream) {
   switch (p.in) {
-    case GemvIn::kNone:
-      return launch_m_in<M, GemvIn::kNone>(p, num_sms, stream);
-    case GemvIn::kRmsNorm:
-      // rope_out (gemv_supported: one row, the norm): its own instantiations, so the others
-      // carry none of its epilogue.
-      if constexpr (M == 1) {
-        if (p.rope_out) return launch_m_in<M, GemvIn::kRmsNorm, true>(p, num_sms, stream);
-      }
-      return launch_m_in<M, GemvIn::kRmsNorm>(p, num_sms, stream);
-    case GemvIn::kSiluMul:
-      return launch_m_in<M, GemvIn::kSiluMul>(p, num_sms, stream);
+    case GemvIn::kNone: return launch_m_in<M, GemvIn::kNone>(p, num_sms, stream);
+    case GemvIn::kRmsNorm: return launch_m_in<M, GemvIn::kRmsNorm>(p, num_sms, stream);
+    case GemvIn::kSiluMul: return launch_m_in<M, GemvIn::kSiluMul>(p, num_sms, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-bool aligned16(const void* ptr) {
-  return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0;
-}
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 }  // namespace
 
@@ -577,52 +486,27 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   if (p.in == GemvIn::kRmsNorm && (p.norm_w == nullptr || !aligned16(p.norm_w))) return false;
   if (p.ldx < (p.in == GemvIn::kSiluMul ? 2 * int64_t{p.k} : int64_t{p.k})) return false;
   if (p.y == nullptr && p.residual == nullptr) return false;
-  if (p.silu_out &&
-      (p.n % 2 != 0 || p.y == nullptr || p.y_f32 || p.bias != nullptr || p.residual != nullptr))
+  if (p.silu_out && (p.n % 2 != 0 || p.y == nullptr || p.y_f32 || p.bias != nullptr ||
+                     p.residual != nullptr))
     return false;
-  if (p.rope_out) {
-    const QkvRopeStoreKernelParams& r = p.rope;
-    if (p.m != 1 || p.in != GemvIn::kRmsNorm || p.silu_out || p.y == nullptr || p.y_f32 ||
-        p.residual != nullptr || r.f32 || r.q_norm != nullptr || r.k_norm != nullptr ||
-        r.head_dim < 2 || r.head_dim % 2 != 0 || r.num_q_heads < 1 || r.num_kv_heads < 1 ||
-        r.tokens != p.m || p.ldy != int64_t{r.num_q_heads} * r.head_dim ||
-        int64_t{p.n} != int64_t{r.num_q_heads + 2 * r.num_kv_heads} * r.head_dim ||
-        r.entry_size < 2 * r.num_kv_heads * r.head_dim || r.block_size < 1 || p.n % kWarps != 0)
-      return false;
-  }
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
 }
 
-void set_gemv_ring_stages(int stages) {
-  g_ring_stages.store(stages, std::memory_order_relaxed);
-}
-int gemv_ring_stages() {
-  return g_ring_stages.load(std::memory_order_relaxed);
-}
-void set_gemv_split(int split) {
-  g_split.store(split, std::memory_order_relaxed);
-}
+void set_gemv_ring_stages(int stages) { g_ring_stages.store(stages, std::memory_order_relaxed); }
+int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
+void set_gemv_split(int split) { g_split.store(split, std::memory_order_relaxed); }
 
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {
   switch (p.m) {
-    case 1:
-      return launch_m<1>(p, num_sms, stream);
-    case 2:
-      return launch_m<2>(p, num_sms, stream);
-    case 3:
-      return launch_m<3>(p, num_sms, stream);
-    case 4:
-      return launch_m<4>(p, num_sms, stream);
-    case 5:
-      return launch_m<5>(p, num_sms, stream);
-    case 6:
-      return launch_m<6>(p, num_sms, stream);
-    case 7:
-      return launch_m<7>(p, num_sms, stream);
-    case 8:
-      return launch_m<8>(p, num_sms, stream);
-    default:
-      return cudaErrorInvalidValue;
+    case 1: return launch_m<1>(p, num_sms, stream);
+    case 2: return launch_m<2>(p, num_sms, stream);
+    case 3: return launch_m<3>(p, num_sms, stream);
+    case 4: return launch_m<4>(p, num_sms, stream);
+    case 5: return launch_m<5>(p, num_sms, stream);
+    case 6: return launch_m<6>(p, num_sms, stream);
+    case 7: return launch_m<7>(p, num_sms, stream);
+    case 8: return launch_m<8>(p, num_sms, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 

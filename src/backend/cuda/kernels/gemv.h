@@ -11,10 +11,7 @@
 //     the CTA when n is small), fp32 accumulation;
 //   epilogue: r = bf16(acc) [+ bias, rounded again, as the cuBLAS + bias_add path];
 //     y = r (bf16 or f32 acc); residual = bf16(residual + r);
-//     silu_out: y = silu(r_gate) · r_up (the gate_up projection with silu_mul fused in);
-//     rope_out: qkv_rope_store's rope and KV write (the QKV projection of a GQA layer without
-//     q/k norm): a warp computes rows j and j + d/2 of a head, q heads -> y (q_out), k (rotated)
-//     and v heads -> the token's pool entry.
+//     silu_out: y = silu(r_gate) · r_up (the gate_up projection with silu_mul fused in).
 //
 // A persistent grid (at most a few CTAs per SM) keeps the prologue to once per CTA; the first
 // weight vectors are loaded before the prologue so HBM is busy from the start.
@@ -22,8 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
-#include "backend/cuda/kernels/decode_fused.h"
 
 namespace di::cuda {
 
@@ -33,13 +28,13 @@ enum class GemvIn : int32_t { kNone = 0, kRmsNorm = 1, kSiluMul = 2 };
 
 struct GemvParams {
   GemvIn in = GemvIn::kNone;
-  const void* x = nullptr;  // bf16 [m, ldx]: k columns (kSiluMul: 2k, gate then up)
+  const void* x = nullptr;   // bf16 [m, ldx]: k columns (kSiluMul: 2k, gate then up)
   int64_t ldx = 0;
   const void* norm_w = nullptr;  // bf16 [k] (kRmsNorm)
   float eps = 0.0f;
-  const void* w = nullptr;     // bf16 [n, k] row-major
+  const void* w = nullptr;   // bf16 [n, k] row-major
   const void* bias = nullptr;  // bf16 [n] or null
-  void* y = nullptr;           // [m, ldy] bf16, or f32 when y_f32; null: residual only
+  void* y = nullptr;         // [m, ldy] bf16, or f32 when y_f32; null: residual only
   int64_t ldy = 0;
   bool y_f32 = false;
   void* residual = nullptr;  // bf16 [m, ldr] or null
@@ -51,19 +46,10 @@ struct GemvParams {
   // silu_mul on the bf16 GEMM output): the gate / up projection with silu_mul as its epilogue.
   // No bias, residual or f32 output.
   bool silu_out = false;
-  // y = q_out [m, num_q_heads * head_dim] (bf16): the rows of head h are weight rows h·d .. h·d
-  // + d - 1 of w [(num_q_heads + 2 num_kv_heads) · d, k]; each pair (j, j + d/2) is rounded to
-  // bf16 (+ bias, rounded), then as qkv_rope_store_kernel (qkv_rope_rows.cuh: rope at
-  // rope.positions[row] for q and k heads, k / v into the pool entry of rope.slot_mapping[row];
-  // no q/k norm, bf16). No residual or f32 output.
-  bool rope_out = false;
-  QkvRopeStoreKernelParams rope{};
 };
 
 // Shared memory one CTA needs for the staged activations (m * k bf16).
-inline int64_t gemv_smem_bytes(int32_t m, int32_t k) {
-  return int64_t{m} * k * 2;
-}
+inline int64_t gemv_smem_bytes(int32_t m, int32_t k) { return int64_t{m} * k * 2; }
 
 // Whether launch_gemv handles these shapes: 1 <= m <= kGemvMaxRows, k % 8 == 0, 16-byte aligned
 // x / w rows, the staged activations within `max_smem` bytes.

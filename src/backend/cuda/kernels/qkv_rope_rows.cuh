@@ -35,27 +35,6 @@ struct RopeCosSin {
   int32_t max_pos;
 };
 
-// Pair j of a head row at position pos (0 <= pos < max_pos): x0 = element j, x1 = element j +
-// d/2 -> head[j], head[j + d/2] (rounded to T). Also the GEMV's rope_out epilogue (gemv.cu).
-template <typename T>
-__device__ __forceinline__ void rope_pair(float x0, float x1, int j, int d, int32_t pos,
-                                          RopeCosSin cs, T* head) {
-  const int half = d / 2;
-  float c, s;
-  if (cs.f32) {
-    const float* t = static_cast<const float*>(cs.table) + int64_t{pos} * d;
-    c = t[j];
-    s = t[half + j];
-  } else {
-    const bf16* t = static_cast<const bf16*>(cs.table) + int64_t{pos} * d;
-    c = to_f32(t[j]);
-    s = to_f32(t[half + j]);
-  }
-  // Explicit fmaf: the contraction must not depend on the caller's code generation.
-  head[j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
-  head[j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
-}
-
 // R consecutive head rows of d elements (src[r * d + i] -> dst[r * d + i]; dst may be global or
 // shared memory): x = src; [x = round(x / rms(x) * norm_w) when norm_w]; [x = rope(x, pos) when
 // rotate and 0 <= pos < max_pos]; dst = round(x). Neither: a bitwise copy. Every thread of the
@@ -100,7 +79,20 @@ __device__ __forceinline__ void qkv_rope_rows(const T* src, T* dst, int d, const
   const int half = d / 2;
   for (int idx = threadIdx.x; idx < R * half; idx += kQkvRowThreads) {
     const int r = idx / half, j = idx % half;
-    rope_pair<T>(row_s[r * d + j], row_s[r * d + j + half], j, d, pos, cs, dst + r * d);
+    float c, s;
+    if (cs.f32) {
+      const float* t = static_cast<const float*>(cs.table) + int64_t{pos} * d;
+      c = t[j];
+      s = t[half + j];
+    } else {
+      const bf16* t = static_cast<const bf16*>(cs.table) + int64_t{pos} * d;
+      c = to_f32(t[j]);
+      s = to_f32(t[half + j]);
+    }
+    const float x0 = row_s[r * d + j], x1 = row_s[r * d + j + half];
+    // Explicit fmaf: the contraction must not depend on the caller's code generation.
+    dst[r * d + j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
+    dst[r * d + j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
   }
 }
 
