@@ -886,52 +886,41 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 // ------------------------------------------------------
 
 // The GQA decode kernel's warp layouts: 4 or 8 token warps (TW) times 1 or 2 warps per head group
-// (HS), chosen by the grid and the group, and the split merge by the combine kernel or in the
-// last CTA (<= 16 splits). Every layout runs the same online softmax per token warp of the 4-warp
-// layout and merges in the same order, so every output must be bit-equal to the 4-warp layout's
-// with the combine kernel (a speed choice must not change a sequence's logits, or batch
-// invariance would break).
+// (HS), chosen by the grid and the group. Every layout runs the same online softmax per token
+// warp of the 4-warp layout and merges in the same order, so every output must be bit-equal to
+// the 4-warp layout's (a speed choice must not change a sequence's logits, or batch invariance
+// would break).
 TEST(GqaDecodeLayout, EveryLayoutBitEqualToFourWarps) {
 #ifdef DI_HAVE_CUDA
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   const int saved_hs = cuda::gqa_decode_head_split();
   const int saved_tw = cuda::gqa_decode_token_warps();
-  auto& cb = static_cast<cuda::CudaBackend&>(*be);
-  const bool saved_merge = cb.gqa_merge_in_kernel();
   int64_t checked = 0;
   for (const auto& c : all_cases()) {
     const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
     if (a == nullptr || a->mla) continue;
     cuda::set_gqa_decode_head_split(1);
     cuda::set_gqa_decode_token_warps(4);
-    cb.set_gqa_merge_in_kernel(false);
     const std::vector<Output> ref = c->run(*be);
-    for (const bool last : {false, true}) {
-      for (const auto& [hs, tw] :
-           {std::pair{1, 4}, std::pair{2, 4}, std::pair{1, 8}, std::pair{2, 8}}) {
-        if ((hs == 2 && a->hq / a->hkv < 2) || (!last && hs == 1 && tw == 4)) continue;
-        cuda::set_gqa_decode_head_split(hs);
-        cuda::set_gqa_decode_token_warps(tw);
-        cb.set_gqa_merge_in_kernel(last);
-        const std::vector<Output> got = c->run(*be);
-        ASSERT_EQ(ref.size(), got.size());
-        for (size_t i = 0; i < ref.size(); ++i) {
-          int64_t bad = 0;
-          for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
-            if (ref[i].value.f32()[j] != got[i].value.f32()[j]) ++bad;
-          }
-          std::printf(
-              "[op] %-60s %-8s hs%d_tw%d_%s_vs_hs1_tw4_combine_bits_differ=%lld of %lld %s\n",
-              c->name().c_str(), ref[i].name.c_str(), hs, tw, last ? "lastcta" : "combine",
-              static_cast<long long>(bad), static_cast<long long>(ref[i].value.numel()),
-              bad == 0 ? "PASS" : "FAIL");
-          EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "' hs " << hs << " tw "
-                            << tw << " merge in the last CTA " << last;
+    for (const auto& [hs, tw] : {std::pair{2, 4}, std::pair{1, 8}, std::pair{2, 8}}) {
+      if (hs == 2 && a->hq / a->hkv < 2) continue;
+      cuda::set_gqa_decode_head_split(hs);
+      cuda::set_gqa_decode_token_warps(tw);
+      const std::vector<Output> got = c->run(*be);
+      ASSERT_EQ(ref.size(), got.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        int64_t bad = 0;
+        for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
+          if (ref[i].value.f32()[j] != got[i].value.f32()[j]) ++bad;
         }
+        std::printf("[op] %-60s %-8s hs%d_tw%d_vs_hs1_tw4_bits_differ=%lld of %lld %s\n",
+                    c->name().c_str(), ref[i].name.c_str(), hs, tw, static_cast<long long>(bad),
+                    static_cast<long long>(ref[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
+        EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "' hs " << hs << " tw "
+                          << tw;
       }
     }
-    cb.set_gqa_merge_in_kernel(saved_merge);
     ++checked;
   }
   cuda::set_gqa_decode_head_split(saved_hs);

@@ -817,11 +817,6 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
     const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
     k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
     k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
-    // The GQA decode kernel merges the splits in its last CTA (same bits as the combine
-    // kernel); inside a capture a counter buffer too small to grow means the combine kernel.
-    if (gqa_merge_in_kernel_ && !f32_ && plan.num_splits <= kGqaMergeMaxSplits &&
-        reserve_attention_counters(int64_t{b.num_seqs} * p.num_kv_heads))
-      k.merge_counters = attention_counters_;
   }
   launch_paged_attention(k, stream_);
   CUDA_CHECK_LAUNCH("paged_attention");

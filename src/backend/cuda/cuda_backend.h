@@ -81,11 +81,6 @@ class CudaBackend final : public Backend {
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
-  // Decode batches of the GQA decode kernel with 2..16 KV splits: the last CTA of each (sequence,
-  // kv head) merges the splits instead of the combine kernel (same bits; attention.h
-  // merge_counters). DEEPINFER_GQA_MERGE=last turns it on.
-  void set_gqa_merge_in_kernel(bool on) { gqa_merge_in_kernel_ = on; }  // tests, benchmarks
-  bool gqa_merge_in_kernel() const { return gqa_merge_in_kernel_; }
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
@@ -207,10 +202,6 @@ class CudaBackend final : public Backend {
   bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
     return env != nullptr && std::string(env) == "1";
-  }();
-  bool gqa_merge_in_kernel_ = [] {  // DEEPINFER_GQA_MERGE=last|combine
-    const char* env = std::getenv("DEEPINFER_GQA_MERGE");
-    return env != nullptr && std::string(env) == "last";
   }();
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;

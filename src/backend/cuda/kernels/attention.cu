@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKerne
 // The split layout and the partials are the generic kernel's, so combine_splits_kernel merges
 // them. Tokens per sequence: any (usually one; a causal limit per token).
 // Resident CTAs the decode kernel is compiled for: four 4-warp CTAs per SM for groups of up to 4
-// heads (128 registers: the full grids of Llama-3.1-8B), else the compiler's choice.
+// heads (at most 128 registers: the full grids of Llama-3.1-8B), one 8-token-warp CTA, else the
+// compiler's choice.
 template <int G, int HS, int TW>
 inline constexpr int kGqaMinBlocks = TW == 8 ? 1 : (HS == 1 && G <= 4 ? 4 : 0);
 
@@ -295,27 +296,6 @@ __global__ void __launch_bounds__(TW* HS * 32, kGqaMinBlocks<G, HS, TW>)
     }
     gqa_decode_token<E, G, W, HS>(p, split, kvh, seq, i, q, sh);
   }
-  if (p.merge_counters == nullptr || p.num_splits < 2) return;
-  // The last CTA of (s, kv head) to arrive merges every split of its rows, a thread per output
-  // element (merge_split_row_dim). Every thread fences its own partial writes before the
-  // barrier, so thread 0's atomic is ordered after all of them.
-  __shared__ bool last_s;
-  __threadfence();
-  __syncthreads();
-  uint32_t* counter = p.merge_counters + int64_t{s} * p.num_kv_heads + kvh;
-  if (threadIdx.x == 0) last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(p.num_splits - 1);
-  __syncthreads();
-  if (!last_s) return;
-  __threadfence();  // acquire: the other CTAs' partials (read through L2)
-  const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
-    for (int idx = threadIdx.x; idx < G * D; idx += W * 32) {
-      const int64_t row = int64_t{i} * p.num_q_heads + kvh * G + idx / D;
-      p.out[row * D + idx % D] = from_f32<bf16>(merge_split_row_dim<true>(
-          p.partial_o, p.partial_ml, rows, p.num_splits, D, row, idx % D));
-    }
-  }
-  if (threadIdx.x == 0) *counter = 0;  // every CTA has counted: ready for the next launch
 }
 
 template <int E, int HS, int TW>
@@ -380,11 +360,8 @@ bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_
                  : launch_decode_eh<E, 1, 4>(p, group, stream);
 }
 
-static_assert(kGqaMergeMaxSplits == kSplitMergeMax, "one limit for the in-kernel merge");
-
 bool launch_gqa_decode(const PagedAttentionKernelParams& p, cudaStream_t stream) {
   if (!gqa_decode_supported(p)) return false;
-  if (p.merge_counters != nullptr && p.num_splits > kGqaMergeMaxSplits) return false;
   const int e = p.head_dim_qk / 32, group = p.num_q_heads / p.num_kv_heads;
   if (e == 2) return launch_decode_e<2>(p, group, stream);
   if (e == 4) return launch_decode_e<4>(p, group, stream);
@@ -485,7 +462,7 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
   if (gqa_decode_enabled() && launch_gqa_decode(p, stream)) {
-    if (p.num_splits > 1 && p.merge_counters == nullptr) {
+    if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
       combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
     }

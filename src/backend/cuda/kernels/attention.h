@@ -17,9 +17,6 @@
 
 namespace di::cuda {
 
-// Splits up to which the GQA decode kernel can merge in its last CTA (merge_counters below).
-inline constexpr int kGqaMergeMaxSplits = 16;
-
 struct PagedAttentionKernelParams {
   const __nv_bfloat16* q;     // [num_tokens, num_q_heads, head_dim_qk]
   __nv_bfloat16* out;         // [num_tokens, num_q_heads, head_dim_v]
@@ -58,11 +55,6 @@ struct PagedAttentionKernelParams {
   // The device's multiprocessor count (CudaBackend's): the GQA decode kernel doubles its warps
   // on grids of at most one CTA per SM (gqa_decode_head_split). 0: never.
   int32_t num_sms;
-  // GQA decode kernel with 2..kGqaMergeMaxSplits splits: when set, the last CTA of each
-  // (sequence, kv head) merges the splits (merge_split_row_dim, split_combine.cuh: the combine
-  // kernel's bits, and that kernel is then not launched). One zeroed uint32 per (sequence, kv
-  // head), left zeroed.
-  uint32_t* merge_counters;
   // fp32 verification mode (make_backend("cuda-fp32")): when pool_f32 is set, q/out/pool above
   // are unused and these f32 tensors (same shapes) are read and written instead.
   const float* q_f32;

@@ -63,50 +63,6 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
   if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
 }
 
-// combine_split_row_dim's value for one (row, d) by one thread, without block reductions, when
-// num_splits <= 16: the block max is exact in any order, and block_sum over a CTA of >= 32
-// threads with split sp on thread sp is warp 0's xor butterfly (other lanes and warps add exact
-// zeros), which the halving loop below reproduces term by term. So the result is the combine
-// kernel's, bitwise.
-inline constexpr int kSplitMergeMax = 16;
-// Node (i, off) of that butterfly: the sum of splits i, i + off, i + 2·off, … < 16 in the order
-// the xor steps add them (leaves: e^(m_sp - m) · l_sp, 0 for an empty or missing split). The
-// recursion keeps one path of the tree live instead of 16 values.
-template <bool kL2, int kOff>
-__device__ __forceinline__ float merge_den_node(const float* __restrict__ partial_ml, int64_t rows,
-                                                int num_splits, int64_t row, float m, int i) {
-  if constexpr (kOff == kSplitMergeMax) {
-    if (i >= num_splits) return 0.0f;
-    const float ms = load_partial<kL2>(partial_ml + (i * rows + row) * 2);
-    float v = 0.0f;
-    if (ms != -INFINITY)
-      v += expf(ms - m) * load_partial<kL2>(partial_ml + (i * rows + row) * 2 + 1);
-    return v;
-  } else {
-    return merge_den_node<kL2, 2 * kOff>(partial_ml, rows, num_splits, row, m, i) +
-           merge_den_node<kL2, 2 * kOff>(partial_ml, rows, num_splits, row, m, i + kOff);
-  }
-}
-
-template <bool kL2>
-__device__ __forceinline__ float merge_split_row_dim(const float* __restrict__ partial_o,
-                                                     const float* __restrict__ partial_ml,
-                                                     int64_t rows, int num_splits, int dv,
-                                                     int64_t row, int d) {
-  float m = -INFINITY;
-  for (int sp = 0; sp < num_splits; ++sp)
-    m = fmaxf(m, load_partial<kL2>(partial_ml + (sp * rows + row) * 2));
-  const float den = merge_den_node<kL2, 1>(partial_ml, rows, num_splits, row, m, 0);
-  float o = 0.0f;
-  const float* po = partial_o + row * dv + d;
-  for (int sp = 0; sp < num_splits; ++sp) {
-    const float ms = load_partial<kL2>(partial_ml + (sp * rows + row) * 2);
-    const float w = ms == -INFINITY ? 0.0f : expf(ms - m);
-    o = fmaf(w, load_partial<kL2>(po + sp * rows * dv), o);
-  }
-  return den > 0.0f ? o / den : 0.0f;
-}
-
 // The combine kernel's body: grid (rows, ceil(dv / blockDim.x)), one output dim per thread.
 template <typename T>
 __device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
