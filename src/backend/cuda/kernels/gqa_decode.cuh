@@ -18,7 +18,6 @@
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/common.cuh"
-#include "backend/cuda/kernels/split_combine.cuh"
 
 namespace di::cuda {
 
@@ -263,38 +262,6 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     }
   }
   __syncthreads();  // sh is reused by the next token
-}
-
-// After every token of sequence s wrote this split's partials: the last CTA of (s, kv head kvh)
-// to arrive merges all splits of those rows into out (combine_split_row_dim, through L2) and
-// resets the counter (the fused qkv_rope_attention kernel). The merge's bits equal the combine
-// kernel's when the CTA has its 128 threads. Every thread of the CTA calls it.
-template <int G>
-__device__ __forceinline__ void gqa_merge_in_last_cta(const PagedAttentionKernelParams& p,
-                                                      uint32_t* counters, int s, int kvh) {
-  __shared__ bool last_s;
-  // Every thread fences its own partial writes before the barrier, so thread 0's atomic is
-  // ordered after all of them (the threadfence-reduction pattern of the CUDA guide).
-  __threadfence();
-  __syncthreads();
-  uint32_t* counter = counters + int64_t{s} * p.num_kv_heads + kvh;
-  if (threadIdx.x == 0) last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(p.num_splits - 1);
-  __syncthreads();
-  if (!last_s) return;
-  __threadfence();  // acquire side: the other splits' partials, read through L2 below
-  const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
-    for (int h = 0; h < G; ++h) {
-      const int64_t row = int64_t{i} * p.num_q_heads + kvh * G + h;
-      for (int d0 = 0; d0 < p.head_dim_v; d0 += static_cast<int>(blockDim.x))
-        combine_split_row_dim<bf16, true>(p.partial_o, p.partial_ml, rows, p.num_splits,
-                                          p.head_dim_v, row, d0 + static_cast<int>(threadIdx.x),
-                                          p.out);
-    }
-  }
-  // Every CTA of (s, kv head) has counted; nothing else touches the counter before the kernel
-  // ends, so a plain store readies it for the next launch (and graph replay).
-  if (threadIdx.x == 0) *counter = 0;
 }
 
 }  // namespace di::cuda

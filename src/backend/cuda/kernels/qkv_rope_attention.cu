@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float row_s[G * D];
   __shared__ float scratch[G * 32];
   __shared__ __align__(16) bf16 q_s[G * D];
+  __shared__ bool last_s;
   const QkvRopeStoreKernelParams& st = p.store;
   const PagedAttentionKernelParams& at = p.attn;
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
@@ -87,14 +88,33 @@ __global__ void __launch_bounds__(kThreads)
   if (at.num_splits == 1) return;
 
   // 3. Split combine by the last CTA of (sequence, kv head) to arrive.
-  gqa_merge_in_last_cta<G>(at, p.counters, s, kvh);
+  // NOTES: every thread fences its own partial writes before the barrier, so thread 0's atomic
+  // is ordered after all of them (the threadfence-reduction pattern of the CUDA guide).
+  __threadfence();
+  __syncthreads();
+  uint32_t* counter = p.counters + int64_t{s} * at.num_kv_heads + kvh;
+  if (threadIdx.x == 0) last_s = atomicAdd(counter, 1u) == static_cast<uint32_t>(at.num_splits - 1);
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();  // acquire side: the other splits' partials, read through L2 below
+  const int64_t rows = int64_t{at.num_tokens} * at.num_q_heads;
+  for (int i = q_begin; i < q_end; ++i) {
+    for (int h = 0; h < G; ++h) {
+      const int64_t row = int64_t{i} * at.num_q_heads + kvh * G + h;
+      for (int d0 = 0; d0 < D; d0 += kCombineThreads)
+        combine_split_row_dim<bf16, true>(at.partial_o, at.partial_ml, rows, at.num_splits, D, row,
+                                          d0 + static_cast<int>(threadIdx.x), at.out);
+    }
+  }
+  // Every CTA of this (sequence, kv head) has counted; nothing else touches the counter before
+  // the kernel ends, so a plain store readies it for the next launch (and graph replay).
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 template <int E, int G>
 cudaError_t launch_eg(const QkvRopeAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.attn.num_splits),
-                  static_cast<unsigned>(p.attn.num_kv_heads),
-                  static_cast<unsigned>(p.attn.num_seqs));
+                  static_cast<unsigned>(p.attn.num_kv_heads), static_cast<unsigned>(p.attn.num_seqs));
   return launch_pdl(qkv_rope_attention_kernel<E, G>, grid, dim3(kThreads), 0, stream, p);
 }
 

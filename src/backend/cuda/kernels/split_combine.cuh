@@ -57,7 +57,7 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
     if (d < dv) {
       const float* po = partial_o + (c0 * rows + row) * dv + d;
 #pragma unroll 8
-      for (int j = 0; j < cn; ++j) o = fmaf(w_s[j], load_partial<kL2>(po + j * rows * dv), o);
+      for (int j = 0; j < cn; ++j) o += w_s[j] * load_partial<kL2>(po + j * rows * dv);
     }
   }
   if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
