@@ -536,6 +536,19 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestPagedAttention("gqa_decode_d256", 8, 4, 256, 256, false, 64, P{{300, 1}, {64, 1}}));
   add(new TestPagedAttention("mha_decode", 4, 4, 128, 128, false, 16,
                              P{{70, 1}, {5, 1}, {129, 1}}));
+  // The tensor-core decode kernel's groups (default from 4 q heads per kv head): group 16, head
+  // dim 64, and a batch of 33 with a sequence without a new token and contexts around the
+  // 16-key sub-tiles and 64-key splits.
+  add(new TestPagedAttention("gqa_decode_g16", 32, 2, 128, 128, false, 16,
+                             P{{700, 1}, {1, 1}, {64, 1}}));
+  add(new TestPagedAttention("gqa_decode_g8_d64", 16, 2, 64, 64, false, 64,
+                             P{{130, 1}, {2500, 1}, {15, 1}}));
+  {
+    P many;
+    for (int i = 0; i < 33; ++i)
+      many.push_back({(i * 97) % 301 + (i == 5 ? 1500 : 0), i == 7 ? 0 : 1});
+    add(new TestPagedAttention("gqa_decode_g8_b33", 32, 4, 128, 128, false, 16, many));
+  }
   // GQA prefill: ragged, with cached prefixes, an empty sequence (no new tokens), block sizes
   // 1/16/64.
   add(new TestPagedAttention("gqa_prefill", 32, 8, 128, 128, false, 64,
@@ -634,15 +647,16 @@ const std::vector<Output>& cpu_reference(const OpCase& c) {
 
 class BackendOps : public ::testing::TestWithParam<std::shared_ptr<OpCase>> {};
 
-TEST_P(BackendOps, MatchesCpu) {
-  Backend* be = gpu();
-  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
-  const OpCase& c = *GetParam();
+// Compares one case's outputs with the CPU oracle's under the case's checks (printing one line
+// per output, tagged); false when any output is off.
+bool matches_cpu(const OpCase& c, const std::vector<Output>& got, const char* tag) {
   const std::vector<Output>& ref = cpu_reference(c);
-  const std::vector<Output> got = c.run(*be);
-  ASSERT_EQ(ref.size(), got.size());
+  EXPECT_EQ(ref.size(), got.size());
+  if (ref.size() != got.size()) return false;
+  bool all_ok = true;
   for (size_t i = 0; i < ref.size(); ++i) {
-    ASSERT_EQ(ref[i].value.numel(), got[i].value.numel()) << ref[i].name;
+    EXPECT_EQ(ref[i].value.numel(), got[i].value.numel()) << ref[i].name;
+    if (ref[i].value.numel() != got[i].value.numel()) return false;
     const Metrics m = compare(ref[i].value, got[i].value);
     bool ok = true;
     switch (ref[i].check) {
@@ -661,14 +675,23 @@ TEST_P(BackendOps, MatchesCpu) {
         break;
     }
     std::printf(
-        "[op] %-60s %-12s n=%-9lld diff=%.2e nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
-        c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.diff, m.nmse,
+        "[op]%s %-60s %-12s n=%-9lld diff=%.2e nmse=%.2e max_abs=%.3e max_ref=%.3e mism=%lld %s\n",
+        tag, c.name().c_str(), ref[i].name.c_str(), static_cast<long long>(m.n), m.diff, m.nmse,
         m.max_abs, m.max_ref, static_cast<long long>(m.mismatches), ok ? "PASS" : "FAIL");
     std::fflush(stdout);
-    EXPECT_TRUE(ok) << c.name() << " output '" << ref[i].name << "': diff " << m.diff << " nmse "
-                    << m.nmse << " max_abs " << m.max_abs << " (max_ref " << m.max_ref
+    EXPECT_TRUE(ok) << c.name() << tag << " output '" << ref[i].name << "': diff " << m.diff
+                    << " nmse " << m.nmse << " max_abs " << m.max_abs << " (max_ref " << m.max_ref
                     << ") mismatches " << m.mismatches << " of " << m.n;
+    all_ok = all_ok && ok;
   }
+  return all_ok;
+}
+
+TEST_P(BackendOps, MatchesCpu) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const OpCase& c = *GetParam();
+  matches_cpu(c, c.run(*be), "");
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::shared_ptr<OpCase>>& info) {
@@ -844,6 +867,10 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
   const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
   const bool fusion_on = !(decode_env && std::string(decode_env) == "generic");
   cb.set_fused_attention(true);
+  // The fused kernel shares the CUDA-core decode kernel's arithmetic; groups that default to the
+  // tensor-core decode kernel are composed instead, so compare with that kernel off.
+  const int saved_mma = cuda::gqa_decode_mma_mode();
+  cuda::set_gqa_decode_mma_mode(0);
   ComposedAttentionBackend composed(*be);
   int64_t checked = 0;
   for (const auto& c : all_cases()) {
@@ -876,6 +903,7 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
     ++checked;
   }
   cb.set_fused_attention(false);  // back to the default for the tests after this one
+  cuda::set_gqa_decode_mma_mode(saved_mma);
   EXPECT_EQ(checked, 20);
 #else
   GTEST_SKIP() << "built without CUDA";
@@ -896,6 +924,8 @@ TEST(GqaDecodeLayout, EveryLayoutBitEqualToFourWarps) {
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   const int saved_hs = cuda::gqa_decode_head_split();
   const int saved_tw = cuda::gqa_decode_token_warps();
+  const int saved_mma = cuda::gqa_decode_mma_mode();
+  cuda::set_gqa_decode_mma_mode(0);  // the CUDA-core kernel's layouts, every group
   int64_t checked = 0;
   for (const auto& c : all_cases()) {
     const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
@@ -925,7 +955,42 @@ TEST(GqaDecodeLayout, EveryLayoutBitEqualToFourWarps) {
   }
   cuda::set_gqa_decode_head_split(saved_hs);
   cuda::set_gqa_decode_token_warps(saved_tw);
+  cuda::set_gqa_decode_mma_mode(saved_mma);
   EXPECT_GE(checked, 8);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The GQA decode kernels against the CPU on every GQA attention case of the table: the tensor-core
+// kernel forced on for every group it supports (mode 1; the default takes it from 4 q heads per
+// kv head) and forced off (mode 0: the CUDA-core kernel, also for the groups the default gives
+// to the tensor cores). Checks that the tensor-core kernel ran where it should.
+TEST(GqaDecodeMma, EveryGroupMatchesCpuOnAndOff) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::gqa_decode_mma_mode();
+  int64_t on_cases = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
+    if (a == nullptr || a->mla) continue;
+    for (const int mode : {1, 0}) {
+      cuda::set_gqa_decode_mma_mode(mode);
+      const bool takes = cuda::gqa_decode_mma_for(a->hq / a->hkv, a->dqk);
+      EXPECT_EQ(takes, mode == 1 && (a->dqk == 64 || a->dqk == 128)) << c->name();
+      on_cases += takes ? 1 : 0;
+      matches_cpu(*c, c->run(*be), mode == 1 ? " mma=on " : " mma=off");
+    }
+  }
+  cuda::set_gqa_decode_mma_mode(-1);
+  EXPECT_TRUE(cuda::gqa_decode_mma_for(8, 128));
+  EXPECT_TRUE(cuda::gqa_decode_mma_for(16, 64));
+  EXPECT_TRUE(cuda::gqa_decode_mma_for(4, 128));
+  EXPECT_FALSE(cuda::gqa_decode_mma_for(2, 128));
+  EXPECT_FALSE(cuda::gqa_decode_mma_for(8, 256));
+  cuda::set_gqa_decode_mma_mode(saved);
+  EXPECT_GE(on_cases, 10);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -851,6 +851,10 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
     return false;
   const PagedBatch& b = *st.batch;
   if (b.num_tokens == 0 || b.num_seqs == 0) return false;
+  // Groups the tensor-core decode kernel takes are composed (the fused kernel shares the CUDA-core
+  // kernel's arithmetic, so it would change the bits).
+  if (at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
+    return false;
   check_qkv_rope_store(st, dt_);
   check_paged_attention(at, dt_);
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;

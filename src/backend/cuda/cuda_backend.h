@@ -77,7 +77,8 @@ class CudaBackend final : public Backend {
   // one kernel (kernels/qkv_rope_attention.h) for the bf16 decode batches the decode attention
   // kernel takes. Opt-in: it is bit-equal to the composed ops but slower on the H200 (Llama-3.1-8B
   // batch 1: 205.7 -> 191.4 tok/s; Qwen3-30B-A3B: 242 -> 183; docs/performance.md run 10).
-  // DEEPINFER_ATTN_DECODE=generic always composes.
+  // DEEPINFER_ATTN_DECODE=generic always composes, and so do the groups the tensor-core decode
+  // kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv head).
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks

@@ -461,7 +461,7 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
-  if (gqa_decode_enabled() && launch_gqa_decode(p, stream)) {
+  if (gqa_decode_enabled() && (launch_gqa_decode_mma(p, stream) || launch_gqa_decode(p, stream))) {
     if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
       combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);

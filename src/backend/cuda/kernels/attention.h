@@ -99,6 +99,18 @@ void set_gqa_decode_token_warps(int tw);
 // per sequence on average (decode batches), grid.z (sequences) within limits.
 bool gqa_decode_supported(const PagedAttentionKernelParams& p);
 
+// The tensor-core decode kernel (gqa_decode_mma.cu): the q heads of a kv head as the rows of an
+// m16 tile, so 16 heads x 8 keys per mma instead of a warp sum per (head, key). Mode -1 (default;
+// DEEPINFER_GQA_DECODE_MMA unset): used for 4, 8 or 16 q heads per kv head (measured faster at
+// every batch for 4 and 8), the CUDA-core kernel below; 1: for every group it supports (1, 2, 4,
+// 8, 16); 0: never. Head dims 64 / 128. The choice depends on the model's shape only (not the
+// batch), so batch invariance holds; its bits differ from the CUDA-core kernel's (P in bf16).
+int gqa_decode_mma_mode();
+void set_gqa_decode_mma_mode(int mode);
+bool gqa_decode_mma_for(int group, int head_dim);
+// Launches it for a decode call when gqa_decode_mma_for and the layout allow; false otherwise.
+bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream);
+
 void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream);
 
 }  // namespace di::cuda

@@ -28,26 +28,6 @@ namespace {
 constexpr int kKvTile = 64;  // kv tokens per tile
 constexpr float kLog2e = 1.4426950408889634f;
 
-// 16 bytes global -> shared; src_bytes 0 zero-fills (src must still be a valid pointer).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* ptr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(ptr))
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* ptr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(ptr))
-               : "memory");
-}
-
 __global__ void mma_tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs, int32_t group,
                                        int32_t rows_per_tile, int32_t* tile_indptr) {
   if (threadIdx.x != 0) return;
