@@ -439,6 +439,44 @@ TEST(CudaMoeDecodeMma, MatchesCpu) {
   EXPECT_EQ(bad, 0);
 }
 
+// The tensor-core decode kernels with the cp.async weight ring (MoeDecodeImpl::kTc) vs the CPU
+// op (the one-token path off): every small case (odd H 136 / I 72: k tails and partial row
+// tiles), real
+// V2-Lite / Qwen3-30B-A3B sizes, skewed routing (a hot expert with more rows than one token
+// group of 8, 16 or 32: the weights streamed once per group), and sizes past the decode range
+// forced onto it.
+TEST(CudaMoeDecodeTc, MatchesCpu) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  std::vector<MoeCase> v;
+  for (const MoeCase& c : small_cases()) v.push_back(c);  // T = 1 too: the one-token path off
+  v.push_back({1, 8, 6, 2048, 1408, Routing::kUniform});
+  v.push_back({8, 16, 6, 2048, 1408, Routing::kUniform});
+  v.push_back({33, 16, 8, 2048, 768, Routing::kSkewed});
+  v.push_back({16, 8, 6, 2048, 1408, Routing::kSkewed});
+  v.push_back({64, 8, 2, 2048, 768, Routing::kUniform});  // 16 rows per expert: 2 n-tiles
+  v.push_back({300, 8, 2, 256, 1408, Routing::kSkewed});  // ~600 rows on one expert
+  auto cpu = make_cpu_backend();
+  const int64_t saved = be->moe_device_max_slots();
+  be->set_moe_device_max_slots(int64_t{1} << 40);
+  int bad = 0;
+  for (const MoeCase& c : v) {
+    const Inputs in = make_inputs(c);
+    const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
+    const OnBackend d = upload_inputs(*be, c, in);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kTc);
+    cuda::set_moe_t1_path_override(0);
+    const Tensor got = run_moe(*be, c, d);
+    cuda::set_moe_t1_path_override(-1);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
+    if (!check_bf16(c.name() + "_tc", ref, got)) ++bad;
+  }
+  be->set_moe_device_max_slots(saved);
+  std::printf("[moe-op] decode_tc_vs_cpu cases=%zu failed=%d %s\n", v.size(), bad,
+              bad == 0 ? "PASS" : "FAIL");
+  EXPECT_EQ(bad, 0);
+}
+
 // The one-token path (launch_moe_decode_t1) at hidden 2048, inter 768 / 1408 / 2048 (pipelined
 // down kernel: 3 / 6 / 8 chunk-iterations per lane) and 2056 (> 2048: the pair kernel either
 // way), top-k 1..8, with expert ids < 0 or >= E in some slots (skipped: the CPU reference gets

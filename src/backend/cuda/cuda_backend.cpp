@@ -1050,7 +1050,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
            "cuda moe_experts: {} experts (max {}), {} slots, weights {}", num_experts,
            kMoeMaxExperts, slots, topk_weights.describe());
   // One token (batch-1 decode), v2 kernels: no alignment, combine folded into down (moe_grouped.h).
-  if (t == 1 && slots <= moe_device_max_slots_ &&
+  if (t == 1 && slots <= moe_device_max_slots_ && moe_t1_path_enabled() &&
       moe_decode_impl_from_env() != MoeDecodeImpl::kV1 && h % 8 == 0 && inter % 8 == 0 &&
       reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(w.gate_up.raw()) % 16 == 0 &&

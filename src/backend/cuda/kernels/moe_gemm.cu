@@ -693,9 +693,14 @@ MoeDecodeImpl moe_decode_impl_from_env() {
     if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeDecodeImpl::kV1;
     if (v != nullptr && std::strcmp(v, "mma") == 0) return MoeDecodeImpl::kMma;
     if (v != nullptr && std::strcmp(v, "v2") == 0) return MoeDecodeImpl::kV2;
-    // Default: v2 below 4 rows per expert, the tensor-core kernels from 4 (GPU run 8, V2-Lite
-    // and Qwen3-30B shapes: v2 wins at 1-2 rows, mma from 4: 1.2x at 4, 2-3.6x at 8-16).
-    return MoeDecodeImpl::kMma;
+    if (v != nullptr && std::strcmp(v, "tc") == 0) return MoeDecodeImpl::kTc;
+    // DEEPINFER_MOE_DECODE=auto: v2 below 4 rows per expert, mma from 4 (the default of GPU
+    // runs 8-14: v2 won at 1-2 rows, mma from 4).
+    if (v != nullptr && std::strcmp(v, "auto") == 0) return MoeDecodeImpl::kMma;
+    // Default: the cp.async-ring tensor-core kernels at every row count (run 15, H200:
+    // bench_cuda_moe 2 / 4 / 8 / 16 rows per expert 70-76 / 57 / 56 / 54 % -> 84 / 82-83 / 79-81
+    // / 74-76 % of the copy bandwidth; Qwen3-30B-A3B batch 32 1,202 -> 1,540 tok/s).
+    return MoeDecodeImpl::kTc;
   }();
   return impl;
 }
@@ -715,6 +720,10 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeI
   if (impl == MoeDecodeImpl::kAuto) impl = moe_decode_impl_from_env();
   // Typical rows per touched expert (T·k / touched for balanced routing), not the worst case.
   const int rows = p.avg_rows > 0 ? min(p.avg_rows, p.rows_hint) : p.rows_hint;
+  if (impl == MoeDecodeImpl::kTc) {
+    launch_moe_decode_tc(p, stream);
+    return;
+  }
   if (impl == MoeDecodeImpl::kMma &&
       rows >= (g_decode_override == MoeDecodeImpl::kMma ? 3 : moe_decode_mma_min_rows())) {
     if (rows <= 8)
@@ -746,7 +755,21 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeI
 
 namespace {
 MoeT1DownImpl g_t1_down_override = MoeT1DownImpl::kAuto;
+int g_t1_path_override = -1;
 }  // namespace
+
+void set_moe_t1_path_override(int on) {
+  g_t1_path_override = on;
+}
+
+bool moe_t1_path_enabled() {
+  if (g_t1_path_override >= 0) return g_t1_path_override != 0;
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_T1");
+    return !(v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0));
+  }();
+  return on;
+}
 
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl) {
   g_t1_down_override = impl;

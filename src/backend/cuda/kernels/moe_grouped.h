@@ -56,12 +56,14 @@ struct MoeDecodeParams {
                                  // sizes and mma its use by min(avg_rows, rows_hint); any row
                                  // count stays correct (more passes), v1 ignores it
 };
-// kV1: one weight row (pair) per warp, loads as the loop goes; kV2 (default): the same sums bit
-// for bit, R rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kMma
-// (opt-in): from 3 rows per expert (avg_rows, see below) on, tensor-core kernels (16 weight rows x 8 or 16
-// tokens per warp; act rounded to bf16 for down; not bitwise equal to v1), else kV2. kAuto: kV2
-// unless DEEPINFER_MOE_DECODE=v1 or =mma (read once).
-enum class MoeDecodeImpl { kAuto, kV1, kV2, kMma };
+// kV1: one weight row (pair) per warp, loads as the loop goes; kV2: the same sums bit for bit, R
+// rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kMma: from 4 rows per
+// expert (avg_rows; 3 when forced) tensor-core kernels straight from global memory (16 weight
+// rows x 8 or 16 tokens per warp; act rounded to bf16 for down; not bitwise equal to v1), else
+// kV2; kTc (default): tensor cores with the weights streamed through a cp.async ring, 128 weight
+// rows per CTA (moe_decode_tc.cu; act in bf16). kAuto: kTc unless DEEPINFER_MOE_DECODE=v1, v2,
+// mma, or auto (= kMma, the earlier default) (read once).
+enum class MoeDecodeImpl { kAuto, kV1, kV2, kMma, kTc };
 MoeDecodeImpl moe_decode_impl_from_env();
 // Tests and benchmarks: force kV1 / kV2 for later calls (kAuto: back to the env choice). Not
 // thread-safe; set it outside any graph capture (a captured graph keeps the kernels it saw).
@@ -72,6 +74,8 @@ void set_moe_decode_impl_override(MoeDecodeImpl impl);
 int moe_decode_grouped_min_rows();
 void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream,
                        MoeDecodeImpl impl = MoeDecodeImpl::kAuto);
+// The kTc kernels (gate_up writes act as bf16 into p.act's bytes; down reads it back).
+void launch_moe_decode_tc(const MoeDecodeParams& p, cudaStream_t stream);
 
 // One token (decode at batch 1), v2 only: 2 kernels instead of align + gate_up + down + combine.
 // gate_up: grid (⌈inter / 8⌉, top_k), act[j] for slot j; down: grid ⌈hidden / 4⌉ (4 warps), each
@@ -102,6 +106,11 @@ enum class MoeT1DownImpl { kAuto, kPairs, kPipelined };
 MoeT1DownImpl moe_t1_down_impl();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
 void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
+// Whether one token takes launch_moe_decode_t1 (default) or the general decode path (align, the
+// decode kernels, combine): DEEPINFER_MOE_T1=off (read once); the override (tests, benchmarks:
+// 1 on, 0 off, -1 back to the env) wins.
+bool moe_t1_path_enabled();
+void set_moe_t1_path_override(int on);
 
 // Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
 // offsets: c[r, :] = a[a_rows ? a_rows[r] : r, :] · w[e]ᵀ for every row r of expert e.
