@@ -980,8 +980,26 @@ TEST(GqaDecodeMma, EveryGroupMatchesCpuOnAndOff) {
       const bool takes = cuda::gqa_decode_mma_for(a->hq / a->hkv, a->dqk);
       EXPECT_EQ(takes, mode == 1 && (a->dqk == 64 || a->dqk == 128)) << c->name();
       on_cases += takes ? 1 : 0;
-      matches_cpu(*c, c->run(*be), mode == 1 ? " mma=on " : " mma=off");
+      cuda::set_gqa_decode_mma_splits_per_cta(1);
+      const std::vector<Output> one = c->run(*be);
+      matches_cpu(*c, one, mode == 1 ? " mma=on " : " mma=off");
+      if (!takes) continue;
+      // Several KV splits per CTA (the next one's K/V copied during the current one): same bits.
+      for (const int spc : {2, 3, 8}) {
+        cuda::set_gqa_decode_mma_splits_per_cta(spc);
+        const std::vector<Output> got = c->run(*be);
+        ASSERT_EQ(one.size(), got.size());
+        for (size_t o = 0; o < one.size(); ++o) {
+          int64_t bad = 0;
+          for (int64_t j = 0; j < one[o].value.numel(); ++j)
+            if (one[o].value.f32()[j] != got[o].value.f32()[j]) ++bad;
+          std::printf("[op] %-60s spc%d_vs_spc1_bits_differ=%lld %s\n", c->name().c_str(), spc,
+                      static_cast<long long>(bad), bad == 0 ? "PASS" : "FAIL");
+          EXPECT_EQ(bad, 0) << c->name() << " splits per CTA " << spc;
+        }
+      }
     }
+    cuda::set_gqa_decode_mma_splits_per_cta(0);
   }
   cuda::set_gqa_decode_mma_mode(-1);
   EXPECT_TRUE(cuda::gqa_decode_mma_for(8, 128));

@@ -108,6 +108,10 @@ bool gqa_decode_supported(const PagedAttentionKernelParams& p);
 int gqa_decode_mma_mode();
 void set_gqa_decode_mma_mode(int mode);
 bool gqa_decode_mma_for(int group, int head_dim);
+// KV splits per CTA of the tensor-core decode kernel (the next split's K/V copied while one is
+// computed): 0 (default) picks 1, 2 or 4 by the grid; 1..8 forces it. Same bits for every value.
+int gqa_decode_mma_splits_per_cta();
+void set_gqa_decode_mma_splits_per_cta(int spc);
 // Launches it for a decode call when gqa_decode_mma_for and the layout allow; false otherwise.
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream);
 

@@ -6,20 +6,23 @@
 // not the bytes). Here the q heads of one kv head are the rows of an m16 tile (rows >= the group
 // are zero), so one mma computes 16 heads x 8 keys over 16 dims.
 //
-// One CTA of 4 warps per (KV split, kv head, sequence), the generic kernel's split layout, so
-// combine_splits_kernel merges the partials. Warp w takes the 16-key sub-tiles w, w + 4, ... of
-// the split: cp.async of their K and V rows into the warp's shared memory (zero past the split
-// end), S = Q·Kᵀ (2 n-tiles, D/16 k-steps; Q's A fragments held in registers), scores scaled
-// into base 2, the online softmax per row over the sub-tile (row max over the 4 lanes of a row),
-// P rounded to bf16 (the C fragments of S are P's A fragments), O += P·V (V by ldmatrix.trans).
-// The four warp states merge in warp order in shared memory. Partial max m is written in the
-// natural-log units of the CUDA-core kernel (base-2 max times ln 2). Not bitwise equal to the
-// CUDA-core kernel (P in bf16, another summation order); chosen by the model's group (not by the
-// batch), so a sequence's bits do not depend on its batch.
+// The generic kernel's split layout, so combine_splits_kernel merges the partials. A CTA of 4
+// warps takes spc consecutive KV splits of one (kv head, sequence) one after the other (spc = 1,
+// 2 or 4 by the grid: the next split's K/V rows are copied while one is computed and merged;
+// the fixed costs of a CTA, q and the sequence's metadata, are paid once). Warp w takes the
+// 16-key sub-tiles w, w + 4, ... of a split: cp.async of their K and V rows into the warp's shared
+// memory (zero past the split end), S = Q·Kᵀ (2 n-tiles, D/16 k-steps; Q's A fragments held in
+// registers), scores scaled into base 2, the online softmax per row over the sub-tile (row max over
+// the 4 lanes of a row), P rounded to bf16 (the C fragments of S are P's A fragments), O += P·V (V
+// by ldmatrix.trans). The four warp states merge in warp order in shared memory. Partial max m is
+// written in the natural-log units of the CUDA-core kernel (base-2 max times ln 2). Not bitwise
+// equal to the CUDA-core kernel (P in bf16, another summation order); chosen by the model's group
+// (not by the batch), so a sequence's bits do not depend on its batch.
 //
 // H200, same call (docs/performance.md, run 15): Qwen3-30B-A3B (8 heads per kv head) batch 1 /
 // 32 / 256 262.4 / 1,011 / 2,393 -> 274.5 / 1,201 / 3,778 tok/s; Llama-3.1-8B (4) batch 1 / 8 /
 // 32 / 64 227.8 / 1,519 / 4,862 / 7,765 -> 229.3 / 1,548 / 5,224 / 8,698.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -37,14 +40,12 @@ constexpr int kSub = 16;  // keys per warp sub-tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D, int G>
-union GqaMmaShared {
-  bf16 kv[kWarps][2][kSub][D + 8];  // per warp: its K rows, then its V rows (16-byte pad per row)
-  struct {
-    float o[kWarps][G][D];  // each warp's unnormalised rows (q heads) of O
-    float m[kWarps][G];     // base-2 running max (-inf: no key)
-    float l[kWarps][G];
-  } merge;
+template <int D, int G, int B>
+struct GqaMmaShared {
+  bf16 kv[B][kWarps][2][kSub][D + 8];  // [buffer][warp]: K rows, then V rows (16-byte row pad)
+  float o[kWarps][G][D];               // the merge: each warp's unnormalised rows (q heads) of O
+  float m[kWarps][G];                  // base-2 running max (-inf: no key)
+  float l[kWarps][G];
 };
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -56,9 +57,14 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <int D, int G>
+// CTA (x, kvh, s): splits x·spc .. x·spc + spc - 1 of kv head kvh of sequence s, one after the
+// other; each warp's first sub-tile of the next split is copied (second buffer) while the current
+// split is computed and merged. A split's arithmetic does not depend on spc (same sub-tiles per
+// warp, same merge order), so neither do its bits.
+// B: K/V buffers per warp (2 when spc > 1, else 1: less shared memory, more CTAs per SM).
+template <int D, int G, int B>
 __global__ void __launch_bounds__(kWarps * 32, 3)
-    gqa_decode_mma_kernel(PagedAttentionKernelParams p) {
+    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
@@ -66,21 +72,48 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int kDTiles = D / 8;
   constexpr int kLd = D + 8;
   constexpr int kChunks = D / 8;  // 16-byte chunks per K / V row
-  static_assert(32 % kChunks == 0 || kChunks % 32 == 0, "chunk mapping");
-  __shared__ __align__(16) GqaMmaShared<D, G> sh;
-  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B>*>(smem_raw);
+  const int split0 = blockIdx.x * spc, kvh = blockIdx.y, s = blockIdx.z;
+  const int nsp = B == 1 ? 1 : min(spc, p.num_splits - split0);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const GqaDecodeSeq seq = gqa_decode_seq(p, s);
   const float c2 = p.scale * kLog2e;
   const bf16* layer_base = p.pool + p.layer_offset + int64_t{kvh} * p.kv_head_stride;
-  bf16* k_s = &sh.kv[warp][0][0][0];
-  bf16* v_s = &sh.kv[warp][1][0][0];
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
   for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
     const int limit = min(seq.kv_len, p.positions[i] + 1);
-    const int t0 = split * p.split_size;
-    const int t1 = min(limit, t0 + p.split_size);
+    // K and V rows [base, base + 16) of this kv head into buffer `buf` (rows past t1 zero-filled);
+    // nothing when base >= t1. The caller commits.
+    auto copy_sub = [&](int base, int t1, int buf) {
+      if (base >= t1) return;
+      bf16* k_s = &sh.kv[buf][warp][0][0][0];
+      bf16* v_s = &sh.kv[buf][warp][1][0][0];
+      // Lane r < 16 looks up row r's entry (one block-id load per lane, all in flight together;
+      // -1 past t1); the copies take it by shuffle. (A block-id load per copy serialised four
+      // rounds of dependent loads per sub-tile.)
+      const int tr = base + (lane & 15);
+      int64_t my_ent = -1;
+      if (tr < t1) {
+        my_ent = int64_t{p.kv_indices[seq.b0 + tr / p.block_size]} * p.block_stride +
+                 int64_t{tr % p.block_size} * p.entry_size;
+      }
+      static_assert(kSub * kChunks % 32 == 0, "whole copy rounds per warp");
+#pragma unroll
+      for (int it = 0; it < kSub * kChunks / 32; ++it) {
+        const int idx = lane + 32 * it, j = idx / kChunks, c = idx % kChunks;
+        const int64_t e = __shfl_sync(0xffffffffu, my_ent, j);
+        const bool ok = e >= 0;
+        const bf16* ent = ok ? layer_base + e + c * 8 : p.pool;
+        cp_async16(k_s + j * kLd + c * 8, ok ? ent + p.k_offset : ent, ok ? 16 : 0);
+        cp_async16(v_s + j * kLd + c * 8, ok ? ent + p.v_offset : ent, ok ? 16 : 0);
+      }
+    };
+    auto split_t1 = [&](int sp) { return min(limit, sp * p.split_size + p.split_size); };
+    auto first_base = [&](int sp) { return sp * p.split_size + warp * kSub; };
+    copy_sub(first_base(split0), split_t1(split0), 0);
+    cp_async_commit();
     // Q's A fragments: per row half r (row g + 8r) the registers a_r and a_(2+r); zero rows past
     // the group (rows g + 8 are not held at all for groups of at most 8).
     uint32_t qa[kKSteps][2 * kHalves];
@@ -107,157 +140,169 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         a[1] = a[3] = 0u;
       }
     };
-    float o[kDTiles][4];
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (base 2)
-    for (int base = t0 + warp * kSub; base < t1; base += kWarps * kSub) {
-      // K and V rows [base, base + 16) of this kv head; rows past t1 zero-filled.
-#pragma unroll 2
-      for (int idx = lane; idx < kSub * kChunks; idx += 32) {
-        const int j = idx / kChunks, c = idx % kChunks;
-        const int t = base + j;
-        const bf16* ent = p.pool;
-        int bytes = 0;
-        if (t < t1) {
-          const int blk = p.kv_indices[seq.b0 + t / p.block_size];
-          ent =
-              layer_base + blk * p.block_stride + int64_t{t % p.block_size} * p.entry_size + c * 8;
-          bytes = 16;
-        }
-        cp_async16(k_s + j * kLd + c * 8, bytes ? ent + p.k_offset : ent, bytes);
-        cp_async16(v_s + j * kLd + c * 8, bytes ? ent + p.v_offset : ent, bytes);
-      }
-      cp_async_commit();
-      cp_async_wait<0>();
+    for (int n = 0; n < nsp; ++n) {
+      const int sp = split0 + n, buf = n & (B - 1);
+      if (n + 1 < nsp) copy_sub(first_base(sp + 1), split_t1(sp + 1), (n + 1) & (B - 1));
+      cp_async_commit();  // one group per iteration (maybe empty): the wait below stays exact
+      cp_async_wait<1>();
       __syncwarp();
-      // S = Q·Kᵀ: n-tile 0 = keys base .. base + 7, n-tile 1 = base + 8 .. base + 15.
-      float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      const int t0 = sp * p.split_size, t1 = split_t1(sp);
+      const bf16* k_s = &sh.kv[buf][warp][0][0][0];
+      const bf16* v_s = &sh.kv[buf][warp][1][0][0];
+      float o[kDTiles][4];
 #pragma unroll
-      for (int kc = 0; kc < kKSteps; ++kc) {
-        uint32_t a[4], b[4];
-        a_frag(kc, a);
-        ldsm_x4(b, k_s + mma_frag::ldsm_k_key(lane) * kLd + kc * 16 + mma_frag::ldsm_k_col(lane));
-        mma_bf16_16816(sc[0], a, b[0], b[1]);
-        mma_bf16_16816(sc[1], a, b[2], b[3]);
+      for (int dt = 0; dt < kDTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+      float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (base 2)
+      for (int base = t0 + warp * kSub; base < t1; base += kWarps * kSub) {
+        if (base != t0 + warp * kSub) {  // splits longer than 64 keys: later sub-tiles in place
+          copy_sub(base, t1, buf);
+          cp_async_commit();
+          cp_async_wait<0>();
+          __syncwarp();
+        }
+        // S = Q·Kᵀ: n-tile 0 = keys base .. base + 7, n-tile 1 = base + 8 .. base + 15.
+        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kc = 0; kc < kKSteps; ++kc) {
+          uint32_t a[4], b[4];
+          a_frag(kc, a);
+          ldsm_x4(b, k_s + mma_frag::ldsm_k_key(lane) * kLd + kc * 16 + mma_frag::ldsm_k_col(lane));
+          mma_bf16_16816(sc[0], a, b[0], b[1]);
+          mma_bf16_16816(sc[1], a, b[2], b[3]);
+        }
+        // Online softmax per row half r (c0, c1: row g; c2, c3: row g + 8).
+        uint32_t pa[4];
+#pragma unroll
+        for (int r = 0; r < kHalves; ++r) {
+          float sv[2][2];
+          float mx = m[r];
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = base + nt * 8 + 2 * t4 + e;
+              sv[nt][e] = key < t1 ? sc[nt][2 * r + e] * c2 : -INFINITY;
+              mx = fmaxf(mx, sv[nt][e]);
+            }
+          }
+          mx = quad_max(mx);                        // finite: key `base` (< t1) is in every row
+          const float corr = fast_exp2(m[r] - mx);  // 0 on the first sub-tile (m = -inf)
+          m[r] = mx;
+          float ps = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              sv[nt][e] = fast_exp2(sv[nt][e] - mx);
+              ps += sv[nt][e];
+            }
+          }
+          l[r] = l[r] * corr + ps;
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt) {
+            o[dt][2 * r] *= corr;
+            o[dt][2 * r + 1] *= corr;
+          }
+          pa[r] = pack_bf16(sv[0][0], sv[0][1]);
+          pa[2 + r] = pack_bf16(sv[1][0], sv[1][1]);
+        }
+        if constexpr (kHalves == 1) pa[1] = pa[3] = 0u;
+          // O += P·V: V's B fragments for two 8-dim n-tiles per ldmatrix.trans.
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_trans(
+              b, v_s + mma_frag::ldsm_v_key(lane) * kLd + dp * 16 + mma_frag::ldsm_v_col(lane));
+          mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
+          mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+        __syncwarp();  // every lane's ldmatrix is done before the buffer is refilled
       }
-      // Online softmax per row half r (c0, c1: row g; c2, c3: row g + 8).
-      uint32_t pa[4];
+      // Merge the 4 warps (warp order); write the split's partial or, with one split, the output.
+      __syncthreads();  // the previous split's merge reads are done
 #pragma unroll
       for (int r = 0; r < kHalves; ++r) {
-        float sv[2][2];
-        float mx = m[r];
+        const int h = g + 8 * r;
+        const float lr = quad_sum(l[r]);
+        if (h < G) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = base + nt * 8 + 2 * t4 + e;
-            sv[nt][e] = key < t1 ? sc[nt][2 * r + e] * c2 : -INFINITY;
-            mx = fmaxf(mx, sv[nt][e]);
+          for (int dt = 0; dt < kDTiles; ++dt) {
+            sh.o[warp][h][dt * 8 + 2 * t4] = o[dt][2 * r];
+            sh.o[warp][h][dt * 8 + 2 * t4 + 1] = o[dt][2 * r + 1];
+          }
+          if (t4 == 0) {
+            sh.m[warp][h] = m[r];
+            sh.l[warp][h] = lr;
           }
         }
-        mx = quad_max(mx);                        // finite: key `base` (< t1) is in every row
-        const float corr = fast_exp2(m[r] - mx);  // 0 on the first sub-tile (m = -inf)
-        m[r] = mx;
-        float ps = 0.0f;
+      }
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
+        const int h = idx / D, d = idx % D;
+        float mm = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sh.m[w][h]);
+        float ll = 0.0f, ov = 0.0f;
+        if (mm != -INFINITY) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            sv[nt][e] = fast_exp2(sv[nt][e] - mx);
-            ps += sv[nt][e];
+          for (int w = 0; w < kWarps; ++w) {
+            const float mw = sh.m[w][h];
+            if (mw == -INFINITY) continue;
+            const float cw = fast_exp2(mw - mm);
+            ll += cw * sh.l[w][h];
+            ov += cw * sh.o[w][h][d];
           }
         }
-        l[r] = l[r] * corr + ps;
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          o[dt][2 * r] *= corr;
-          o[dt][2 * r + 1] *= corr;
-        }
-        pa[r] = pack_bf16(sv[0][0], sv[0][1]);
-        pa[2 + r] = pack_bf16(sv[1][0], sv[1][1]);
-      }
-      if constexpr (kHalves == 1) pa[1] = pa[3] = 0u;
-        // O += P·V: V's B fragments for two 8-dim n-tiles per ldmatrix.trans.
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t b[4];
-        ldsm_x4_trans(
-            b, v_s + mma_frag::ldsm_v_key(lane) * kLd + dp * 16 + mma_frag::ldsm_v_col(lane));
-        mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
-        mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
-      }
-      __syncwarp();  // every lane's ldmatrix is done before the next sub-tile's cp.async
-    }
-    // Merge the 4 warps (warp order) and write the split's partial or, with one split, the output.
-    __syncthreads();  // the merge area aliases every warp's K / V rows
-#pragma unroll
-    for (int r = 0; r < kHalves; ++r) {
-      const int h = g + 8 * r;
-      const float lr = quad_sum(l[r]);
-      if (h < G) {
-#pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          sh.merge.o[warp][h][dt * 8 + 2 * t4] = o[dt][2 * r];
-          sh.merge.o[warp][h][dt * 8 + 2 * t4 + 1] = o[dt][2 * r + 1];
-        }
-        if (t4 == 0) {
-          sh.merge.m[warp][h] = m[r];
-          sh.merge.l[warp][h] = lr;
+        const int64_t row = int64_t{i} * p.num_q_heads + int64_t{kvh} * G + h;
+        if (p.num_splits == 1) {
+          p.out[row * D + d] = __float2bfloat16_rn(ll > 0.0f ? ov / ll : 0.0f);
+        } else {
+          p.partial_o[(sp * rows + row) * D + d] = ov;
+          if (d == 0) {
+            p.partial_ml[(sp * rows + row) * 2] = mm == -INFINITY ? -INFINITY : mm * kLn2;
+            p.partial_ml[(sp * rows + row) * 2 + 1] = ll;
+          }
         }
       }
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
-      const int h = idx / D, d = idx % D;
-      float mm = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sh.merge.m[w][h]);
-      float ll = 0.0f, ov = 0.0f;
-      if (mm != -INFINITY) {
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          const float mw = sh.merge.m[w][h];
-          if (mw == -INFINITY) continue;
-          const float cw = fast_exp2(mw - mm);
-          ll += cw * sh.merge.l[w][h];
-          ov += cw * sh.merge.o[w][h][d];
-        }
-      }
-      const int64_t row = int64_t{i} * p.num_q_heads + int64_t{kvh} * G + h;
-      if (p.num_splits == 1) {
-        p.out[row * D + d] = __float2bfloat16_rn(ll > 0.0f ? ov / ll : 0.0f);
-      } else {
-        p.partial_o[(split * rows + row) * D + d] = ov;
-        if (d == 0) {
-          p.partial_ml[(split * rows + row) * 2] = mm == -INFINITY ? -INFINITY : mm * kLn2;
-          p.partial_ml[(split * rows + row) * 2 + 1] = ll;
-        }
-      }
-    }
-    __syncthreads();  // the merge area is reused by the next token's K / V rows
+    cp_async_wait<0>();
+    __syncthreads();  // buffers and the merge area are reused by the next token
   }
 }
 
-template <int D>
-bool launch_d(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(p.num_kv_heads),
+template <int D, int G, int B>
+void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
+  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B>));
+  open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
+  const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
+  gqa_decode_mma_kernel<D, G, B><<<grid, kWarps * 32, smem, stream>>>(p, spc);
+}
+template <int D, int G>
+void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
+  if (spc == 1)
+    launch_dgb<D, G, 1>(p, 1, stream);
+  else
+    launch_dgb<D, G, 2>(p, spc, stream);
+}
+
+template <int D>
+bool launch_d(const PagedAttentionKernelParams& p, int group, int spc, cudaStream_t stream) {
   switch (group) {
     case 1:
-      gqa_decode_mma_kernel<D, 1><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_dg<D, 1>(p, spc, stream);
       return true;
     case 2:
-      gqa_decode_mma_kernel<D, 2><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_dg<D, 2>(p, spc, stream);
       return true;
     case 4:
-      gqa_decode_mma_kernel<D, 4><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_dg<D, 4>(p, spc, stream);
       return true;
     case 8:
-      gqa_decode_mma_kernel<D, 8><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_dg<D, 8>(p, spc, stream);
       return true;
     case 16:
-      gqa_decode_mma_kernel<D, 16><<<grid, kWarps * 32, 0, stream>>>(p);
+      launch_dg<D, 16>(p, spc, stream);
       return true;
     default:
       return false;
@@ -269,8 +314,19 @@ int env_mode() {
   return env == nullptr ? -1 : std::atoi(env);
 }
 std::atomic<int> g_mma_mode{env_mode()};
+std::atomic<int> g_splits_per_cta{[] {
+  const char* env = std::getenv("DEEPINFER_GQA_MMA_SPLITS_PER_CTA");
+  return env == nullptr ? 0 : std::atoi(env);
+}()};
 
 }  // namespace
+
+int gqa_decode_mma_splits_per_cta() {
+  return g_splits_per_cta.load(std::memory_order_relaxed);
+}
+void set_gqa_decode_mma_splits_per_cta(int spc) {
+  g_splits_per_cta.store(spc, std::memory_order_relaxed);
+}
 
 int gqa_decode_mma_mode() {
   return g_mma_mode.load(std::memory_order_relaxed);
@@ -297,7 +353,17 @@ bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t str
   if (p.block_stride % 8 != 0 || p.layer_offset % 8 != 0 ||
       reinterpret_cast<uintptr_t>(p.pool) % 16 != 0 || reinterpret_cast<uintptr_t>(p.q) % 4 != 0)
     return false;
-  return p.head_dim_qk == 64 ? launch_d<64>(p, group, stream) : launch_d<128>(p, group, stream);
+  // Splits per CTA: 4 (or 2) while the grid keeps at least 3 waves of 2 CTAs per SM, else 1;
+  // forced by set_gqa_decode_mma_splits_per_cta / DEEPINFER_GQA_MMA_SPLITS_PER_CTA (1..8).
+  int spc = gqa_decode_mma_splits_per_cta();
+  if (spc < 1 || spc > 8) {
+    const int64_t units = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
+    const int64_t min_ctas = int64_t{3} * 2 * (p.num_sms > 0 ? p.num_sms : 132);
+    spc = units / 4 >= min_ctas ? 4 : units / 2 >= min_ctas ? 2 : 1;
+  }
+  spc = std::min(spc, p.num_splits);
+  return p.head_dim_qk == 64 ? launch_d<64>(p, group, spc, stream)
+                             : launch_d<128>(p, group, spc, stream);
 }
 
 }  // namespace di::cuda

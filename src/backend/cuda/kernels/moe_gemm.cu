@@ -635,18 +635,64 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
   if (lane == 0) p.out[n] = __float2bfloat16_rn(out);
 }
 
-__global__ void moe_combine_f32_kernel(MoeCombineF32Params p) {
+// Block (t, c): token t, output columns 4·(c·blockDim + thread) .. + 3 (float4 loads of the
+// slots' y rows, all in flight together; hidden % 4 == 0), or one column per thread otherwise.
+// Per column the sum is fmaf(w_j, y_j, acc) over j ascending in both forms (the one-token down
+// kernel reproduces it bit for bit). One CTA per token and a loop over the columns was 28 us per
+// Qwen3-30B-A3B layer at 32 tokens (32 CTAs on 132 SMs).
+constexpr int kCombineThreads = 128;
+__global__ void __launch_bounds__(kCombineThreads) moe_combine_f32_kernel(MoeCombineF32Params p) {
   const int64_t t = blockIdx.x;
   const int32_t* rows = p.slot_row + t * p.top_k;
   const float* wts = p.topk_weights + t * p.top_k;
-  for (int c = static_cast<int>(threadIdx.x); c < p.hidden; c += static_cast<int>(blockDim.x)) {
+  const int c = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (p.hidden % 4 != 0) {
+    if (c >= p.hidden) return;
     float acc = 0.0f;
     for (int j = 0; j < p.top_k; ++j) {
       const int32_t r = rows[j];
       if (r >= 0) acc = fmaf(wts[j], p.y[int64_t{r} * p.hidden + c], acc);
     }
     p.out[t * p.hidden + c] = __float2bfloat16_rn(acc);
+    return;
   }
+  const int c4 = 4 * c;
+  if (c4 >= p.hidden) return;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  int j = 0;
+  for (; j + 4 <= p.top_k; j += 4) {  // four slots' loads in flight, summed in slot order
+    float4 v[4];
+    float w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int32_t r = rows[j + q];
+      w[q] = r >= 0 ? wts[j + q] : 0.0f;
+      v[q] = r >= 0 ? *reinterpret_cast<const float4*>(p.y + int64_t{r} * p.hidden + c4)
+                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (rows[j + q] < 0) continue;  // skipped slot: no term (as the scalar sum)
+      acc.x = fmaf(w[q], v[q].x, acc.x);
+      acc.y = fmaf(w[q], v[q].y, acc.y);
+      acc.z = fmaf(w[q], v[q].z, acc.z);
+      acc.w = fmaf(w[q], v[q].w, acc.w);
+    }
+  }
+  for (; j < p.top_k; ++j) {
+    const int32_t r = rows[j];
+    if (r < 0) continue;
+    const float4 v = *reinterpret_cast<const float4*>(p.y + int64_t{r} * p.hidden + c4);
+    acc.x = fmaf(wts[j], v.x, acc.x);
+    acc.y = fmaf(wts[j], v.y, acc.y);
+    acc.z = fmaf(wts[j], v.z, acc.z);
+    acc.w = fmaf(wts[j], v.w, acc.w);
+  }
+  bf16* o = p.out + t * p.hidden + c4;
+  o[0] = __float2bfloat16_rn(acc.x);
+  o[1] = __float2bfloat16_rn(acc.y);
+  o[2] = __float2bfloat16_rn(acc.z);
+  o[3] = __float2bfloat16_rn(acc.w);
 }
 
 template <int MT>
@@ -820,7 +866,9 @@ void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
 
 void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  moe_combine_f32_kernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(p);
+  const int per_thread = p.hidden % 4 == 0 ? 4 : 1;
+  const dim3 grid(static_cast<unsigned>(p.tokens), ceil_div(p.hidden, kCombineThreads * per_thread));
+  moe_combine_f32_kernel<<<grid, kCombineThreads, 0, stream>>>(p);
 }
 
 }  // namespace di::cuda
