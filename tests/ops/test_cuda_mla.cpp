@@ -357,17 +357,19 @@ TEST(MlaDecodePlan, Clusters) {
     int32_t tokens, max_kv, heads, rows, head_tiles, clusters;
   };
   const Want want[] = {
-      {1, 1, 16, 16, 1, 1},       {1, 256, 16, 16, 1, 1},    {1, 257, 16, 16, 1, 2},
-      {1, 2112, 16, 16, 1, 9},    // V2-Lite's graph bucket for ctx 2048: 66 splits
-      {31, 2112, 16, 16, 1, 9},   // below 32 tokens the split stays 32
-      {1, 4100, 128, 32, 4, 17},  {3, 100, 20, 32, 1, 1},    {2, 100, 3, 16, 1, 1},
+      {1, 1, 16, 16, 1, 1},      {1, 256, 16, 16, 1, 1}, {1, 257, 16, 16, 1, 2},
+      {1, 2112, 16, 16, 1, 9},   // V2-Lite's graph bucket for ctx 2048: 66 splits
+      {31, 2112, 16, 16, 1, 9},  // below 32 tokens the split stays 32
+      {1, 4100, 128, 32, 4, 17}, {3, 100, 20, 32, 1, 1}, {2, 100, 3, 16, 1, 1},
   };
   cuda::set_mla_cluster_batch_split_override(1);
-  // From 32 tokens: 128-entry splits (17 for 2112 entries: 3 clusters), unless pinned to 32.
-  for (const int32_t tokens : {32, 256}) {
-    const cuda::MlaClusterDecodePlan big = cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);
-    EXPECT_EQ(big.split_size, 128);
-    EXPECT_EQ(big.num_clusters, 3);
+  // From 32 tokens: 128-entry splits (17 for 2112 entries: 3 clusters), from 128 tokens 256 (9
+  // splits: 2 clusters), unless pinned to 32.
+  for (const int32_t tokens : {32, 127, 128, 256}) {
+    const cuda::MlaClusterDecodePlan big =
+        cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);
+    EXPECT_EQ(big.split_size, tokens >= 128 ? 256 : 128);
+    EXPECT_EQ(big.num_clusters, tokens >= 128 ? 2 : 3);
     cuda::set_mla_cluster_batch_split_override(0);
     const cuda::MlaClusterDecodePlan pinned =
         cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);

@@ -34,10 +34,13 @@ constexpr int kPld = kTok + 8;  // bf16 probability row stride
 constexpr int kMaxDqk = 576;
 constexpr int kMaxDv = 512;
 constexpr int kDefaultSplit = 32;
-// From 32 decode tokens on, 128-entry splits (a quarter of the CTAs and partials): V2-Lite batch
-// 32 / 256 2,696 / 8,107 -> 2,820 / 9,480 tok/s, batch 1 357.7 -> 326.4 (H200, run 15).
+// From 32 decode tokens on, 128-entry splits (a quarter of the CTAs and partials), from 128 on
+// 256: V2-Lite batch 32 / 256 2,696 / 8,107 -> 2,820 / 9,480 tok/s at 128 (batch 1 would lose:
+// 357.7 -> 326.4), batch 256 9,420 -> 10,133 at 256 (batch 8 / 32 -2.3 / -0.5 %), H200, run 15.
 constexpr int kLargeBatchTokens = 32;
 constexpr int kLargeBatchSplit = 128;
+constexpr int kHugeBatchTokens = 128;
+constexpr int kHugeBatchSplit = 256;
 static_assert(kMlaCluster == 8, "the column slices and weight rows assume 8 CTAs per cluster");
 
 __host__ __device__ inline int pad16(int d) {
@@ -636,7 +639,9 @@ bool mla_cluster_batch_split() {
   }();
   return on;
 }
-void set_mla_cluster_batch_split_override(int on) { g_batch_split_override = on; }
+void set_mla_cluster_batch_split_override(int on) {
+  g_batch_split_override = on;
+}
 
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
                                              int32_t num_heads, int32_t dqk, int32_t dv) {
@@ -645,10 +650,11 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
     const int v = env ? std::atoi(env) : 0;
     return v >= 16 ? v : 0;
   }();
-  const int32_t kSplit = kSplitEnv > 0 ? kSplitEnv
-                         : num_tokens >= kLargeBatchTokens && mla_cluster_batch_split()
-                             ? kLargeBatchSplit
-                             : kDefaultSplit;
+  const bool by_batch = kSplitEnv == 0 && mla_cluster_batch_split();
+  const int32_t kSplit = kSplitEnv > 0                                 ? kSplitEnv
+                         : by_batch && num_tokens >= kHugeBatchTokens  ? kHugeBatchSplit
+                         : by_batch && num_tokens >= kLargeBatchTokens ? kLargeBatchSplit
+                                                                       : kDefaultSplit;
   MlaClusterDecodePlan plan;
   plan.rows_per_tile = num_heads <= 16 ? 16 : 32;
   plan.head_tiles = (num_heads + plan.rows_per_tile - 1) / plan.rows_per_tile;

@@ -67,7 +67,7 @@ struct MlaClusterDecodePlan {
 bool mla_cluster_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offset,
                                   int32_t dqk, int32_t dv, int32_t entry_size, int32_t num_tokens);
 // Split size: DEEPINFER_MLA_CLUSTER_SPLIT (>= 16, read once) if set, else 32 below 32 decode
-// tokens and 128 from 32 on (mla_cluster_batch_split: a sequence's bits then depend on whether
+// tokens, 128 from 32 on and 256 from 128 on (mla_cluster_batch_split: a sequence's bits then depend on whether
 // its batch has 32 tokens; DEEPINFER_BATCH_INVARIANT=1 keeps 32 for every batch); doubled only
 // while the last cluster's merge weights would not fit in shared memory (contexts beyond ~150K
 // tokens).
