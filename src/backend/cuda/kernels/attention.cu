@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
       const float e = sc == -INFINITY ? 0.0f : expf(sc - m_new);
       const float sum = warp_sum(e);
       p_s[r * kKvTile + lane] = e;
+      __syncwarp();  // every lane has read m_s[r] before lane 0 overwrites it (racecheck, run 15)
       if (lane == 0) {
         const float corr = expf(m_old - m_new);  // m_old = -FLT_MAX on the first tile: 0
         corr_s[r] = corr;
