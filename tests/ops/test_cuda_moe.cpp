@@ -412,6 +412,31 @@ TEST(CudaMoeDecodeV2, BitwiseEqualsV1) {
 // The opt-in tensor-core decode kernels (DEEPINFER_MOE_DECODE=mma; >= 3 rows per expert) vs the
 // CPU op, same tolerance as the other paths (act is rounded to bf16 for down, as in the grouped
 // GEMM path).
+// The decode path forced onto `impl` (and, with t1_off, one token off its own kernels) on the
+// cases `v`, against the CPU op: the number of cases outside the bf16 bounds.
+int decode_cases_off_cpu(cuda::CudaBackend& be, const std::vector<MoeCase>& v,
+                         cuda::MoeDecodeImpl impl, bool t1_off, const std::string& tag) {
+  auto cpu = make_cpu_backend();
+  const int64_t saved = be.moe_device_max_slots();
+  be.set_moe_device_max_slots(int64_t{1} << 40);
+  int bad = 0;
+  for (const MoeCase& c : v) {
+    const Inputs in = make_inputs(c);
+    const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
+    const OnBackend d = upload_inputs(be, c, in);
+    cuda::set_moe_decode_impl_override(impl);
+    if (t1_off) cuda::set_moe_t1_path_override(0);
+    const Tensor got = run_moe(be, c, d);
+    cuda::set_moe_t1_path_override(-1);
+    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
+    if (!check_bf16(c.name() + "_" + tag, ref, got)) ++bad;
+  }
+  be.set_moe_device_max_slots(saved);
+  std::printf("[moe-op] decode_%s_vs_cpu cases=%zu failed=%d %s\n", tag.c_str(), v.size(), bad,
+              bad == 0 ? "PASS" : "FAIL");
+  return bad;
+}
+
 TEST(CudaMoeDecodeMma, MatchesCpu) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
@@ -421,28 +446,12 @@ TEST(CudaMoeDecodeMma, MatchesCpu) {
   v.push_back({8, 16, 6, 2048, 1408, Routing::kUniform});
   v.push_back({33, 16, 8, 2048, 768, Routing::kSkewed});
   v.push_back({16, 8, 6, 2048, 1408, Routing::kSkewed});
-  auto cpu = make_cpu_backend();
-  const int64_t saved = be->moe_device_max_slots();
-  be->set_moe_device_max_slots(int64_t{1} << 40);
-  int bad = 0;
-  for (const MoeCase& c : v) {
-    const Inputs in = make_inputs(c);
-    const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
-    const OnBackend d = upload_inputs(*be, c, in);
-    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kMma);
-    const Tensor got = run_moe(*be, c, d);
-    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
-    if (!check_bf16(c.name() + "_mma", ref, got)) ++bad;
-  }
-  be->set_moe_device_max_slots(saved);
-  std::printf("[moe-op] decode_mma_vs_cpu cases=%zu failed=%d %s\n", v.size(), bad, bad == 0 ? "PASS" : "FAIL");
-  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(decode_cases_off_cpu(*be, v, cuda::MoeDecodeImpl::kMma, false, "mma"), 0);
 }
 
 // The tensor-core decode kernels with the cp.async weight ring (MoeDecodeImpl::kTc) vs the CPU
 // op (the one-token path off): every small case (odd H 136 / I 72: k tails and partial row
-// tiles), real
-// V2-Lite / Qwen3-30B-A3B sizes, skewed routing (a hot expert with more rows than one token
+// tiles), real V2-Lite / Qwen3-30B-A3B sizes, skewed routing (a hot expert with more rows than one token
 // group of 8, 16 or 32: the weights streamed once per group), and sizes past the decode range
 // forced onto it.
 TEST(CudaMoeDecodeTc, MatchesCpu) {
@@ -456,25 +465,7 @@ TEST(CudaMoeDecodeTc, MatchesCpu) {
   v.push_back({16, 8, 6, 2048, 1408, Routing::kSkewed});
   v.push_back({64, 8, 2, 2048, 768, Routing::kUniform});  // 16 rows per expert: 2 n-tiles
   v.push_back({300, 8, 2, 256, 1408, Routing::kSkewed});  // ~600 rows on one expert
-  auto cpu = make_cpu_backend();
-  const int64_t saved = be->moe_device_max_slots();
-  be->set_moe_device_max_slots(int64_t{1} << 40);
-  int bad = 0;
-  for (const MoeCase& c : v) {
-    const Inputs in = make_inputs(c);
-    const Tensor ref = run_moe(*cpu, c, upload_inputs(*cpu, c, in));
-    const OnBackend d = upload_inputs(*be, c, in);
-    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kTc);
-    cuda::set_moe_t1_path_override(0);
-    const Tensor got = run_moe(*be, c, d);
-    cuda::set_moe_t1_path_override(-1);
-    cuda::set_moe_decode_impl_override(cuda::MoeDecodeImpl::kAuto);
-    if (!check_bf16(c.name() + "_tc", ref, got)) ++bad;
-  }
-  be->set_moe_device_max_slots(saved);
-  std::printf("[moe-op] decode_tc_vs_cpu cases=%zu failed=%d %s\n", v.size(), bad,
-              bad == 0 ? "PASS" : "FAIL");
-  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(decode_cases_off_cpu(*be, v, cuda::MoeDecodeImpl::kTc, true, "tc"), 0);
 }
 
 // The one-token path (launch_moe_decode_t1) at hidden 2048, inter 768 / 1408 / 2048 (pipelined

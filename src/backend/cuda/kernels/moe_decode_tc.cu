@@ -119,13 +119,23 @@ __device__ __forceinline__ void tc_gemm(unsigned char* smem, int kdim, const WRo
   __syncthreads();  // the ring may be refilled by the caller's next group
 }
 
+// Block y's touched expert and its grouped rows [row0, row0 + cnt); e < 0: no expert (exit).
+struct TcExpert {
+  int e, row0, cnt;
+};
+__device__ __forceinline__ TcExpert tc_expert(const MoeDecodeParams& p) {
+  const int a = static_cast<int>(blockIdx.y);
+  if (a >= *p.num_active) return {-1, 0, 0};
+  const int e = p.active[a];
+  return {e, p.offsets[e], p.offsets[e + 1] - p.offsets[e]};
+}
+
 template <int kNt, int kStages>
 __global__ void __launch_bounds__(kThreads) moe_gate_up_tc_kernel(MoeDecodeParams p) {
-  const int a_idx = static_cast<int>(blockIdx.y);
-  if (a_idx >= *p.num_active) return;
+  const TcExpert ex = tc_expert(p);
+  if (ex.e < 0) return;
+  const int e = ex.e, row0 = ex.row0, cnt = ex.cnt;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int e = p.active[a_idx];
-  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
   const int j0 = static_cast<int>(blockIdx.x) * (kBM / 2);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const int64_t h = p.hidden;
@@ -160,11 +170,10 @@ __global__ void __launch_bounds__(kThreads) moe_gate_up_tc_kernel(MoeDecodeParam
 
 template <int kNt, int kStages>
 __global__ void __launch_bounds__(kThreads) moe_down_tc_kernel(MoeDecodeParams p) {
-  const int a_idx = static_cast<int>(blockIdx.y);
-  if (a_idx >= *p.num_active) return;
+  const TcExpert ex = tc_expert(p);
+  if (ex.e < 0) return;
+  const int e = ex.e, row0 = ex.row0, cnt = ex.cnt;
   extern __shared__ __align__(16) unsigned char smem[];
-  const int e = p.active[a_idx];
-  const int row0 = p.offsets[e], cnt = p.offsets[e + 1] - row0;
   const int n0 = static_cast<int>(blockIdx.x) * kBM;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const int64_t inter = p.inter;
