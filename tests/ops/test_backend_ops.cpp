@@ -913,6 +913,15 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 // ---- sampling on the GPU vs the CPU sampler
 // ------------------------------------------------------
 
+// Elements of two outputs of the same case whose values differ at all (bitwise comparisons).
+int64_t bits_differ(const Output& a, const Output& b) {
+  EXPECT_EQ(a.value.numel(), b.value.numel()) << a.name;
+  int64_t bad = 0;
+  for (int64_t j = 0; j < std::min(a.value.numel(), b.value.numel()); ++j)
+    bad += a.value.f32()[j] != b.value.f32()[j];
+  return bad;
+}
+
 // The GQA decode kernel's warp layouts: 4 or 8 token warps (TW) times 1 or 2 warps per head group
 // (HS), chosen by the grid and the group. Every layout runs the same online softmax per token
 // warp of the 4-warp layout and merges in the same order, so every output must be bit-equal to
@@ -940,10 +949,7 @@ TEST(GqaDecodeLayout, EveryLayoutBitEqualToFourWarps) {
       const std::vector<Output> got = c->run(*be);
       ASSERT_EQ(ref.size(), got.size());
       for (size_t i = 0; i < ref.size(); ++i) {
-        int64_t bad = 0;
-        for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
-          if (ref[i].value.f32()[j] != got[i].value.f32()[j]) ++bad;
-        }
+        const int64_t bad = bits_differ(ref[i], got[i]);
         std::printf("[op] %-60s %-8s hs%d_tw%d_vs_hs1_tw4_bits_differ=%lld of %lld %s\n",
                     c->name().c_str(), ref[i].name.c_str(), hs, tw, static_cast<long long>(bad),
                     static_cast<long long>(ref[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
@@ -990,9 +996,7 @@ TEST(GqaDecodeMma, EveryGroupMatchesCpuOnAndOff) {
         const std::vector<Output> got = c->run(*be);
         ASSERT_EQ(one.size(), got.size());
         for (size_t o = 0; o < one.size(); ++o) {
-          int64_t bad = 0;
-          for (int64_t j = 0; j < one[o].value.numel(); ++j)
-            if (one[o].value.f32()[j] != got[o].value.f32()[j]) ++bad;
+          const int64_t bad = bits_differ(one[o], got[o]);
           std::printf("[op] %-60s spc%d_vs_spc1_bits_differ=%lld %s\n", c->name().c_str(), spc,
                       static_cast<long long>(bad), bad == 0 ? "PASS" : "FAIL");
           EXPECT_EQ(bad, 0) << c->name() << " splits per CTA " << spc;

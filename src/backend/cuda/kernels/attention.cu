@@ -325,10 +325,6 @@ bool launch_decode_eh(const PagedAttentionKernelParams& p, int group, cudaStream
 
 // 0: by the grid (below), else forced (DEEPINFER_GQA_HEAD_SPLIT = 1|2, DEEPINFER_GQA_TOKEN_WARPS =
 // 4|8; tests compare the layouts bitwise).
-int env_int(const char* name) {
-  const char* env = std::getenv(name);
-  return env == nullptr ? 0 : std::atoi(env);
-}
 std::atomic<int> g_head_split{env_int("DEEPINFER_GQA_HEAD_SPLIT")};
 std::atomic<int> g_token_warps{env_int("DEEPINFER_GQA_TOKEN_WARPS")};
 
@@ -403,10 +399,14 @@ bool gqa_decode_enabled() {
   return on;
 }
 
-bool gqa_decode_supported(const PagedAttentionKernelParams& p) {
+bool gqa_decode_shape_ok(const PagedAttentionKernelParams& p) {
   if (p.pool_f32 != nullptr || p.num_tokens > p.num_seqs || p.num_seqs > 65535) return false;
   if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0) return false;
-  if (p.head_dim_qk != p.head_dim_v || p.v_offset == p.k_offset) return false;
+  return p.head_dim_qk == p.head_dim_v && p.v_offset != p.k_offset;
+}
+
+bool gqa_decode_supported(const PagedAttentionKernelParams& p) {
+  if (!gqa_decode_shape_ok(p)) return false;
   const int d = p.head_dim_qk, e = d / 32;
   if (d != 64 && d != 128 && d != 256) return false;
   if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % e != 0) return false;

@@ -94,6 +94,9 @@ void set_gqa_decode_head_split(int hs);
 int gqa_decode_token_warps();
 void set_gqa_decode_token_warps(int tw);
 
+// A decode call either GQA decode kernel may take: bf16, at most one new token per sequence,
+// grid.z (sequences) within limits, kv heads dividing q heads, separate K and V of equal dims.
+bool gqa_decode_shape_ok(const PagedAttentionKernelParams& p);
 // Whether the decode kernel takes this call: bf16, separate K and V (GQA), head dims equal and
 // 64 / 128 / 256, group 1 / 2 / 4 / 8, 32-bit aligned per-lane vectors, at most one new token
 // per sequence on average (decode batches), grid.z (sequences) within limits.

@@ -26,7 +26,6 @@ namespace di::cuda {
 namespace {
 
 constexpr int kKvTile = 64;  // kv tokens per tile
-constexpr float kLog2e = 1.4426950408889634f;
 
 __global__ void mma_tile_indptr_kernel(const int32_t* qo_indptr, int32_t num_seqs, int32_t group,
                                        int32_t rows_per_tile, int32_t* tile_indptr) {

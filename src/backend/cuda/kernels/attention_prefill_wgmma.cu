@@ -63,7 +63,6 @@ constexpr int kStages = 3;
 // Dynamic shared memory (+ slack to align the tiles to 1024 bytes): 225 KiB of 227.
 constexpr int kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 1024;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 * 56 + 256 * 224 <= 64K
-constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRows == kN, "Q and K/V tiles share the swizzle geometry");
 static_assert(kRows == kPrefillWgmmaRows, "the host plans tiles of kPrefillWgmmaRows rows");
 

@@ -14,6 +14,14 @@ namespace di::cuda {
 
 using bf16 = __nv_bfloat16;
 
+constexpr float kLog2e = 1.4426950408889634f;  // softmax in base 2: e^x = 2^(x · log2 e)
+
+// An integer setting from the environment (std::atoi), `unset` when the variable is not set.
+inline int env_int(const char* name, int unset = 0) {
+  const char* env = std::getenv(name);
+  return env == nullptr ? unset : std::atoi(env);
+}
+
 // DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.
 inline bool pdl_enabled() {
   static const bool on = [] {

@@ -37,7 +37,6 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kSub = 16;  // keys per warp sub-tile
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 template <int D, int G, int B>
@@ -309,15 +308,8 @@ bool launch_d(const PagedAttentionKernelParams& p, int group, int spc, cudaStrea
   }
 }
 
-int env_mode() {
-  const char* env = std::getenv("DEEPINFER_GQA_DECODE_MMA");
-  return env == nullptr ? -1 : std::atoi(env);
-}
-std::atomic<int> g_mma_mode{env_mode()};
-std::atomic<int> g_splits_per_cta{[] {
-  const char* env = std::getenv("DEEPINFER_GQA_MMA_SPLITS_PER_CTA");
-  return env == nullptr ? 0 : std::atoi(env);
-}()};
+std::atomic<int> g_mma_mode{env_int("DEEPINFER_GQA_DECODE_MMA", -1)};
+std::atomic<int> g_splits_per_cta{env_int("DEEPINFER_GQA_MMA_SPLITS_PER_CTA")};
 
 }  // namespace
 
@@ -343,9 +335,7 @@ bool gqa_decode_mma_for(int group, int head_dim) {
 }
 
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream) {
-  if (p.pool_f32 != nullptr || p.num_tokens > p.num_seqs || p.num_seqs > 65535) return false;
-  if (p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0) return false;
-  if (p.head_dim_qk != p.head_dim_v || p.v_offset == p.k_offset) return false;
+  if (!gqa_decode_shape_ok(p)) return false;
   const int group = p.num_q_heads / p.num_kv_heads;
   if (!gqa_decode_mma_for(group, p.head_dim_qk)) return false;
   // 16-byte K / V rows (cp.async) and 4-byte q pairs.
