@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -20,6 +21,16 @@ constexpr float kLog2e = 1.4426950408889634f;  // softmax in base 2: e^x = 2^(x 
 inline int env_int(const char* name, int unset = 0) {
   const char* env = std::getenv(name);
   return env == nullptr ? unset : std::atoi(env);
+}
+
+// DEEPINFER_BATCH_INVARIANT=1 (design.md "Determinism"): kernels whose layout would otherwise
+// follow the batch (MLA head split, MLA split size) pin one layout; read once.
+inline bool batch_invariant_env() {
+  static const bool on = [] {
+    const char* env = std::getenv("DEEPINFER_BATCH_INVARIANT");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
 }
 
 // DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.

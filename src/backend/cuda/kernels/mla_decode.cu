@@ -15,7 +15,6 @@
 // kernel is bound by the latent loads, which every head of the sequence now shares.
 #include <cfloat>
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/split_combine.cuh"
@@ -350,8 +349,7 @@ int32_t mla_head_split_setting() {
     const char* env = std::getenv("DEEPINFER_MLA_HEAD_SPLIT");
     const int v = env ? std::atoi(env) : 0;
     if (v > 0) return v;
-    const char* inv = std::getenv("DEEPINFER_BATCH_INVARIANT");
-    return inv && std::strcmp(inv, "1") == 0 ? 1 : 0;
+    return batch_invariant_env() ? 1 : 0;
   }();
   return setting;
 }

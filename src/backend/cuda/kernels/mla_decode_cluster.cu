@@ -17,7 +17,6 @@
 // 584 bf16 = 292 words), so fragment loads and ldmatrix rows hit distinct banks.
 #include <cfloat>
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
@@ -633,11 +632,7 @@ int g_batch_split_override = -1;
 
 bool mla_cluster_batch_split() {
   if (g_batch_split_override >= 0) return g_batch_split_override != 0;
-  static const bool on = [] {
-    const char* inv = std::getenv("DEEPINFER_BATCH_INVARIANT");
-    return !(inv && std::strcmp(inv, "1") == 0);
-  }();
-  return on;
+  return !batch_invariant_env();
 }
 void set_mla_cluster_batch_split_override(int on) {
   g_batch_split_override = on;
