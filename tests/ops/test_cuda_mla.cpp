@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
+#include "backend/cuda/kernels/mla_decode_wide.h"
 #endif
 
 namespace di {
@@ -192,16 +193,20 @@ Backend* gpu() {
 class MlaDecode : public ::testing::TestWithParam<MlaCase> {};
 
 #ifdef DI_HAVE_CUDA
-// The GPU backend's MLA decode kernel for the next calls; kCluster again when it goes.
+// The GPU backend's MLA decode kernel for the next calls; kAuto again when it goes.
 struct UseMlaKernel {
   explicit UseMlaKernel(cuda::MlaDecodeKernel k) { cuda_be().set_mla_decode_kernel(k); }
-  ~UseMlaKernel() { cuda_be().set_mla_decode_kernel(cuda::MlaDecodeKernel::kCluster); }
+  ~UseMlaKernel() { cuda_be().set_mla_decode_kernel(cuda::MlaDecodeKernel::kAuto); }
   static cuda::CudaBackend& cuda_be() { return static_cast<cuda::CudaBackend&>(*gpu()); }
 };
 
 const char* kernel_name(cuda::MlaDecodeKernel k) {
-  return k == cuda::MlaDecodeKernel::kCluster ? "cluster" : "tile";
+  return k == cuda::MlaDecodeKernel::kCluster ? "cluster"
+         : k == cuda::MlaDecodeKernel::kWide  ? "wide"
+                                              : "tile";
 }
+constexpr cuda::MlaDecodeKernel kKernels[] = {
+    cuda::MlaDecodeKernel::kCluster, cuda::MlaDecodeKernel::kWide, cuda::MlaDecodeKernel::kTile};
 
 TEST_P(MlaDecode, MatchesCpu) {
   Backend* be = gpu();
@@ -209,11 +214,13 @@ TEST_P(MlaDecode, MatchesCpu) {
   const MlaCase& c = GetParam();
   auto cpu = make_cpu_backend();
   const Tensor ref = run_mla(*cpu, c);
-  for (cuda::MlaDecodeKernel k : {cuda::MlaDecodeKernel::kCluster, cuda::MlaDecodeKernel::kTile}) {
+  for (cuda::MlaDecodeKernel k : kKernels) {
     UseMlaKernel use(k);
     const int64_t calls = UseMlaKernel::cuda_be().mla_cluster_calls();
+    const int64_t wcalls = UseMlaKernel::cuda_be().mla_wide_calls();
     const Tensor got = run_mla(*be, c);
     const int64_t cluster_calls = UseMlaKernel::cuda_be().mla_cluster_calls() - calls;
+    const int64_t wide_calls = UseMlaKernel::cuda_be().mla_wide_calls() - wcalls;
     ASSERT_EQ(ref.numel(), got.numel());
     const Metrics m = compare(ref, got);
     const bool ok = m.diff < 1e-3 && m.mismatches == 0 &&
@@ -225,8 +232,9 @@ TEST_P(MlaDecode, MatchesCpu) {
     EXPECT_TRUE(ok) << kernel_name(k) << " " << c.name() << ": diff " << m.diff << " max_abs "
                     << m.max_abs << " (max_ref " << m.max_ref << ") non-finite " << m.mismatches
                     << " of " << m.n;
-    // The path taken: the cluster kernel ran exactly when asked for.
+    // The path taken: the cluster / wide kernel ran exactly when asked for.
     EXPECT_EQ(cluster_calls, k == cuda::MlaDecodeKernel::kCluster ? 1 : 0) << c.name();
+    EXPECT_EQ(wide_calls, k == cuda::MlaDecodeKernel::kWide ? 1 : 0) << c.name();
   }
 }
 
@@ -236,7 +244,7 @@ TEST_P(MlaDecode, SplitQueryEqualsConcatenated) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device";
   const MlaCase& c = GetParam();
-  for (cuda::MlaDecodeKernel k : {cuda::MlaDecodeKernel::kCluster, cuda::MlaDecodeKernel::kTile}) {
+  for (cuda::MlaDecodeKernel k : kKernels) {
     UseMlaKernel use(k);
     const Tensor whole = run_mla(*be, c), split = run_mla(*be, c, 31, true);
     ASSERT_EQ(whole.numel(), split.numel());
@@ -394,6 +402,133 @@ TEST(MlaDecodePlan, Clusters) {
   const cuda::MlaClusterDecodePlan big = cuda::plan_mla_cluster_decode(1, 163840, 128, 576, 512);
   EXPECT_GT(big.split_size, 32);
   EXPECT_LE(int64_t{32} * big.num_clusters * 4, int64_t{2} * 32 * 584 * 2);
+}
+#endif
+
+#ifdef DI_HAVE_CUDA
+// The wide kernel (kernels/mla_decode_wide.cu) on batches it is chosen for (>= 16 decode tokens,
+// kAuto): ragged V2-Lite-shaped batches (contexts 1 .. 4100 incl. 2048 / 2049, a padding
+// sequence, several new tokens per sequence), 128 heads (8 head tiles), the goldens' 32 + 8 (an
+// odd k-step count); each with 4 and 8 warps, the planned split, 64-entry splits (up to 65 partials
+// per token merged) and one split per context; and with the grid sized for a graph bucket's 8192
+// entries (padding splits). All vs the CPU op.
+std::vector<MlaCase> wide_cases() {
+  using P = std::vector<std::pair<int, int>>;
+  std::mt19937 rng(5);
+  P ragged;
+  for (int i = 0; i < 36; ++i) ragged.push_back({static_cast<int>(rng() % 4100), 1});
+  ragged[3] = {2047, 1};
+  ragged[7] = {2048, 1};
+  ragged[11] = {-1, 1};  // padding (graph bucket)
+  ragged[13] = {0, 1};
+  ragged[20] = {4099, 1};
+  P multi;
+  for (int i = 0; i < 10; ++i) multi.push_back({static_cast<int>(rng() % 900), 1 + i % 3});
+  P h128;
+  for (int i = 0; i < 16; ++i) h128.push_back({static_cast<int>(rng() % 800), 1});
+  P golden;
+  for (int i = 0; i < 20; ++i) golden.push_back({static_cast<int>(rng() % 300), 1});
+  return {
+      {"wide_ragged36", 16, 512, 64, 64, ragged},   {"wide_ragged36_bs16", 16, 512, 64, 16, ragged},
+      {"wide_multi_token", 16, 512, 64, 16, multi}, {"wide_h128", 128, 512, 64, 64, h128},
+      {"wide_golden_v3", 5, 32, 8, 1, golden},
+  };
+}
+
+TEST(MlaDecodeWide, BatchesMatchCpuUnderEveryLayout) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto& cb = UseMlaKernel::cuda_be();
+  auto cpu = make_cpu_backend();
+  int bad = 0, n = 0;
+  for (const MlaCase& c : wide_cases()) {
+    const Tensor ref = run_mla(*cpu, c);
+    for (int32_t warps : {4, 8}) {
+      for (int32_t split : {0, 64, 8192}) {
+        for (int32_t bucket : {0, 8192}) {
+          if (bucket != 0 && split != 0) continue;
+          cuda::set_mla_wide_overrides(warps, split);
+          cb.set_attention_max_kv_len(bucket);
+          const int64_t calls = cb.mla_wide_calls();
+          const Tensor got = run_mla(*be, c, 31, warps == 8);
+          const int64_t wide_calls = cb.mla_wide_calls() - calls;
+          const Metrics m = compare(ref, got);
+          const bool ok = wide_calls == 1 && m.diff < 1e-3 && m.mismatches == 0 &&
+                          (m.n > 4096 || m.max_abs <= 2e-2 * std::max(m.max_ref, 1e-3));
+          ++n;
+          bad += !ok;
+          std::printf(
+              "[mla] wide    %-28s warps=%d split=%-4d bucket=%-4d n=%-8lld diff=%.2e "
+              "max_abs=%.3e mism=%lld wide_calls=%lld %s\n",
+              c.name().c_str(), warps, split, bucket, static_cast<long long>(m.n), m.diff,
+              m.max_abs, static_cast<long long>(m.mismatches), static_cast<long long>(wide_calls),
+              ok ? "PASS" : "FAIL");
+          std::fflush(stdout);
+          EXPECT_TRUE(ok) << c.name() << " warps " << warps << " split " << split << " bucket "
+                          << bucket << ": diff " << m.diff << " max_abs " << m.max_abs
+                          << " non-finite " << m.mismatches << " wide calls " << wide_calls;
+        }
+      }
+    }
+  }
+  cuda::set_mla_wide_overrides(0, 0);
+  cb.set_attention_max_kv_len(0);
+  std::printf("[mla] wide layouts: %d of %d PASS\n", n - bad, n);
+}
+
+// Below 16 decode tokens, and with the batch-dependent layouts off (DEEPINFER_BATCH_INVARIANT=1),
+// kAuto keeps the cluster kernel.
+TEST(MlaDecodeWide, AutoKeepsClusterForSmallBatchesAndInvariantMode) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto& cb = UseMlaKernel::cuda_be();
+  const MlaCase big = wide_cases()[0];
+  const MlaCase small{"small", 16, 512, 64, 64, {{100, 1}, {2047, 1}, {5, 1}}};
+  int64_t w0 = cb.mla_wide_calls(), c0 = cb.mla_cluster_calls();
+  run_mla(*be, small);
+  EXPECT_EQ(cb.mla_wide_calls() - w0, 0);
+  EXPECT_EQ(cb.mla_cluster_calls() - c0, 1);
+  cuda::set_mla_cluster_batch_split_override(0);
+  w0 = cb.mla_wide_calls();
+  c0 = cb.mla_cluster_calls();
+  run_mla(*be, big);
+  EXPECT_EQ(cb.mla_wide_calls() - w0, 0);
+  EXPECT_EQ(cb.mla_cluster_calls() - c0, 1);
+  cuda::set_mla_cluster_batch_split_override(-1);
+  w0 = cb.mla_wide_calls();
+  run_mla(*be, big);
+  EXPECT_EQ(cb.mla_wide_calls() - w0, 1);
+}
+
+// The wide plan: one wave of CTAs for the longest context (V2-Lite on 132 SMs: batch 32 at 2049
+// entries -> 512-entry splits, 5 per context; batch 256 -> one split), splits a multiple of the
+// stage, the merge weights within the stage buffers, shared memory within the opt-in limit.
+TEST(MlaDecodeWidePlan, OneWaveSplits) {
+  cuda::set_mla_wide_overrides(8, 0);
+  cuda::MlaWideDecodePlan p = cuda::plan_mla_wide_decode(32, 2049, 16, 576, 512, 132);
+  EXPECT_EQ(p.split_size, 512);
+  EXPECT_EQ(p.num_splits, 5);
+  EXPECT_EQ(p.head_tiles, 1);
+  EXPECT_EQ(p.num_counters, 32);
+  EXPECT_GT(p.partial_bytes, size_t{0});
+  EXPECT_LE(p.smem_bytes, size_t{227} << 10);
+  p = cuda::plan_mla_wide_decode(256, 2049, 16, 576, 512, 132);
+  EXPECT_EQ(p.split_size, 4096);
+  EXPECT_EQ(p.num_splits, 1);
+  EXPECT_EQ(p.partial_bytes, size_t{0});
+  p = cuda::plan_mla_wide_decode(16, 700, 128, 576, 512, 132);
+  EXPECT_EQ(p.head_tiles, 8);
+  EXPECT_EQ(p.split_size % 64, 0);
+  EXPECT_LE(int64_t{16} * 8 * p.num_splits, 2 * 132);
+  cuda::set_mla_wide_overrides(4, 0);
+  p = cuda::plan_mla_wide_decode(32, 2049, 16, 576, 512, 132);
+  EXPECT_EQ(p.split_size % 32, 0);
+  EXPECT_LE(int64_t{32} * ((2049 + p.split_size - 1) / p.split_size - 1), 2 * 132);
+  EXPECT_LE(2 * p.smem_bytes, size_t{227} << 10);
+  // 160K entries: the merge's 16 weights per split fit the stage buffers.
+  p = cuda::plan_mla_wide_decode(16, 163840, 16, 576, 512, 132);
+  EXPECT_LE(int64_t{16} * p.num_splits * 4, int64_t{2} * 32 * 584 * 2);
+  cuda::set_mla_wide_overrides(0, 0);
 }
 #endif
 

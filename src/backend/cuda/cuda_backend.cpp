@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels/gemv.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
+#include "backend/cuda/kernels/mla_decode_wide.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
 #include "backend/cuda/kernels/moe_stats.h"
@@ -745,14 +746,53 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
   return true;
 }
 
+bool CudaBackend::try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv) {
+  const PagedBatch& b = *p.batch;
+  if (!mla_decode_call_ok(p) ||
+      !mla_wide_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
+                                 p.head_dim_v, p.layout.entry_size) ||
+      p.num_q_heads > 16 * 65535)
+    return false;
+  const MlaWideDecodePlan plan = plan_mla_wide_decode(b.num_tokens, max_kv, p.num_q_heads,
+                                                      p.head_dim_qk, p.head_dim_v, num_sms_);
+  if (plan.smem_bytes > max_smem_optin_ || plan.num_splits > 65535) return false;
+  // Counters as the cluster kernel's (the two never run at once on this stream).
+  if (!reserve_attention_counters(plan.num_counters)) return false;
+  MlaWideDecodeParams k{};
+  fill_mla_call(k, p);
+  k.warps = plan.warps;
+  k.head_tiles = plan.head_tiles;
+  k.split_size = plan.split_size;
+  k.num_splits = plan.num_splits;
+  k.counters = attention_counters_;
+  Tensor ws;  // the splits' partial states; none with one split
+  if (plan.num_splits > 1) {
+    ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
+    const size_t rows = static_cast<size_t>(b.num_tokens) * p.num_q_heads;
+    k.partial_o = mptr<float>(ws);
+    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+  }
+  CUDA_CHECK(launch_mla_wide_decode(k, stream_));
+  CUDA_CHECK_LAUNCH("mla_wide_decode");
+  ++mla_wide_calls_;
+  return true;
+}
+
 void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   check_paged_attention(p, dt_);
   const PagedBatch& b = *p.batch;
   const int64_t t = b.num_tokens;
   if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  // MLA decode: kernels/mla_decode_cluster.cu, or (DEEPINFER_MLA_KERNEL=tile) mla_decode.cu
-  if (!f32_ && mla_decode_kernel_ == MlaDecodeKernel::kCluster && try_mla_cluster_decode(p, max_kv))
+  // MLA decode: kernels/mla_decode_wide.cu for batches, mla_decode_cluster.cu below them (or as
+  // set_mla_decode_kernel says), else mla_decode.cu.
+  const MlaDecodeKernel mk = mla_decode_kernel_;
+  const bool wide =
+      mk == MlaDecodeKernel::kWide ||
+      (mk == MlaDecodeKernel::kAuto && t >= mla_wide_min_tokens() && mla_cluster_batch_split());
+  if (!f32_ && wide && try_mla_wide_decode(p, max_kv)) return;
+  if (!f32_ && (mk == MlaDecodeKernel::kCluster || mk == MlaDecodeKernel::kAuto || wide) &&
+      try_mla_cluster_decode(p, max_kv))
     return;
   if (!f32_ && mla_decode_kernel_ != MlaDecodeKernel::kGeneric &&
       run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv))

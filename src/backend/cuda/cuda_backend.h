@@ -35,8 +35,10 @@ bool cuda_available();
 
 class CudaSampler;  // cuda_sampler.h
 
-// Which kernel runs MLA decode batches (CudaBackend::set_mla_decode_kernel).
-enum class MlaDecodeKernel { kGeneric, kTile, kCluster };
+// Which kernel runs MLA decode batches (CudaBackend::set_mla_decode_kernel). kAuto: the wide
+// kernel from mla_wide_min_tokens() decode tokens (unless DEEPINFER_BATCH_INVARIANT=1), else
+// the cluster kernel.
+enum class MlaDecodeKernel { kGeneric, kTile, kCluster, kWide, kAuto };
 
 class CudaBackend final : public Backend {
  public:
@@ -155,13 +157,16 @@ class CudaBackend final : public Backend {
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
   // Calls of qkv_rope_attention that ran the fused kernel (tests check the path was taken).
   int64_t fused_attention_calls() const { return fused_attention_calls_; }
-  // MLA decode batches (paged_attention with one latent head; bf16 mode): the cluster kernel
-  // (kernels/mla_decode_cluster.h, default), the tile kernel + combine (kernels/mla_decode.h; env
-  // DEEPINFER_MLA_KERNEL=tile) or the generic paged attention (DEEPINFER_MLA_KERNEL=0).
+  // MLA decode batches (paged_attention with one latent head; bf16 mode): by batch size (kAuto,
+  // default) the wide kernel (kernels/mla_decode_wide.h) or the cluster kernel
+  // (kernels/mla_decode_cluster.h); or one of them always (env DEEPINFER_MLA_KERNEL=wide |
+  // cluster), the tile kernel + combine (kernels/mla_decode.h; =tile) or the generic paged
+  // attention (=0). A kernel that cannot take a batch passes it to the next in that order.
   void set_mla_decode_kernel(MlaDecodeKernel k) { mla_decode_kernel_ = k; }
   MlaDecodeKernel mla_decode_kernel() const { return mla_decode_kernel_; }
-  // Calls of paged_attention that ran the cluster kernel (tests check the path was taken).
+  // Calls of paged_attention that ran the cluster / wide kernel (tests check the path taken).
   int64_t mla_cluster_calls() const { return mla_cluster_calls_; }
+  int64_t mla_wide_calls() const { return mla_wide_calls_; }
 
  private:
   // x and w in the compute dtype; y f32 or the compute dtype. (Named for its origin: in the fp32
@@ -200,6 +205,7 @@ class CudaBackend final : public Backend {
   bool reserve_attention_counters(int64_t n);
   // The cluster MLA decode kernel when it takes the call: true if launched.
   bool try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv);
+  bool try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
     return env != nullptr && std::string(env) == "1";
@@ -211,9 +217,12 @@ class CudaBackend final : public Backend {
     const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
     if (env != nullptr && std::string(env) == "0") return MlaDecodeKernel::kGeneric;
     if (env != nullptr && std::string(env) == "tile") return MlaDecodeKernel::kTile;
-    return MlaDecodeKernel::kCluster;
+    if (env != nullptr && std::string(env) == "cluster") return MlaDecodeKernel::kCluster;
+    if (env != nullptr && std::string(env) == "wide") return MlaDecodeKernel::kWide;
+    return MlaDecodeKernel::kAuto;
   }();
   int64_t mla_cluster_calls_ = 0;
+  int64_t mla_wide_calls_ = 0;
   std::vector<uint32_t*> retired_attention_counters_;  // outgrown, kept for captured graphs
   DType dt_ = DType::kBF16;                            // compute dtype: activations, weights, KV
   bool f32_ = false;                                   // dt_ == kF32
