@@ -39,9 +39,9 @@ __host__ __device__ inline int pad16(int d) {
 }
 
 // Dynamic shared memory, byte offsets: the query rows, two stage buffers of 8 · warps entries,
-// P (bf16), the per-warp row maxima and (at the end) row sums.
+// P (bf16), the per-warp row maxima and (at the end) row sums, the partial-score exchange.
 struct WideSmem {
-  int q_off, kv_off, p_off, red_off, l_off, total;
+  int q_off, kv_off, p_off, red_off, l_off, sx_off, total;
 };
 __host__ __device__ inline int p_stride(int warps) {
   return 8 * warps + 8;
@@ -60,15 +60,10 @@ __host__ __device__ inline WideSmem wide_smem(int warps, int dqk) {
   off += warps * kRows * 4;
   s.l_off = off;
   off += warps * kRows * 4;
+  s.sx_off = off;  // the warps' partial scores (8 f32 per lane)
+  off += warps * 32 * 8 * 4;
   s.total = (off + 15) & ~15;
   return s;
-}
-
-__device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, const void* ptr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r0), "=r"(r1)
-               : "r"(smem_u32(ptr))
-               : "memory");
 }
 
 // The sequence owning token t: the number of s in [1, num_seqs] with qo_indptr[s] <= t (empty
@@ -126,6 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
   bf16* p_s = reinterpret_cast<bf16*>(smem + L.p_off);
   float* red_s = reinterpret_cast<float*>(smem + L.red_off);
   float* l_s = reinterpret_cast<float*>(smem + L.l_off);
+  float4* sx_s = reinterpret_cast<float4*>(smem + L.sx_off);
 
   // Lane L of warp w copies entry 8 w + (L & 7) of a stage, 16-byte chunks L / 8 + 4 k (one
   // instruction of the warp: 64 contiguous bytes of each of its 8 entries). Its entry's address
@@ -184,9 +180,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     cp_async_commit();  // group 1: the rest of stages 0 and 1, and the query
   }
 
-  // 2. The stages. Every thread keeps the running max of rows g and g + 8 (base 2, the same in
-  // all threads: each takes the max over the warps' maxima in warp order) and its own share of
-  // the row sums (summed over the CTA at the end).
+  // 2. The stages. Warp w scores keys 16 (w % G) .. + 16 of a stage (G = warps / 2 key groups)
+  // over half of the k steps (w / G), with that half's query fragments held in registers from
+  // stage 0 on; the two halves add their partial scores through shared memory. Every thread
+  // keeps the running max of rows g and g + 8 (base 2, the same in all threads: each takes the
+  // max over the key groups' maxima in order); the first half's warps keep shares of the row
+  // sums (summed over the CTA at the end).
+  constexpr int kKeyGroups = kWarps / 2;
+  constexpr int kMaxHalf = kMaxDqk / 16 / 2;
   float acc[kGroups][2][4];
 #pragma unroll
   for (int j = 0; j < kGroups; ++j)
@@ -196,11 +197,13 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
       for (int e = 0; e < 4; ++e) acc[j][h][e] = 0.0f;
   float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f;
   const float sl2 = p.scale * kLog2e;
-  const int nsteps = dpad / 16;
+  const int nsteps = dpad / 16, half_steps = (nsteps + 1) / 2;
+  const int kgrp = warp % kKeyGroups, khalf = warp / kKeyGroups;
+  const int ks0 = khalf * half_steps, my_steps = khalf ? nsteps - half_steps : half_steps;
   const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
-  const bf16* qa = q_s + frag_row * ld + frag_col;
   const bf16* pa = p_s + frag_row * kPld + frag_col;
   const bf16* next_ptr = nstages > 2 ? stage_ptr(2) : nullptr;
+  uint32_t qf[kMaxHalf][4];  // A fragments of k steps ks0 .. ks0 + my_steps
 
   for (int i = 0; i < nstages; ++i) {
     // Stage i needs groups 0 and 1 (i < 2) or the group committed in iteration i - 2; the
@@ -210,57 +213,76 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     else
       cp_async_wait<1>();
     __syncthreads();
+    if (i == 0) {
+      const bf16* qa = q_s + frag_row * ld + frag_col + ks0 * 16;
+#pragma unroll
+      for (int j = 0; j < kMaxHalf; ++j)
+        if (j < my_steps) ldsm_x4(qf[j], qa + j * 16);
+    }
     const bf16* k_s = kv_s + (i & 1) * kTok * ld;
     const int n = min(kTok, kv_end - (kv_begin + i * kTok));
 
-    // S[:, 8 warp .. + 8) over the whole latent; four accumulator chains (k step mod 4), so a
-    // warp has four mma in flight.
-    float c[4][4];
+    // Partial S of keys 16 kgrp .. + 16 (two n-tiles) over this warp's k steps; two chains.
+    float c[2][2][4];
 #pragma unroll
-    for (int h = 0; h < 4; ++h)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[h][e] = 0.0f;
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[h][nt][e] = 0.0f;
     {
-      const bf16* kb = k_s + (warp * 8 + (lane & 7)) * ld + 8 * (lane >> 3);
-      int ks = 0;
-      for (; ks + 3 < nsteps; ks += 4) {
-        uint32_t a[4][4], b[2][4];
+      const bf16* kb = k_s + (16 * kgrp + (lane & 7) + 8 * (lane >> 4)) * ld +
+                       8 * ((lane >> 3) & 1) + ks0 * 16;
 #pragma unroll
-        for (int h = 0; h < 4; ++h) ldsm_x4(a[h], qa + (ks + h) * 16);
-        ldsm_x4(b[0], kb + ks * 16);
-        ldsm_x4(b[1], kb + ks * 16 + 32);
-#pragma unroll
-        for (int h = 0; h < 4; ++h)
-          mma_bf16_16816(c[h], a[h], b[h / 2][2 * (h & 1)], b[h / 2][2 * (h & 1) + 1]);
-      }
-      for (; ks < nsteps; ++ks) {  // step counts not a multiple of 4 (dqk 40, 80, the goldens)
-        uint32_t a[4], b0, b1;
-        ldsm_x4(a, qa + ks * 16);
-        ldsm_x2(b0, b1, k_s + (warp * 8 + (lane & 7)) * ld + 8 * ((lane >> 3) & 1) + ks * 16);
-        mma_bf16_16816(c[0], a, b0, b1);
+      for (int j = 0; j < kMaxHalf; ++j) {
+        if (j < my_steps) {
+          uint32_t b[4];
+          ldsm_x4(b, kb + j * 16);
+          mma_bf16_16816(c[j & 1][0], qf[j], b[0], b[1]);
+          mma_bf16_16816(c[j & 1][1], qf[j], b[2], b[3]);
+        }
       }
     }
-    const int key = warp * 8 + 2 * t4;
-    float s[4];
+    float s[2][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float v = (c[0][e] + c[1][e]) + (c[2][e] + c[3][e]);
-      s[e] = key + (e & 1) < n ? v * sl2 : -INFINITY;
+    for (int nt = 0; nt < 2; ++nt) {
+      sx_s[(warp * 32 + lane) * 2 + nt] =
+          make_float4(c[0][nt][0] + c[1][nt][0], c[0][nt][1] + c[1][nt][1],
+                      c[0][nt][2] + c[1][nt][2], c[0][nt][3] + c[1][nt][3]);
     }
-    float mx_lo = fmaxf(s[0], s[1]), mx_hi = fmaxf(s[2], s[3]);
+    __syncthreads();  // both halves' partial scores
+    {
+      const int other = (kgrp + kKeyGroups * (1 - khalf)) * 32 + lane;
+      const int mine = warp * 32 + lane;
 #pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o));
-      mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o));
+      for (int nt = 0; nt < 2; ++nt) {
+        // Half 0 + half 1 in that order in both warps (the same bits).
+        const float4 a = sx_s[(khalf ? other : mine) * 2 + nt];
+        const float4 b = sx_s[(khalf ? mine : other) * 2 + nt];
+        const int key = 16 * kgrp + 8 * nt + 2 * t4;
+        s[nt][0] = key < n ? (a.x + b.x) * sl2 : -INFINITY;
+        s[nt][1] = key + 1 < n ? (a.y + b.y) * sl2 : -INFINITY;
+        s[nt][2] = key < n ? (a.z + b.z) * sl2 : -INFINITY;
+        s[nt][3] = key + 1 < n ? (a.w + b.w) * sl2 : -INFINITY;
+      }
     }
-    if (t4 == 0) {
-      red_s[warp * kRows + g] = mx_lo;
-      red_s[warp * kRows + g + 8] = mx_hi;
+    if (khalf == 0) {
+      float mx_lo = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+      float mx_hi = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, o));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, o));
+      }
+      if (t4 == 0) {
+        red_s[kgrp * kRows + g] = mx_lo;
+        red_s[kgrp * kRows + g + 8] = mx_hi;
+      }
     }
     __syncthreads();
     float st_lo = red_s[g], st_hi = red_s[g + 8];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
+    for (int w = 1; w < kKeyGroups; ++w) {
       st_lo = fmaxf(st_lo, red_s[w * kRows + g]);
       st_hi = fmaxf(st_hi, red_s[w * kRows + g + 8]);
     }
@@ -269,12 +291,21 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     const float corr_lo = fast_exp2(m_lo - mn_lo), corr_hi = fast_exp2(m_hi - mn_hi);
     m_lo = mn_lo;
     m_hi = mn_hi;
-    const float p0 = fast_exp2(s[0] - mn_lo), p1 = fast_exp2(s[1] - mn_lo);
-    const float p2 = fast_exp2(s[2] - mn_hi), p3 = fast_exp2(s[3] - mn_hi);
-    *reinterpret_cast<uint32_t*>(p_s + g * kPld + key) = pack_bf16(p0, p1);
-    *reinterpret_cast<uint32_t*>(p_s + (g + 8) * kPld + key) = pack_bf16(p2, p3);
-    l_lo = l_lo * corr_lo + (p0 + p1);
-    l_hi = l_hi * corr_hi + (p2 + p3);
+    if (khalf == 0) {
+      float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int key = 16 * kgrp + 8 * nt + 2 * t4;
+        const float p0 = fast_exp2(s[nt][0] - mn_lo), p1 = fast_exp2(s[nt][1] - mn_lo);
+        const float p2 = fast_exp2(s[nt][2] - mn_hi), p3 = fast_exp2(s[nt][3] - mn_hi);
+        *reinterpret_cast<uint32_t*>(p_s + g * kPld + key) = pack_bf16(p0, p1);
+        *reinterpret_cast<uint32_t*>(p_s + (g + 8) * kPld + key) = pack_bf16(p2, p3);
+        sum_lo += p0 + p1;
+        sum_hi += p2 + p3;
+      }
+      l_lo = l_lo * corr_lo + sum_lo;
+      l_hi = l_hi * corr_hi + sum_hi;
+    }
 #pragma unroll
     for (int j = 0; j < kGroups; ++j)
 #pragma unroll
