@@ -574,6 +574,17 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestHeadLinear(7, 16, 128, 512));
   add(new TestHeadLinear(5, 16, 512, 128));
   add(new TestHeadLinear(1, 128, 128, 512));
+  // The few-token kernel (kernels/head_linear.cu, t <= 64) at V2-Lite's shapes and batch sizes,
+  // odd k steps and padded columns (k 40 / 24), n not a multiple of the CTA's 32 columns, and
+  // t = 65 (cuBLAS again).
+  add(new TestHeadLinear(1, 16, 128, 512));
+  add(new TestHeadLinear(1, 16, 512, 128));
+  add(new TestHeadLinear(32, 16, 128, 512));
+  add(new TestHeadLinear(32, 16, 512, 128));
+  add(new TestHeadLinear(64, 16, 512, 128));
+  add(new TestHeadLinear(17, 3, 40, 24));
+  add(new TestHeadLinear(2, 5, 24, 40));
+  add(new TestHeadLinear(65, 16, 128, 512));
   {
     MoeRoutingParams p;
     p.num_experts = 64;

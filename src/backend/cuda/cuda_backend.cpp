@@ -14,6 +14,7 @@
 #include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/gemv.h"
+#include "backend/cuda/kernels/head_linear.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "backend/cuda/kernels/mla_decode_wide.h"
@@ -1014,6 +1015,25 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   DI_CHECK(w.size(0) == heads && w.size(2) == k && y.numel() == t * heads * n,
            "cuda head_linear: x {} w {} y {}", x.describe(), w.describe(), y.describe());
   if (t == 0) return;
+  // Few tokens (decode): kernels/head_linear.cu; DEEPINFER_HEAD_LINEAR=cublas keeps cuBLAS (A/B).
+  static const bool kSmallOff = [] {
+    const char* env = std::getenv("DEEPINFER_HEAD_LINEAR");
+    return env != nullptr && std::string(env) == "cublas";
+  }();
+  if (!f32_ && !kSmallOff && head_linear_small_supported(t, heads, k, n) &&
+      static_cast<size_t>(head_linear_small_smem(static_cast<int32_t>(t),
+                                                 static_cast<int32_t>(k))) <= max_smem_optin_) {
+    HeadLinearParams hp{x.raw(),
+                        w.raw(),
+                        y.raw(),
+                        static_cast<int32_t>(t),
+                        static_cast<int32_t>(heads),
+                        static_cast<int32_t>(k),
+                        static_cast<int32_t>(n)};
+    CUDA_CHECK(launch_head_linear_small(hp, stream_));
+    CUDA_CHECK_LAUNCH("head_linear_small");
+    return;
+  }
   const float alpha = 1.0f, beta = 0.0f;
   const cudaDataType_t in_t = f32_ ? CUDA_R_32F : CUDA_R_16BF;
   // Per head h: y[:, h, :] (ld heads·n) = x[:, h, :] (ld heads·k) · w[h]ᵀ.

@@ -30,7 +30,6 @@ namespace {
 constexpr int kRows = 16;  // heads per CTA: the m16 tile
 constexpr int kMaxDqk = 576;
 constexpr int kMaxDv = 512;
-constexpr int kDefaultWarps = 8;
 constexpr int kDefaultMinTokens = 16;
 constexpr int kMaxChunkRounds = kMaxDqk / 8 / 4;  // 16-byte chunks of an entry per lane
 
@@ -126,12 +125,13 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
   // Lane L of warp w copies entry 8 w + (L & 7) of a stage, 16-byte chunks L / 8 + 4 k (one
   // instruction of the warp: 64 contiguous bytes of each of its 8 entries). Its entry's address
   // (null past the split):
+  const int bs = p.block_size, bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
   auto stage_ptr = [&](int i) -> const bf16* {
     const int tok = kv_begin + i * kTok + warp * 8 + (lane & 7);
     if (tok >= kv_end) return nullptr;
-    const int64_t blk = p.kv_indices[kv_first + tok / p.block_size];
-    return p.pool + blk * p.block_stride + p.layer_offset +
-           int64_t{tok % p.block_size} * p.entry_size;
+    const int bi = bs_shift >= 0 ? tok >> bs_shift : tok / bs;  // block sizes are powers of 2
+    const int64_t blk = p.kv_indices[kv_first + bi];
+    return p.pool + blk * p.block_stride + p.layer_offset + int64_t{tok - bi * bs} * p.entry_size;
   };
   // Stage i's entry of this lane -> buffer i % 2 when its token index is in [lo, hi); with `pad`
   // a row past the split becomes zeros (P is 0 there, but 0 x garbage could be NaN). Padding
@@ -141,6 +141,13 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     const bool in = mine != nullptr && tok >= lo && tok < hi;
     if (!in && !(pad && mine == nullptr)) return;
     bf16* dst = kv_s + ((i & 1) * kTok + warp * 8 + (lane & 7)) * ld;
+    if (in && chunks == 4 * kMaxChunkRounds && dqk == dpad) {  // a whole 576-wide entry
+      const bf16* src = mine + 8 * (lane >> 3);
+      bf16* d = dst + 8 * (lane >> 3);
+#pragma unroll
+      for (int k = 0; k < kMaxChunkRounds; ++k) cp_async16(d + 32 * k, src + 32 * k, 16);
+      return;
+    }
 #pragma unroll
     for (int k = 0; k < kMaxChunkRounds; ++k) {
       const int c = (lane >> 3) + 4 * k;
@@ -233,13 +240,26 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     {
       const bf16* kb = k_s + (16 * kgrp + (lane & 7) + 8 * (lane >> 4)) * ld +
                        8 * ((lane >> 3) & 1) + ks0 * 16;
+      if (my_steps == kMaxHalf) {
+        // The 576-wide latent: no predicates, so step j + 1's fragments load under step j's mma
+        // (double-buffered by hand; with predicated steps the loads serialise behind the mma).
+        uint32_t b[2][4];
+        ldsm_x4(b[0], kb);
 #pragma unroll
-      for (int j = 0; j < kMaxHalf; ++j) {
-        if (j < my_steps) {
-          uint32_t b[4];
-          ldsm_x4(b, kb + j * 16);
-          mma_bf16_16816(c[j & 1][0], qf[j], b[0], b[1]);
-          mma_bf16_16816(c[j & 1][1], qf[j], b[2], b[3]);
+        for (int j = 0; j < kMaxHalf; ++j) {
+          if (j + 1 < kMaxHalf) ldsm_x4(b[(j + 1) & 1], kb + (j + 1) * 16);
+          mma_bf16_16816(c[j & 1][0], qf[j], b[j & 1][0], b[j & 1][1]);
+          mma_bf16_16816(c[j & 1][1], qf[j], b[j & 1][2], b[j & 1][3]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kMaxHalf; ++j) {
+          if (j < my_steps) {
+            uint32_t b[4];
+            ldsm_x4(b, kb + j * 16);
+            mma_bf16_16816(c[j & 1][0], qf[j], b[0], b[1]);
+            mma_bf16_16816(c[j & 1][1], qf[j], b[2], b[3]);
+          }
         }
       }
     }
@@ -306,31 +326,50 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
       l_lo = l_lo * corr_lo + sum_lo;
       l_hi = l_hi * corr_hi + sum_hi;
     }
+    // O *= corr, unless no row of the tile saw a new max (most stages past the first few).
+    if (!__all_sync(0xffffffffu, corr_lo == 1.0f && corr_hi == 1.0f)) {
 #pragma unroll
-    for (int j = 0; j < kGroups; ++j)
+      for (int j = 0; j < kGroups; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        acc[j][h][0] *= corr_lo;
-        acc[j][h][1] *= corr_lo;
-        acc[j][h][2] *= corr_hi;
-        acc[j][h][3] *= corr_hi;
-      }
+        for (int h = 0; h < 2; ++h) {
+          acc[j][h][0] *= corr_lo;
+          acc[j][h][1] *= corr_lo;
+          acc[j][h][2] *= corr_hi;
+          acc[j][h][3] *= corr_hi;
+        }
+    }
     __syncthreads();  // P complete
 
     // O += P·V: V = the first dv columns of the staged entries.
     const bf16* vb = k_s + frag_row * ld + frag_col;
+    if (dv == kMaxDv) {  // every column group: all of a k step's fragments load, then the mma
 #pragma unroll
-    for (int ks = 0; ks < kTok / 16; ++ks) {
-      uint32_t a[4];
-      ldsm_x4(a, pa + ks * 16);
+      for (int ks = 0; ks < kTok / 16; ++ks) {
+        uint32_t a[4], b[kGroups][4];
+        ldsm_x4(a, pa + ks * 16);
 #pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        const int col0 = (warp + kWarps * j) * 16;
-        if (col0 >= dv) break;  // warp-uniform
-        uint32_t b[4];
-        ldsm_x4_trans(b, vb + ks * 16 * ld + col0);
-        mma_bf16_16816(acc[j][0], a, b[0], b[1]);
-        mma_bf16_16816(acc[j][1], a, b[2], b[3]);
+        for (int j = 0; j < kGroups; ++j)
+          ldsm_x4_trans(b[j], vb + ks * 16 * ld + (warp + kWarps * j) * 16);
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+          mma_bf16_16816(acc[j][0], a, b[j][0], b[j][1]);
+          mma_bf16_16816(acc[j][1], a, b[j][2], b[j][3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kTok / 16; ++ks) {
+        uint32_t a[4];
+        ldsm_x4(a, pa + ks * 16);
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+          const int col0 = (warp + kWarps * j) * 16;
+          if (col0 >= dv) break;  // warp-uniform
+          uint32_t b[4];
+          ldsm_x4_trans(b, vb + ks * 16 * ld + col0);
+          mma_bf16_16816(acc[j][0], a, b[0], b[1]);
+          mma_bf16_16816(acc[j][1], a, b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // this buffer, P and the maxima are rewritten next
@@ -489,13 +528,15 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
 
 int g_warps_override = 0, g_split_override = 0;
 
-int warps_setting() {
+// 8 warps (64-entry stages, one CTA per SM) below kFourWarpTokens decode tokens, 4 (32-entry
+// stages, two CTAs per SM) from there: V2-Lite batch 32 / 64 3,056 / 4,959 tok/s with 8 against
+// 2,985 / 4,924 with 4; batch 256 14,412 against 14,772 (H200, run 16 call 4).
+constexpr int kFourWarpTokens = 128;
+int warps_setting(int32_t num_tokens) {
   if (g_warps_override != 0) return g_warps_override == 4 ? 4 : 8;
-  static const int v = [] {
-    const int w = env_int("DEEPINFER_MLA_WIDE_WARPS", kDefaultWarps);
-    return w == 4 ? 4 : 8;
-  }();
-  return v;
+  static const int env = env_int("DEEPINFER_MLA_WIDE_WARPS", 0);
+  if (env == 4 || env == 8) return env;
+  return num_tokens >= kFourWarpTokens ? 4 : 8;
 }
 
 template <int kWarps>
@@ -537,7 +578,7 @@ MlaWideDecodePlan plan_mla_wide_decode(int32_t num_tokens, int32_t max_kv_len, i
   static const int32_t kSplitEnvValue = env_int("DEEPINFER_MLA_WIDE_SPLIT", 0);
   const int32_t kSplitEnv = g_split_override > 0 ? g_split_override : kSplitEnvValue;
   MlaWideDecodePlan plan;
-  plan.warps = warps_setting();
+  plan.warps = warps_setting(num_tokens);
   const int64_t tok = 8 * plan.warps, ctas_per_sm = plan.warps == 4 ? 2 : 1;
   plan.head_tiles = (num_heads + kRows - 1) / kRows;
   const int64_t kv = max_kv_len > 0 ? max_kv_len : 1;

@@ -64,7 +64,8 @@ bool mla_wide_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v
 // Decode tokens from which CudaBackend uses this kernel (DEEPINFER_MLA_WIDE_MIN_TOKENS, read
 // once; default 16).
 int32_t mla_wide_min_tokens();
-// warps: DEEPINFER_MLA_WIDE_WARPS (4 | 8, read once) or the default. split_size: the fewest
+// warps: DEEPINFER_MLA_WIDE_WARPS (4 | 8, read once), else 8 below 128 decode tokens and 4 from
+// 128 (measured per batch size, mla_decode_wide.cu). split_size: the fewest
 // stages per CTA that keep the CTAs of the longest context within one wave of the SMs
 // (DEEPINFER_MLA_WIDE_SPLIT, a multiple of the stage, overrides).
 // Tests: warps (4 | 8) and split size for the next plans; 0 leaves the env / the default.
