@@ -10,7 +10,7 @@
 #   [mla] test_cuda_mla rc=0 passed=16 failed=0
 #   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=.. roofline_tok_s=.. pct=..
 if [ -x .gpu_bin/test_cuda_mla ]; then
-  run_step mla_ops 45 .gpu_bin/test_cuda_mla --gtest_color=no
+  run_step mla_ops 120 .gpu_bin/test_cuda_mla --gtest_color=no
   {
     echo "[mla] test_cuda_mla rc=${rcs[${#rcs[@]}-1]} passed=$(grep -c '^\[       OK \]' "$OUT/mla_ops.log") failed=$(grep -o '^\[  FAILED  \] [A-Za-z][^ ,]*' "$OUT/mla_ops.log" | sort -u | wc -l)"
     grep -E '^\[mla\] .*FAIL' "$OUT/mla_ops.log" | head -20
