@@ -20,6 +20,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
+#include "backend/cuda/kernels/mla_token.cuh"
 
 namespace di::cuda {
 namespace {
@@ -147,17 +148,6 @@ __device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
   return v;
 }
 
-// The sequence owning token t: the number of s in [1, num_seqs] with qo_indptr[s] <= t (empty
-// sequences included), counted by the whole block.
-__device__ int find_sequence(const int32_t* qo_indptr, int num_seqs, int t) {
-  int count = 0;
-  for (int base = 1; base <= num_seqs; base += kThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    count += __syncthreads_count(i <= num_seqs && qo_indptr[i] <= t);
-  }
-  return count;
-}
-
 // kMt: m16 tiles of heads (rows = 16 kMt); kNt: n8 output tiles per warp (warp w owns tiles w,
 // w + 8, ...: dv <= 64 kNt).
 // kMinBlocks: CTAs per SM the registers must allow (2: <= 128 per thread, 3: <= 80).
@@ -173,24 +163,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
 
-  // 1. Sequence and context. Decode batches: sequence t owns token t (loaded together with that
-  // sequence's metadata; every thread reads the same words, so the branch is uniform).
-  const int guess = min(t, p.num_seqs - 1);
-  const int q_lo = p.qo_indptr[guess], q_hi = p.qo_indptr[guess + 1];
-  int kv_first = p.kv_indptr[guess], kv_next = p.kv_indptr[guess + 1];
-  int last_len = p.kv_last_len[guess], qlen = q_hi - q_lo;
-  const int pos_in = p.positions[t];
-  if (!(q_lo <= t && t < q_hi)) {
-    const int s = find_sequence(p.qo_indptr, p.num_seqs, t);
-    kv_first = p.kv_indptr[s];
-    kv_next = p.kv_indptr[s + 1];
-    last_len = p.kv_last_len[s];
-    qlen = p.qo_indptr[s + 1] - p.qo_indptr[s];
-  }
-  const int nblocks = kv_next - kv_first;
-  const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + last_len : 0;
-  const int n_kv = max(0, min(pos_in, kv_len - 1) + 1);  // entries attended (0: padding)
-  const int old_end = kv_len - qlen;  // entries before it were stored by earlier steps
+  // 1. Sequence and context.
+  const MlaTokenContext ctx = mla_token_context(p, t);
+  const int kv_first = ctx.kv_first, n_kv = ctx.n_kv, old_end = ctx.old_end;
   const int own_splits = (n_kv + p.split_size - 1) / p.split_size;
   const int own_clusters = max(1, (own_splits + kMlaCluster - 1) / kMlaCluster);
   if (cluster_idx >= own_clusters) return;  // the whole cluster: same token, same inputs

@@ -23,6 +23,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/mla_decode_wide.h"
+#include "backend/cuda/kernels/mla_token.cuh"
 
 namespace di::cuda {
 namespace {
@@ -65,17 +66,6 @@ __host__ __device__ inline WideSmem wide_smem(int warps, int dqk) {
   return s;
 }
 
-// The sequence owning token t: the number of s in [1, num_seqs] with qo_indptr[s] <= t (empty
-// sequences included), counted by the whole block.
-__device__ int find_sequence_block(const int32_t* qo_indptr, int num_seqs, int t) {
-  int count = 0;
-  for (int base = 1; base <= num_seqs; base += static_cast<int>(blockDim.x)) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    count += __syncthreads_count(i <= num_seqs && qo_indptr[i] <= t);
-  }
-  return count;
-}
-
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     mla_wide_decode_kernel(MlaWideDecodeParams p) {
@@ -90,23 +80,9 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
 
-  // 1. Sequence and context (decode batches: sequence t owns token t; the branch is uniform).
-  const int guess = min(t, p.num_seqs - 1);
-  const int q_lo = p.qo_indptr[guess], q_hi = p.qo_indptr[guess + 1];
-  int kv_first = p.kv_indptr[guess], kv_next = p.kv_indptr[guess + 1];
-  int last_len = p.kv_last_len[guess], qlen = q_hi - q_lo;
-  const int pos_in = p.positions[t];
-  if (!(q_lo <= t && t < q_hi)) {
-    const int s = find_sequence_block(p.qo_indptr, p.num_seqs, t);
-    kv_first = p.kv_indptr[s];
-    kv_next = p.kv_indptr[s + 1];
-    last_len = p.kv_last_len[s];
-    qlen = p.qo_indptr[s + 1] - p.qo_indptr[s];
-  }
-  const int nblocks = kv_next - kv_first;
-  const int kv_len = nblocks > 0 ? (nblocks - 1) * p.block_size + last_len : 0;
-  const int n_kv = max(0, min(pos_in, kv_len - 1) + 1);  // entries attended (0: padding)
-  const int old_end = kv_len - qlen;  // entries before it were stored by earlier steps
+  // 1. Sequence and context.
+  const MlaTokenContext ctx = mla_token_context(p, t);
+  const int kv_first = ctx.kv_first, n_kv = ctx.n_kv, old_end = ctx.old_end;
   const int own_splits = max(1, (n_kv + p.split_size - 1) / p.split_size);
   if (split >= own_splits) return;  // uniform: nothing of this token here
 
@@ -399,9 +375,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
 
   const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
   const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
-  if (own_splits == 1) {
-    const float inv_lo = sum_lo > 0.0f ? 1.0f / sum_lo : 0.0f;
-    const float inv_hi = sum_hi > 0.0f ? 1.0f / sum_hi : 0.0f;
+  // This thread's O elements (rows g, g + 8 of the tile; 2 columns per n-tile) to `store`.
+  auto for_each_out = [&](auto&& store) {
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
       const int col0 = (warp + kWarps * j) * 16;
@@ -409,34 +384,27 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int col = col0 + 8 * h + 2 * t4;
-        if (g < nr)
-          *reinterpret_cast<__nv_bfloat162*>(p.out + (row0 + g) * dv + col) =
-              __floats2bfloat162_rn(acc[j][h][0] * inv_lo, acc[j][h][1] * inv_lo);
-        if (g + 8 < nr)
-          *reinterpret_cast<__nv_bfloat162*>(p.out + (row0 + g + 8) * dv + col) =
-              __floats2bfloat162_rn(acc[j][h][2] * inv_hi, acc[j][h][3] * inv_hi);
+        if (g < nr) store(g, col, acc[j][h][0], acc[j][h][1], false);
+        if (g + 8 < nr) store(g + 8, col, acc[j][h][2], acc[j][h][3], true);
       }
     }
+  };
+  if (own_splits == 1) {
+    const float inv_lo = sum_lo > 0.0f ? 1.0f / sum_lo : 0.0f;
+    const float inv_hi = sum_hi > 0.0f ? 1.0f / sum_hi : 0.0f;
+    for_each_out([&](int r, int col, float a, float b, bool hi) {
+      const float inv = hi ? inv_hi : inv_lo;
+      *reinterpret_cast<__nv_bfloat162*>(p.out + (row0 + r) * dv + col) =
+          __floats2bfloat162_rn(a * inv, b * inv);
+    });
     return;
   }
 
   // 4. Several splits: this split's partial, then the last CTA to count merges them all.
   float* po = p.partial_o + (int64_t{split} * rows_total + row0) * dv;
-#pragma unroll
-  for (int j = 0; j < kGroups; ++j) {
-    const int col0 = (warp + kWarps * j) * 16;
-    if (col0 >= dv) break;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int col = col0 + 8 * h + 2 * t4;
-      if (g < nr)
-        *reinterpret_cast<float2*>(po + int64_t{g} * dv + col) =
-            make_float2(acc[j][h][0], acc[j][h][1]);
-      if (g + 8 < nr)
-        *reinterpret_cast<float2*>(po + int64_t{g + 8} * dv + col) =
-            make_float2(acc[j][h][2], acc[j][h][3]);
-    }
-  }
+  for_each_out([&](int r, int col, float a, float b, bool) {
+    *reinterpret_cast<float2*>(po + int64_t{r} * dv + col) = make_float2(a, b);
+  });
   if (warp == 0 && t4 == 0) {
     float* ml = p.partial_ml + (int64_t{split} * rows_total + row0) * 2;
     if (g < nr) {
