@@ -2,9 +2,10 @@
 //
 // Napkin math (DeepSeek-V2-Lite, 16 heads, 576 / 512, batch 32, context 2048): 75 MB of latent
 // per layer, 17.5 us at 4.3 TB/s. Per 64-entry stage a CTA reads 75 KB and runs 16 x 64 x (576 +
-// 512) x 2 = 2.2 MFLOP on mma.sync (~270 m16n8k16): per warp 36 + 32 mma, 54 + 20 ldmatrix, ~24
-// cp.async, four barriers. The cluster kernel spent ~1,500 instructions per warp per 32 entries
-// (ncu: 25.4 M for the layer) at 0.39 issued per cycle per scheduler.
+// 512) x 2 = 2.2 MFLOP on mma.sync (~270 m16n8k16): per warp 36 + 32 mma, 18 + 20 ldmatrix, 18
+// cp.async, five barriers. The cluster kernel spent ~1,500 instructions per warp per 32 entries
+// (ncu: 25.4 M for the layer) at 0.39 issued per cycle per scheduler; this one ~1,000 per warp
+// per 64 entries, 44.9 us per layer (run 16).
 //
 // mma.sync.m16n8k16 fragments, g = lane / 4, t = lane % 4 (lower 16 bits = lower index):
 //   A (16 x 16): a0 = A[g][2t..+1]  a1 = A[g+8][2t..+1]  a2 = A[g][2t+8..+9]  a3 = A[g+8][2t+8..+9]
@@ -13,8 +14,8 @@
 // ldmatrix x4 with lane L giving row (L & 7) + 8 ((L >> 3) & 1), column 8 (L >> 4) of a row-major
 // 16 x 16 tile yields the A fragment (matrices: rows 0-7 / 8-15 x columns 0-7 / 8-15); the same
 // addressing with .trans over V (rows = entries) yields the B fragments of two n-tiles. For
-// Q·Kᵀ, K's rows are the n index: lane L gives key (L & 7), columns 8 (L >> 3): b0, b1 of two
-// consecutive k steps.
+// Q·Kᵀ, K's rows are the n index: lane L gives key (L & 7) + 8 (L >> 4), column 8 ((L >> 3) & 1):
+// b0, b1 of two n-tiles (16 keys) for one k step.
 // Shared rows are padded by 8 bf16 (16 bytes): a row stride of 4 mod 32 words, so the 8 rows of
 // an ldmatrix matrix hit distinct banks.
 #include <algorithm>
