@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
     mla_wide_decode_kernel(MlaWideDecodeParams p) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   constexpr int kThreads = kWarps * 32;
-  constexpr int kTok = 8 * kWarps;      // entries per stage: 8 keys per warp
+  constexpr int kTok = 8 * kWarps;      // entries per stage: 16 keys per pair of warps
   constexpr int kGroups = 32 / kWarps;  // 16-column V groups per warp at dv = 512
   constexpr int kPld = 8 * kWarps + 8;  // P row stride (bf16)
   extern __shared__ __align__(16) unsigned char smem[];
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
   auto stage_ptr = [&](int i) -> const bf16* {
     const int tok = kv_begin + i * kTok + warp * 8 + (lane & 7);
     if (tok >= kv_end) return nullptr;
-    const int bi = bs_shift >= 0 ? tok >> bs_shift : tok / bs;  // block sizes are powers of 2
+    const int bi = bs_shift >= 0 ? tok >> bs_shift : tok / bs;  // a shift for 2^n block sizes
     const int64_t blk = p.kv_indices[kv_first + bi];
     return p.pool + blk * p.block_stride + p.layer_offset + int64_t{tok - bi * bs} * p.entry_size;
   };
