@@ -445,8 +445,8 @@ TEST(MlaDecodeWide, BatchesMatchCpuUnderEveryLayout) {
     const Tensor ref = run_mla(*cpu, c);
     // (warps, split, bucket): both kernels as planned, 64-entry splits, one split per context,
     // a graph bucket's grid.
-    const int32_t layouts[][3] = {{4, 0, 0}, {8, 0, 0}, {4, 64, 0}, {8, 64, 0}, {8, 8192, 0},
-                                  {8, 0, 8192}};
+    const int32_t layouts[][3] = {{4, 0, 0},  {8, 0, 0},    {4, 64, 0},
+                                  {8, 64, 0}, {8, 8192, 0}, {8, 0, 8192}};
     for (const auto& lay : layouts) {
       const int32_t warps = lay[0], split = lay[1], bucket = lay[2];
       cuda::set_mla_wide_overrides(warps, split);
@@ -462,13 +462,13 @@ TEST(MlaDecodeWide, BatchesMatchCpuUnderEveryLayout) {
       std::printf(
           "[mla] wide    %-28s warps=%d split=%-4d bucket=%-4d n=%-8lld diff=%.2e "
           "max_abs=%.3e mism=%lld wide_calls=%lld %s\n",
-          c.name().c_str(), warps, split, bucket, static_cast<long long>(m.n), m.diff,
-          m.max_abs, static_cast<long long>(m.mismatches), static_cast<long long>(wide_calls),
+          c.name().c_str(), warps, split, bucket, static_cast<long long>(m.n), m.diff, m.max_abs,
+          static_cast<long long>(m.mismatches), static_cast<long long>(wide_calls),
           ok ? "PASS" : "FAIL");
       std::fflush(stdout);
       EXPECT_TRUE(ok) << c.name() << " warps " << warps << " split " << split << " bucket "
-                      << bucket << ": diff " << m.diff << " max_abs " << m.max_abs
-                      << " non-finite " << m.mismatches << " wide calls " << wide_calls;
+                      << bucket << ": diff " << m.diff << " max_abs " << m.max_abs << " non-finite "
+                      << m.mismatches << " wide calls " << wide_calls;
     }
   }
   cuda::set_mla_wide_overrides(0, 0);

@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) c[h][nt][e] = 0.0f;
     {
-      const bf16* kb = k_s + (16 * kgrp + (lane & 7) + 8 * (lane >> 4)) * ld +
-                       8 * ((lane >> 3) & 1) + ks0 * 16;
+      const bf16* kb =
+          k_s + (16 * kgrp + (lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1) + ks0 * 16;
       if (my_steps == kMaxHalf) {
         // The 576-wide latent: no predicates, so step j + 1's fragments load under step j's mma
         // (double-buffered by hand; with predicated steps the loads serialise behind the mma).
