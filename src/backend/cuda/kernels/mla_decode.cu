@@ -233,6 +233,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
       const float e = valid ? expf(sc - m_new) : 0.0f;
       const float sum = warp_sum(e);
       p_s[r * kPld + lane] = __float2bfloat16_rn(e);
+      __syncwarp();  // every lane has read m_s[r] before lane 0 rewrites it (racecheck, run 16)
       if (lane == 0) {
         const float corr = expf(m_old - m_new);  // 0 on the first valid tile, 1 without change
         corr_s[r] = corr;
