@@ -792,8 +792,9 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
       mk == MlaDecodeKernel::kWide ||
       (mk == MlaDecodeKernel::kAuto && t >= mla_wide_min_tokens() && mla_cluster_batch_split());
   if (!f32_ && wide && try_mla_wide_decode(p, max_kv)) return;
-  if (!f32_ && (mk == MlaDecodeKernel::kCluster || mk == MlaDecodeKernel::kAuto || wide) &&
-      try_mla_cluster_decode(p, max_kv))
+  const bool cluster = mk == MlaDecodeKernel::kCluster || mk == MlaDecodeKernel::kAuto ||
+                       mk == MlaDecodeKernel::kWide;  // also what the wide kernel declines
+  if (!f32_ && cluster && try_mla_cluster_decode(p, max_kv))
     return;
   if (!f32_ && mla_decode_kernel_ != MlaDecodeKernel::kGeneric &&
       run_mla_decode(*this, max_smem_optin_, num_sms_, p, max_kv))

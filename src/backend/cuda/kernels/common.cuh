@@ -264,4 +264,7 @@ __device__ __forceinline__ int tile_owner(const int32_t* tile_indptr, int num_se
 
 inline unsigned ceil_div(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
+// d rounded up to a multiple of 16 (k steps of m16n8k16, 16-element padded rows).
+__host__ __device__ inline int pad16(int d) { return (d + 15) & ~15; }
+
 }  // namespace di::cuda

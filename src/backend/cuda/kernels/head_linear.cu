@@ -1,13 +1,14 @@
 // Per-head linear of few tokens; see head_linear.h.
 //
 // Napkin math (V2-Lite, 16 heads): W_UKᵀ [16, 512, 128] and W_UV [16, 128, 512] are 2 MB each,
-// 0.5 us at 4.3 TB/s; 256 / 64 CTAs read 8 / 32 KB of weights each. At 32 tokens the mma work
+// 0.5 us at 4.3 TB/s; 512 / 128 CTAs read 4 / 16 KB of weights each. At 32 tokens the mma work
 // is 32 x 16 x 512 x 128 x 2 = 67 MFLOP, noise on the tensor cores.
 //
 // mma.sync.m16n8k16 fragments as in mla_decode_wide.cu: ldmatrix x4 with lane L giving row
 // (L & 7) + 8 ((L >> 3) & 1), column 8 (L >> 4) of the row-major token tile is the A fragment;
-// over the weight rows (the n index), lane L giving row (L & 7), column 8 (L >> 3) yields b0, b1
-// of two consecutive k steps. Shared rows are padded by 8 bf16 (a row stride of 4 mod 32 words).
+// over the weight rows (the n index), lane L giving row (L & 7) + 8 (L >> 4), column
+// 8 ((L >> 3) & 1) yields b0, b1 of two n-tiles for one k step. Shared rows are padded by 8 bf16
+// (a row stride of 4 mod 32 words).
 #include "backend/cuda/kernels/head_linear.h"
 
 #include "backend/cuda/kernels/common.cuh"
@@ -20,10 +21,6 @@ constexpr int kWarps = 4;  // split over k
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxK = 1024;
 constexpr int kMaxMt = kHeadLinearMaxTokens / 16;
-
-__host__ __device__ inline int pad16(int v) {
-  return (v + 15) & ~15;
-}
 
 // Shared memory: the weight rows [kCols][ld], the token rows [tpad][ld] (ld = kpad + 8), the
 // warps' partial sums [kWarps][tpad][kCols] f32.

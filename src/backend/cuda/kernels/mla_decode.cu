@@ -31,10 +31,6 @@ constexpr int kPld = kTok + 8;  // bf16 probability row stride
 constexpr int kMaxDqk = 576;
 constexpr int kMaxDv = 512;
 
-__host__ __device__ inline int pad16(int d) {
-  return (d + 15) & ~15;
-}
-
 struct MlaSmem {
   int q_off, k_off, s_off, p_off, m_off, l_off, corr_off, pos_off, total;
 };

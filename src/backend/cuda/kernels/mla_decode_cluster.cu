@@ -43,9 +43,6 @@ constexpr int kHugeBatchTokens = 128;
 constexpr int kHugeBatchSplit = 256;
 static_assert(kMlaCluster == 8, "the column slices and weight rows assume 8 CTAs per cluster");
 
-__host__ __device__ inline int pad16(int d) {
-  return (d + 15) & ~15;
-}
 __host__ __device__ inline int align16(int b) {
   return (b + 15) & ~15;
 }

@@ -35,10 +35,6 @@ constexpr int kMaxDv = 512;
 constexpr int kDefaultMinTokens = 16;
 constexpr int kMaxChunkRounds = kMaxDqk / 8 / 4;  // 16-byte chunks of an entry per lane
 
-__host__ __device__ inline int pad16(int d) {
-  return (d + 15) & ~15;
-}
-
 // Dynamic shared memory, byte offsets: the query rows, two stage buffers of 8 · warps entries,
 // P (bf16), the per-warp row maxima and (at the end) row sums, the partial-score exchange.
 struct WideSmem {
