@@ -173,6 +173,38 @@ struct ExpertWeights {
   Tensor down;     // [E, H, I]
 };
 
+// The router of a MoE block with the block's pre-norm (Backend::moe_norm_route):
+//   h       = rms_norm(x) · norm_w                 (as rms_norm; the experts read it)
+//   logits  = h · gateᵀ                            f32 [T, E]
+//   ids, weights = moe_route(logits, routing)
+struct MoeNormRouteParams {
+  const Tensor* x = nullptr;       // [T, H] the residual stream
+  const Tensor* norm_w = nullptr;  // [H] post_attention_layernorm
+  float eps = 1e-6f;
+  const Tensor* gate = nullptr;  // [E, H] router weight
+  MoeRoutingParams routing;
+  Tensor* h = nullptr;             // [T, H] compute dtype
+  Tensor* topk_ids = nullptr;      // [T, k] i32
+  Tensor* topk_weights = nullptr;  // [T, k] f32
+  Tensor* logits = nullptr;        // [T, E] f32, optional (tests): the router logits
+};
+
+// A MoE block's output added to the residual stream (Backend::moe_residual):
+//   residual += Σ_j topk_weights[t, j] · expert_{topk_ids[t, j]}(x[t])  (as moe_experts)
+//               + shared(x[t])          (optional SwiGLU MLP, as Mlp: gate_up silu·mul, down)
+// Composed, each term rounds to the compute dtype as the separate ops do (moe_experts, the
+// shared MLP, add, add); a fused implementation may sum the routed and shared experts in f32
+// and round once.
+struct MoeResidualParams {
+  const Tensor* x = nullptr;  // [T, H] rms_norm(residual) · norm_w
+  const Tensor* topk_ids = nullptr;
+  const Tensor* topk_weights = nullptr;
+  const ExpertWeights* experts = nullptr;
+  const Tensor* shared_gate_up = nullptr;  // [2·Is, H] or null
+  const Tensor* shared_down = nullptr;     // [H, Is]
+  Tensor* residual = nullptr;              // [T, H] compute dtype
+};
+
 // One decode step (one new token per sequence) for n <= bucket sequences, host side: what a
 // captured step graph (Backend::make_decode_graph) needs to replay it.
 struct DecodeStepInputs {
@@ -291,6 +323,13 @@ class Backend {
   // parallel/cuda/ep_moe_latency.h); a token with none gets out[t] = 0. Ids >= E are errors.
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const ExpertWeights& w, Tensor& out) = 0;
+  // MoeNormRouteParams above. The reference is moe_norm_route_composed (rms_norm, linear,
+  // moe_route: the CPU backend's implementation); CUDA runs a few decode tokens as one kernel.
+  virtual void moe_norm_route(const MoeNormRouteParams& p) = 0;
+  // MoeResidualParams above. The reference is moe_residual_composed (moe_experts, the shared
+  // MLP's two linear layers, two adds: the CPU backend's implementation); CUDA runs one decode
+  // token as two kernels.
+  virtual void moe_residual(const MoeResidualParams& p) = 0;
 
   // ---- EPLB (issue #8; docs/expert_parallelism.md "EPLB in the engine") ----
   // The defaults throw; the CPU and CUDA backends override them. They are defined inline so that
@@ -354,6 +393,8 @@ void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
 void fused_linear_composed(Backend& be, const FusedLinearParams& p);
 // Backend::mla_rope_store as the composition of the backend's existing ops (the reference).
 void mla_rope_store_composed(Backend& be, const MlaRopeStoreParams& p);
+void moe_norm_route_composed(Backend& be, const MoeNormRouteParams& p);
+void moe_residual_composed(Backend& be, const MoeResidualParams& p);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // "cpu", "cuda" (bf16) or "cuda-fp32" (the fp32 verification mode: f32 activations, weights and

@@ -64,3 +64,46 @@ void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
 }
 
 }  // namespace di
+
+namespace di {
+
+void moe_norm_route_composed(Backend& be, const MoeNormRouteParams& p) {
+  DI_CHECK(p.x && p.norm_w && p.gate && p.h && p.topk_ids && p.topk_weights,
+           "moe_norm_route: missing x, norm_w, gate or an output");
+  const int64_t t = p.x->size(0), e = p.gate->size(0);
+  be.rms_norm(*p.x, *p.norm_w, p.eps, *p.h);
+  Tensor scratch;
+  Tensor* logits = p.logits;
+  if (logits == nullptr) {
+    scratch = be.empty({t, e}, DType::kF32);
+    logits = &scratch;
+  }
+  be.linear(*p.h, *p.gate, nullptr, *logits);
+  be.moe_route(*logits, p.routing, *p.topk_ids, *p.topk_weights);
+}
+
+void moe_residual_composed(Backend& be, const MoeResidualParams& p) {
+  DI_CHECK(p.x && p.topk_ids && p.topk_weights && p.experts && p.residual,
+           "moe_residual: missing x, topk_ids, topk_weights, experts or residual");
+  DI_CHECK((p.shared_gate_up == nullptr) == (p.shared_down == nullptr),
+           "moe_residual: the shared expert needs both gate_up and down");
+  const DType dt = be.compute_dtype();
+  Tensor out = be.empty(p.x->shape(), dt);
+  be.moe_experts(*p.x, *p.topk_ids, *p.topk_weights, *p.experts, out);
+  if (p.shared_gate_up != nullptr) {
+    const int64_t t = p.x->size(0), inter = p.shared_gate_up->size(0) / 2;
+    Tensor h = be.empty({t, inter}, dt);
+    FusedLinearParams f;
+    f.silu_out = true;
+    f.x = p.x;
+    f.w = p.shared_gate_up;
+    f.y = &h;
+    be.fused_linear(f);
+    Tensor s = be.empty(p.x->shape(), dt);
+    be.linear(h, *p.shared_down, nullptr, s);
+    be.add(out, s, out);
+  }
+  be.add(*p.residual, out, *p.residual);
+}
+
+}  // namespace di

@@ -176,6 +176,23 @@ void ProfilingBackend::moe_experts(const Tensor& x, const Tensor& topk_ids,
       },
       [&] { inner_.moe_experts(x, topk_ids, topk_weights, w, out); });
 }
+void ProfilingBackend::moe_norm_route(const MoeNormRouteParams& p) {
+  timed(
+      [&] {
+        return std::string(
+            fmt::format("moe_norm_route x [{}] gate [{}]", dims(*p.x), dims(*p.gate)));
+      },
+      [&] { inner_.moe_norm_route(p); });
+}
+void ProfilingBackend::moe_residual(const MoeResidualParams& p) {
+  timed(
+      [&] {
+        return std::string(fmt::format("moe_residual x [{}] k {} experts [{}]{}", dims(*p.x),
+                                       p.topk_ids->size(1), dims(p.experts->gate_up),
+                                       p.shared_gate_up ? " + shared" : ""));
+      },
+      [&] { inner_.moe_residual(p); });
+}
 void ProfilingBackend::moe_count_experts(const Tensor& topk_ids, Tensor& counts) {
   timed([&] { return std::string("moe_count_experts"); },
         [&] { inner_.moe_count_experts(topk_ids, counts); });

@@ -61,14 +61,10 @@ void Mlp::forward(Backend& be, const Tensor& x, Tensor& out) const {
 }
 
 void FeedForward::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const {
-  const int64_t t = x.size(0), hidden = x.size(1);
+  const int64_t t = x.size(0);
   const DType dt = be.compute_dtype();
   if (is_moe) {
-    Tensor h = be.empty({t, hidden}, dt);
-    Tensor o = be.empty({t, hidden}, dt);
-    be.rms_norm(x, norm_w, eps, h);
-    moe.forward(be, h, o);
-    be.add(x, o, x);
+    moe.forward_residual(be, x, norm_w, eps);
     return;
   }
   // silu·mul as the gate_up GEMV's epilogue (the down GEMV then stages h as it is): at batch 1
@@ -85,9 +81,55 @@ void MoeBlock::forward(Backend& be, const Tensor& x, Tensor& out) const {
   be.linear(x, gate, nullptr, logits);
   Tensor ids = be.empty({t, k}, DType::kI32);
   Tensor weights = be.empty({t, k}, DType::kF32);
+  be.moe_route(logits, routing_params(), ids, weights);
+  experts_out(be, x, ids, weights, out);
+}
+
+void MoeBlock::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const {
+  const int64_t t = x.size(0), hidden = x.size(1), k = routing.top_k;
+  const DType dt = be.compute_dtype();
+  Tensor h = be.empty({t, hidden}, dt);
+  Tensor ids = be.empty({t, k}, DType::kI32);
+  Tensor weights = be.empty({t, k}, DType::kF32);
+  MoeNormRouteParams r;
+  r.x = &x;
+  r.norm_w = &norm_w;
+  r.eps = eps;
+  r.gate = &gate;
+  r.routing = routing_params();
+  r.h = &h;
+  r.topk_ids = &ids;
+  r.topk_weights = &weights;
+  be.moe_norm_route(r);
+  if (eplb == nullptr && expert_hook == nullptr) {
+    // Routed and shared experts and the residual add as one op (CUDA: two kernels at batch 1).
+    MoeResidualParams m;
+    m.x = &h;
+    m.topk_ids = &ids;
+    m.topk_weights = &weights;
+    m.experts = &experts;
+    if (has_shared) {
+      m.shared_gate_up = &shared.gate_up;
+      m.shared_down = &shared.down;
+    }
+    m.residual = &x;
+    be.moe_residual(m);
+    return;
+  }
+  Tensor o = be.empty({t, hidden}, dt);
+  experts_out(be, h, ids, weights, o);
+  be.add(x, o, x);
+}
+
+MoeRoutingParams MoeBlock::routing_params() const {
   MoeRoutingParams p = routing;
   p.correction_bias = correction_bias.is_null() ? nullptr : &correction_bias;
-  be.moe_route(logits, p, ids, weights);
+  return p;
+}
+
+void MoeBlock::experts_out(Backend& be, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           Tensor& out) const {
+  const int64_t t = x.size(0), k = routing.top_k;
   if (eplb != nullptr) {
     // Logical ids are counted (this rank's tokens) and mapped to physical slots; an EP hook then
     // owns physical slots (rank r: [r·S, (r+1)·S), docs/expert_parallelism.md).

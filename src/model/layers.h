@@ -71,6 +71,15 @@ struct MoeBlock {
   MoeExpertHook* expert_hook = nullptr;
 
   void forward(Backend& be, const Tensor& x, Tensor& out) const;  // x, out [T, H]
+  // x += block(rms_norm(x) · norm_w): Backend::moe_norm_route, then Backend::moe_residual
+  // (routed + shared experts + the add) unless EPLB or an EP hook runs the experts.
+  void forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const;
+
+ private:
+  MoeRoutingParams routing_params() const;  // routing with the correction bias attached
+  // out = Σ_j w_j · expert_j(x) (+ shared(x)) through EPLB / the EP hook / moe_experts.
+  void experts_out(Backend& be, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   Tensor& out) const;
 };
 
 // Either a dense MLP or a MoE block.
@@ -87,7 +96,7 @@ struct FeedForward {
   }
   // x += ffn(rms_norm(x) · norm_w), x the residual stream [T, H]. A dense MLP is two
   // Backend::fused_linear calls (norm prologue and silu·mul epilogue; the residual add); a MoE
-  // block reads a materialised h = norm(x) (router, experts and shared experts all read it).
+  // block is MoeBlock::forward_residual (the router writes h = norm(x) for the experts).
   void forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, float eps) const;
 };
 

@@ -456,6 +456,118 @@ struct TestMoeExperts : OpCase {
   }
 };
 
+// The MoE block's router with its pre-norm (Backend::moe_norm_route): h, the routing and the
+// logits. CUDA takes one kernel for up to 4 tokens (tokens · hidden <= 16384), else the composed
+// ops; the CPU is the composed ops.
+struct TestMoeNormRoute : OpCase {
+  std::string label;
+  MoeRoutingParams p;
+  int64_t tokens, hidden;
+  bool bias;
+  TestMoeNormRoute(std::string l, MoeRoutingParams p_, int64_t t, int64_t h, bool b)
+      : label(std::move(l)), p(p_), tokens(t), hidden(h), bias(b) {}
+  std::string name() const override {
+    return "moe_norm_route_" + label + "_t" + std::to_string(tokens) + "_h" +
+           std::to_string(hidden);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    // The CPU normalises in f32, CUDA rounds h to bf16 first, so the logits differ by ~1e-3 of
+    // a random dot product: enough to swap two experts whose logits are that close. The inputs
+    // keep the logits apart instead: x[t] = b + 0.3·noise, norm weights in [0.5, 1.5], gate row
+    // e = s_e·c·b + 0.0002·noise with the s_e distinct ((37·e mod E) / E - 1/2) and c = 6 /
+    // (hidden · rms(b)), so h·gate_e ≈ s_e · 6 (h·b ≈ hidden · rms(b) > 0): logits within ±3,
+    // 6 / E apart, where the two backends differ by ~1e-4. (The correction bias is off here:
+    // test_cuda_moe checks it against the GPU's own router bitwise.)
+    const int64_t e_n = p.num_experts;
+    const Tensor b = host_random({hidden}, 70, 2.0f);
+    Tensor xh = host_random({tokens, hidden}, 71, 0.3f);
+    for (int64_t i = 0; i < xh.numel(); ++i)
+      xh.f32()[i] = round_bf16(xh.f32()[i] + b.f32()[i % hidden]);
+    Tensor nwh = host_random({hidden}, 72, 0.5f);
+    for (int64_t i = 0; i < hidden; ++i) nwh.f32()[i] = round_bf16(nwh.f32()[i] + 1.0f);
+    Tensor gh = host_random({e_n, hidden}, 73, 0.0002f);
+    double b2 = 0.0;
+    for (int64_t i = 0; i < hidden; ++i) b2 += double{b.f32()[i]} * b.f32()[i];
+    const float c =
+        static_cast<float>(6.0 / (static_cast<double>(hidden) * std::sqrt(b2 / hidden)));
+    for (int64_t e = 0; e < e_n; ++e) {
+      const float se = static_cast<float>((37 * e) % e_n) / static_cast<float>(e_n) - 0.5f;
+      for (int64_t i = 0; i < hidden; ++i)
+        gh.f32()[e * hidden + i] = round_bf16(gh.f32()[e * hidden + i] + se * c * b.f32()[i]);
+    }
+    Tensor x = act(be, xh);
+    Tensor nw = act(be, nwh);
+    Tensor gate = act(be, gh);
+    Tensor bias_host = host_random({p.num_experts}, 74, 0.1f);
+    MoeNormRouteParams q;
+    q.x = &x;
+    q.norm_w = &nw;
+    q.eps = 1e-6f;
+    q.gate = &gate;
+    q.routing = p;
+    q.routing.correction_bias = bias ? &bias_host : nullptr;
+    Tensor h = be.empty({tokens, hidden}, be.compute_dtype());
+    Tensor ids = be.empty({tokens, p.top_k}, DType::kI32);
+    Tensor w = be.empty({tokens, p.top_k}, DType::kF32);
+    Tensor logits = be.empty({tokens, p.num_experts}, DType::kF32);
+    q.h = &h;
+    q.topk_ids = &ids;
+    q.topk_weights = &w;
+    q.logits = &logits;
+    be.moe_norm_route(q);
+    return {out(be, "h", h, Check::kBf16), out(be, "logits", logits, Check::kBf16),
+            out(be, "topk_ids", ids, Check::kIds), out(be, "topk_weights", w, Check::kBf16)};
+  }
+};
+
+// A MoE block's output added to the residual (Backend::moe_residual), with and without a
+// shared expert of `shared_mult` · inter columns. CUDA: the one-token kernels for one token (the
+// shared expert as extra slots), else the composed ops.
+struct TestMoeResidual : OpCase {
+  int64_t tokens, hidden, inter, experts, top_k, shared_mult;
+  TestMoeResidual(int64_t t, int64_t h, int64_t i, int64_t e, int64_t k, int64_t s)
+      : tokens(t), hidden(h), inter(i), experts(e), top_k(k), shared_mult(s) {}
+  std::string name() const override {
+    return "moe_residual_t" + std::to_string(tokens) + "_h" + std::to_string(hidden) + "_i" +
+           std::to_string(inter) + "_e" + std::to_string(experts) + "_k" + std::to_string(top_k) +
+           "_shared" + std::to_string(shared_mult);
+  }
+  std::vector<Output> run(Backend& be) const override {
+    Tensor x = act(be, host_random({tokens, hidden}, 81));
+    Tensor res = act(be, host_random({tokens, hidden}, 82, 4.0f));
+    ExpertWeights w{act(be, host_random({experts, 2 * inter, hidden}, 83, 0.1f)),
+                    act(be, host_random({experts, hidden, inter}, 84, 0.1f))};
+    const int64_t si = shared_mult * inter;
+    Tensor sgu, sd;
+    if (shared_mult > 0) {
+      sgu = act(be, host_random({2 * si, hidden}, 85, 0.1f));
+      sd = act(be, host_random({hidden, si}, 86, 0.1f));
+    }
+    std::vector<int32_t> ids;
+    std::mt19937 rng(87);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int32_t> e(static_cast<size_t>(experts));
+      std::iota(e.begin(), e.end(), 0);
+      std::shuffle(e.begin(), e.end(), rng);
+      ids.insert(ids.end(), e.begin(), e.begin() + top_k);
+    }
+    Tensor idt = ints(be, ids).reshape({tokens, top_k});
+    Tensor wt = be.upload(host_random({tokens, top_k}, 88), DType::kF32);
+    MoeResidualParams q;
+    q.x = &x;
+    q.topk_ids = &idt;
+    q.topk_weights = &wt;
+    q.experts = &w;
+    if (shared_mult > 0) {
+      q.shared_gate_up = &sgu;
+      q.shared_down = &sd;
+    }
+    q.residual = &res;
+    be.moe_residual(q);
+    return {out(be, "residual", res, Check::kBf16)};
+  }
+};
+
 }  // namespace
 }  // namespace di::testing
 
@@ -614,6 +726,45 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestMoeExperts(19, 256, 128, 8, 2, 0.5));
   add(new TestMoeExperts(64, 512, 256, 16, 4, 0.3));
   add(new TestMoeExperts(700, 256, 128, 64, 8, 0.6));
+  {
+    // Qwen3-30B-A3B's router (softmax, renormalised top-8 of 128), V2-Lite's (softmax, top-6 of
+    // 64, scaled), DeepSeek-V3's (sigmoid + bias, 8 groups, top-2-sum group score): one-kernel
+    // sizes and the composed fallback (5 tokens; 3 × 7168 > 16384).
+    MoeRoutingParams qwen;
+    qwen.num_experts = 128;
+    qwen.top_k = 8;
+    qwen.renormalize = true;
+    qwen.renorm_eps = 1e-20f;
+    add(new TestMoeNormRoute("qwen3", qwen, 1, 2048, false));
+    add(new TestMoeNormRoute("qwen3", qwen, 4, 2048, false));
+    add(new TestMoeNormRoute("qwen3", qwen, 5, 2048, false));
+    MoeRoutingParams v2;
+    v2.num_experts = 64;
+    v2.top_k = 6;
+    v2.scaling = 1.0f;
+    add(new TestMoeNormRoute("v2lite", v2, 1, 2048, false));
+    add(new TestMoeNormRoute("v2lite", v2, 3, 1024, false));
+    add(new TestMoeNormRoute("v2lite", v2, 2, 264, false));
+    MoeRoutingParams v3;
+    v3.scoring = MoeRoutingParams::Scoring::kSigmoid;
+    v3.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
+    v3.num_experts = 256;
+    v3.top_k = 8;
+    v3.num_groups = 8;
+    v3.topk_groups = 4;
+    v3.renormalize = true;
+    v3.renorm_eps = 1e-20f;
+    v3.scaling = 2.5f;
+    add(new TestMoeNormRoute("v3", v3, 1, 7168, false));
+    add(new TestMoeNormRoute("v3", v3, 2, 7168, false));
+    add(new TestMoeNormRoute("v3", v3, 3, 7168, false));
+  }
+  add(new TestMoeResidual(1, 2048, 768, 16, 8, 0));  // Qwen3-30B-A3B's shapes, fewer experts
+  add(new TestMoeResidual(1, 2048, 1408, 8, 6, 2));  // V2-Lite: two shared slots
+  add(new TestMoeResidual(1, 1024, 512, 8, 3, 1));   // one shared slot, odd top-k
+  add(new TestMoeResidual(1, 1024, 512, 8, 2, 3));   // three shared slots (> the routed ones)
+  add(new TestMoeResidual(3, 1024, 512, 8, 2, 2));   // composed (3 tokens)
+  add(new TestMoeResidual(1, 1024, 256, 8, 2, 0));
   add_decode_fused_cases(c);
   return c;
 }

@@ -650,6 +650,164 @@ TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
   EXPECT_EQ(bad, 0);
 }
 
+// The fused router (Backend::moe_norm_route, one kernel): h bitwise the rms_norm op's, ids and
+// weights bitwise the warp router's on the kernel's own logits, logits close to the GEMM's, for
+// Qwen3-30B-A3B / V2-Lite / DeepSeek-V3 routing at 1-4 tokens and every rms_norm thread count
+// (hidden 264 / 1024 / 2048 / 7168: 128 / 256 / 512 / 512 threads), twice in a row (the arrival
+// counter is back at zero after each launch).
+TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  struct Case {
+    const char* name;
+    int64_t tokens, hidden;
+    MoeRoutingParams r;
+    bool bias;
+  };
+  MoeRoutingParams qwen;
+  qwen.num_experts = 128;
+  qwen.top_k = 8;
+  qwen.renormalize = true;
+  qwen.renorm_eps = 1e-20f;
+  MoeRoutingParams v2;
+  v2.num_experts = 64;
+  v2.top_k = 6;
+  MoeRoutingParams v3;
+  v3.scoring = MoeRoutingParams::Scoring::kSigmoid;
+  v3.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
+  v3.num_experts = 256;
+  v3.top_k = 8;
+  v3.num_groups = 8;
+  v3.topk_groups = 4;
+  v3.renormalize = true;
+  v3.renorm_eps = 1e-20f;
+  v3.scaling = 2.5f;
+  const std::vector<Case> cases = {{"qwen3", 1, 2048, qwen, false}, {"qwen3", 4, 2048, qwen, false},
+                                   {"v2lite", 1, 2048, v2, false},  {"v2lite", 3, 1024, v2, false},
+                                   {"v2lite", 2, 264, v2, false},   {"v3", 2, 7168, v3, true},
+                                   {"v3", 1, 7168, v3, true}};
+  int bad = 0;
+  for (const Case& c : cases) {
+    const int64_t t = c.tokens, h = c.hidden, e = c.r.num_experts, k = c.r.top_k;
+    const Tensor x = act(*be, host_fill({t, h}, 21, 2.0f));
+    const Tensor nw = act(*be, host_fill({h}, 22, 1.0f));
+    const Tensor gate = act(*be, host_fill({e, h}, 23, 0.1f));
+    const Tensor bias = host_fill({e}, 24, 0.1f);
+    MoeRoutingParams r = c.r;
+    r.correction_bias = c.bias ? &bias : nullptr;
+    Tensor hf = be->empty({t, h}, DType::kBF16), ids = be->empty({t, k}, DType::kI32),
+           w = be->empty({t, k}, DType::kF32), logits = be->empty({t, e}, DType::kF32);
+    MoeNormRouteParams q;
+    q.x = &x;
+    q.norm_w = &nw;
+    q.eps = 1e-6f;
+    q.gate = &gate;
+    q.routing = r;
+    q.h = &hf;
+    q.topk_ids = &ids;
+    q.topk_weights = &w;
+    q.logits = &logits;
+    be->set_moe_fused(1);
+    int64_t differing = 0;
+    double logit_err = 0.0;
+    for (int rep = 0; rep < 2; ++rep) {
+      const int64_t calls = be->moe_fused_route_calls();
+      be->moe_norm_route(q);
+      const bool fused = be->moe_fused_route_calls() == calls + 1;
+      // The composed ops: rms_norm, the router GEMM, the warp router on the kernel's logits.
+      Tensor hc = be->empty({t, h}, DType::kBF16), lc = be->empty({t, e}, DType::kF32);
+      Tensor ids_r = be->empty({t, k}, DType::kI32), w_r = be->empty({t, k}, DType::kF32);
+      be->rms_norm(x, nw, 1e-6f, hc);
+      be->linear(hc, gate, nullptr, lc);
+      be->moe_route(logits, r, ids_r, w_r);
+      const Tensor a = be->download(hf), b = be->download(hc), la = be->download(logits),
+                   lb = be->download(lc), ia = be->download(ids), ib = be->download(ids_r),
+                   wa = be->download(w), wb = be->download(w_r);
+      for (int64_t i = 0; i < a.numel(); ++i) differing += a.f32()[i] != b.f32()[i];
+      for (int64_t i = 0; i < ia.numel(); ++i)
+        differing += ia.data<int32_t>()[i] != ib.data<int32_t>()[i] || wa.f32()[i] != wb.f32()[i];
+      double scale = 0.0;
+      for (int64_t i = 0; i < lb.numel(); ++i)
+        scale = std::max(scale, std::fabs(double{lb.f32()[i]}));
+      for (int64_t i = 0; i < lb.numel(); ++i)
+        logit_err = std::max(logit_err, std::fabs(double{la.f32()[i]} - lb.f32()[i]) / scale);
+      if (!fused) ++differing;
+    }
+    const bool ok = differing == 0 && logit_err < 1e-4;
+    bad += !ok;
+    std::printf("[moe-op] norm_route_%s_t%lld_h%lld differing=%lld logit_err=%.2e %s\n", c.name,
+                static_cast<long long>(t), static_cast<long long>(h),
+                static_cast<long long>(differing), logit_err, ok ? "PASS" : "FAIL");
+  }
+  be->set_moe_fused(-1);
+  EXPECT_EQ(bad, 0);
+}
+
+// The fused MoE output (Backend::moe_residual at one token: the one-token kernels with the
+// shared expert as extra slots and the residual add in down's store) against the composed ops on
+// the GPU (moe_experts, the shared MLP, two adds): bitwise without a shared expert, within bf16
+// tolerance with one (one f32 sum instead of two roundings); skipped ids included.
+TEST(CudaMoeFused, ResidualMatchesComposedOps) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  struct Case {
+    int64_t hidden, inter, experts, top_k, shared_mult;
+    bool skip;
+  };
+  const std::vector<Case> cases = {{2048, 768, 16, 8, 0, false}, {2048, 768, 16, 8, 0, true},
+                                   {2048, 1408, 8, 6, 2, false}, {2048, 1408, 8, 6, 2, true},
+                                   {1024, 512, 8, 3, 1, false},  {1024, 2056, 4, 2, 1, false}};
+  int bad = 0;
+  for (const Case& c : cases) {
+    const int64_t h = c.hidden, in = c.inter, e = c.experts, k = c.top_k, si = c.shared_mult * in;
+    const Tensor x = act(*be, host_fill({1, h}, 31, 1.0f));
+    const Tensor res0 = host_fill({1, h}, 32, 4.0f);
+    const ExpertWeights w{act(*be, host_fill({e, 2 * in, h}, 33, 0.05f)),
+                          act(*be, host_fill({e, h, in}, 34, 0.05f))};
+    Tensor sgu, sd;
+    if (si > 0) {
+      sgu = act(*be, host_fill({2 * si, h}, 35, 0.05f));
+      sd = act(*be, host_fill({h, si}, 36, 0.05f));
+    }
+    std::vector<int32_t> idv;
+    for (int64_t j = 0; j < k; ++j) idv.push_back(static_cast<int32_t>((5 * j + 1) % e));
+    if (c.skip) idv[static_cast<size_t>(k / 2)] = -1;
+    const Tensor ids = ints(*be, idv).reshape({1, k});
+    const Tensor wts = be->upload(host_fill({1, k}, 37, 1.0f), DType::kF32);
+    auto run = [&](int fused) {
+      be->set_moe_fused(fused);
+      Tensor res = act(*be, res0);
+      MoeResidualParams q;
+      q.x = &x;
+      q.topk_ids = &ids;
+      q.topk_weights = &wts;
+      q.experts = &w;
+      if (si > 0) {
+        q.shared_gate_up = &sgu;
+        q.shared_down = &sd;
+      }
+      q.residual = &res;
+      be->moe_residual(q);
+      return be->download(res);
+    };
+    const int64_t calls = be->moe_fused_residual_calls();
+    const Tensor fused = run(1);
+    const bool took = be->moe_fused_residual_calls() == calls + 1;
+    const Tensor composed = run(0);
+    int64_t differing = 0;
+    for (int64_t i = 0; i < h; ++i) differing += fused.f32()[i] != composed.f32()[i];
+    std::string label = "residual_h" + std::to_string(h) + "_i" + std::to_string(in) + "_k" +
+                        std::to_string(k) + "_shared" + std::to_string(c.shared_mult) +
+                        (c.skip ? "_skip" : "");
+    const bool ok = took && (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
+    bad += !ok;
+    std::printf("[moe-op] %s fused=%d differing=%lld %s\n", label.c_str(), took ? 1 : 0,
+                static_cast<long long>(differing), ok ? "PASS" : "FAIL");
+  }
+  be->set_moe_fused(-1);
+  EXPECT_EQ(bad, 0);
+}
+
 #else
 
 TEST(CudaMoe, Skipped) { GTEST_SKIP() << "built without CUDA"; }

@@ -44,6 +44,8 @@ class CpuBackend final : public Backend {
                  Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const ExpertWeights& w, Tensor& out) override;
+  void moe_norm_route(const MoeNormRouteParams& p) override { moe_norm_route_composed(*this, p); }
+  void moe_residual(const MoeResidualParams& p) override { moe_residual_composed(*this, p); }
   void moe_count_experts(const Tensor& topk_ids, Tensor& counts) override;
   void moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
                         const Tensor& replica_slots, Tensor& phys_ids) override;

@@ -112,6 +112,8 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
     attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
   // Sized up front so that a decode graph captured later never needs to grow it.
   reserve_attention_counters(kInitialAttentionCounters);
+  CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
+  CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, sizeof(unsigned), stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -123,6 +125,7 @@ CudaBackend::~CudaBackend() {
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   for (uint32_t* c : retired_attention_counters_) cudaFree(c);
   if (attention_counters_) cudaFree(attention_counters_);
+  if (moe_route_counter_) cudaFree(moe_route_counter_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -1086,6 +1089,145 @@ void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Ten
   CUDA_CHECK_LAUNCH("moe_route");
 }
 
+bool CudaBackend::moe_fused_enabled(bool route) const {
+  // 0: neither, 1: both, 2: the router only, 3: the residual kernels only.
+  static const int env = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_FUSED");
+    if (v == nullptr) return 1;
+    if (std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "route") == 0) return 2;
+    if (std::strcmp(v, "residual") == 0) return 3;
+    return 1;
+  }();
+  const int mode = moe_fused_override_ >= 0 ? moe_fused_override_ : env;
+  return mode == 1 || mode == (route ? 2 : 3);
+}
+
+void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
+  DI_CHECK(p.x && p.norm_w && p.gate && p.h && p.topk_ids && p.topk_weights,
+           "cuda moe_norm_route: missing x, norm_w, gate or an output");
+  const MoeRoutingParams& r = p.routing;
+  const int64_t t = p.x->size(0), hidden = p.x->size(1), e = p.gate->size(0), k = r.top_k;
+  const bool shapes_ok =
+      !f32_ && p.x->dim() == 2 && p.x->dtype() == dt_ && p.norm_w->dtype() == dt_ &&
+      p.gate->dtype() == dt_ && p.h->dtype() == dt_ && p.gate->dim() == 2 &&
+      p.gate->size(1) == hidden && p.norm_w->numel() == hidden && p.h->numel() == t * hidden &&
+      t >= 1 && t <= kNormRouteMaxTokens && t * hidden <= kNormRouteMaxElems && hidden % 8 == 0 &&
+      e == r.num_experts && e >= 1 && e <= kMaxRouterExperts && k >= 1 && k <= 32 && k <= e &&
+      r.num_groups >= 1 && r.num_groups <= kMaxRouterGroups && e % r.num_groups == 0 &&
+      r.topk_groups <= r.num_groups && p.topk_ids->numel() == t * k &&
+      p.topk_weights->numel() == t * k && p.topk_ids->dtype() == DType::kI32 &&
+      p.topk_weights->dtype() == DType::kF32 &&
+      (p.logits == nullptr || (p.logits->numel() == t * e && p.logits->dtype() == DType::kF32)) &&
+      reinterpret_cast<uintptr_t>(p.gate->raw()) % 16 == 0 &&
+      (r.correction_bias == nullptr || r.correction_bias->numel() == e);
+  if (!moe_fused_enabled(true) || !shapes_ok) {
+    moe_norm_route_composed(*this, p);
+    return;
+  }
+  for (const Tensor* d : {p.x, p.norm_w, p.gate, static_cast<const Tensor*>(p.h)})
+    check_dev_any(*d, "moe_norm_route", "tensor");
+  const float* bias = nullptr;
+  if (r.correction_bias) {
+    if (r.correction_bias->device() == Device::kCPU &&
+        !host_cache_.contains(r.correction_bias->raw())) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+      DI_CHECK(capturing == cudaStreamCaptureStatusNone,
+               "cuda moe_norm_route: the host correction bias is first used inside a CUDA graph "
+               "capture; run one eager step (warm-up) before capturing");
+    }
+    bias = device_f32(*r.correction_bias, "correction_bias");
+  }
+  Tensor scratch;
+  Tensor* logits = p.logits;
+  if (logits == nullptr) {
+    scratch = empty({t, e}, DType::kF32);
+    logits = &scratch;
+  }
+  MoeNormRouteKernelParams q{};
+  q.x = cptr<bf16_t>(*p.x);
+  q.norm_w = cptr<bf16_t>(*p.norm_w);
+  q.gate = cptr<bf16_t>(*p.gate);
+  q.h = mptr<bf16_t>(*p.h);
+  q.logits = mptr<float>(*logits);
+  q.counter = moe_route_counter_;
+  q.route = MoeRouteParams{q.logits,
+                           bias,
+                           mptr<int32_t>(*p.topk_ids),
+                           mptr<float>(*p.topk_weights),
+                           t,
+                           static_cast<int32_t>(e),
+                           static_cast<int32_t>(k),
+                           r.num_groups,
+                           r.topk_groups,
+                           r.scoring == MoeRoutingParams::Scoring::kSigmoid,
+                           r.group_score == MoeRoutingParams::GroupScore::kTopTwoSum,
+                           r.renormalize,
+                           r.renorm_eps,
+                           r.scaling};
+  q.eps = p.eps;
+  q.tokens = static_cast<int32_t>(t);
+  q.hidden = static_cast<int32_t>(hidden);
+  CUDA_CHECK(launch_moe_norm_route(q, stream_));
+  CUDA_CHECK_LAUNCH("moe_norm_route");
+  ++moe_fused_route_calls_;
+}
+
+void CudaBackend::moe_residual(const MoeResidualParams& p) {
+  DI_CHECK(p.x && p.topk_ids && p.topk_weights && p.experts && p.residual,
+           "cuda moe_residual: missing x, topk_ids, topk_weights, experts or residual");
+  DI_CHECK((p.shared_gate_up == nullptr) == (p.shared_down == nullptr),
+           "cuda moe_residual: the shared expert needs both gate_up and down");
+  const ExpertWeights& w = *p.experts;
+  const int64_t t = p.x->size(0), h = p.x->size(1),
+                k = p.topk_ids->numel() / std::max<int64_t>(t, 1);
+  const int64_t inter = w.gate_up.dim() == 3 ? w.gate_up.size(1) / 2 : 0;
+  auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
+  int64_t shared_slots = 0;
+  bool shared_ok = true;
+  if (p.shared_gate_up != nullptr) {
+    const int64_t s_inter = p.shared_gate_up->size(0) / 2;
+    shared_ok = inter > 0 && s_inter % inter == 0 && s_inter / inter <= 4 &&
+                p.shared_gate_up->dtype() == dt_ && p.shared_down->dtype() == dt_ &&
+                p.shared_gate_up->dim() == 2 && p.shared_gate_up->size(1) == h &&
+                p.shared_down->dim() == 2 && p.shared_down->size(0) == h &&
+                p.shared_down->size(1) == s_inter && aligned16(*p.shared_gate_up) &&
+                aligned16(*p.shared_down);
+    shared_slots = inter > 0 ? s_inter / inter : 0;
+  }
+  const bool ok = !f32_ && moe_fused_enabled(false) && moe_t1_path_enabled() && t == 1 &&
+                  shared_ok && moe_decode_impl_from_env() != MoeDecodeImpl::kV1 &&
+                  p.x->dtype() == dt_ && p.residual->dtype() == dt_ && p.residual->numel() == h &&
+                  w.gate_up.dtype() == dt_ && w.down.dtype() == dt_ && w.gate_up.dim() == 3 &&
+                  w.gate_up.size(2) == h && w.down.dim() == 3 && w.down.size(1) == h &&
+                  w.down.size(2) == inter && p.topk_ids->dtype() == DType::kI32 &&
+                  p.topk_weights->dtype() == DType::kF32 && p.topk_weights->numel() == k &&
+                  k >= 1 && k <= moe_device_max_slots_ && w.gate_up.size(0) <= kMoeMaxExperts &&
+                  h % 8 == 0 && inter % 8 == 0 && aligned16(*p.x) && aligned16(w.gate_up) &&
+                  aligned16(w.down);
+  if (!ok) {
+    moe_residual_composed(*this, p);
+    return;
+  }
+  Tensor act_t1 = empty({k + shared_slots, inter}, DType::kF32);
+  MoeDecodeT1Params q{cptr<bf16_t>(*p.x),           cptr<bf16_t>(w.gate_up),
+                      cptr<bf16_t>(w.down),         cptr<int32_t>(*p.topk_ids),
+                      cptr<float>(*p.topk_weights), mptr<float>(act_t1),
+                      mptr<bf16_t>(*p.residual),    static_cast<int32_t>(h),
+                      static_cast<int32_t>(inter),  static_cast<int32_t>(w.gate_up.size(0)),
+                      static_cast<int32_t>(k)};
+  if (shared_slots > 0) {
+    q.shared_gate_up = cptr<bf16_t>(*p.shared_gate_up);
+    q.shared_down = cptr<bf16_t>(*p.shared_down);
+    q.shared_slots = static_cast<int32_t>(shared_slots);
+  }
+  q.residual = cptr<bf16_t>(*p.residual);
+  CUDA_CHECK(launch_moe_decode_t1(q, stream_));
+  CUDA_CHECK_LAUNCH("moe_residual");
+  ++moe_fused_residual_calls_;
+}
+
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                               const ExpertWeights& w, Tensor& out) {
   if (f32_) {  // the verification mode keeps the simple per-expert cuBLAS path (bf16 kernels below)
@@ -1117,12 +1259,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
       reinterpret_cast<uintptr_t>(w.gate_up.raw()) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(w.down.raw()) % 16 == 0) {
     Tensor act_t1 = empty({k, inter}, DType::kF32);
-    launch_moe_decode_t1(
+    CUDA_CHECK(launch_moe_decode_t1(
         MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
                           cptr<int32_t>(topk_ids), cptr<float>(topk_weights), mptr<float>(act_t1),
                           mptr<bf16_t>(out), static_cast<int32_t>(h), static_cast<int32_t>(inter),
                           static_cast<int32_t>(num_experts), static_cast<int32_t>(k)},
-        stream_);
+        stream_));
     CUDA_CHECK_LAUNCH("moe_decode_t1");
     return;
   }

@@ -93,6 +93,19 @@ class CudaBackend final : public Backend {
                  Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const ExpertWeights& w, Tensor& out) override;
+  // A decode step of up to kNormRouteMaxTokens tokens: one kernel (kernels/moe.h); else, or
+  // with DEEPINFER_MOE_FUSED=0 | residual, the composed ops.
+  void moe_norm_route(const MoeNormRouteParams& p) override;
+  // One token (batch-1 decode): the one-token expert kernels with the shared expert as extra
+  // slots and the residual add in down's store (kernels/moe_grouped.h); else, or with
+  // DEEPINFER_MOE_FUSED=0 | route, the composed ops.
+  void moe_residual(const MoeResidualParams& p) override;
+  // Calls of moe_norm_route / moe_residual that ran the fused kernels (tests check the path).
+  int64_t moe_fused_route_calls() const { return moe_fused_route_calls_; }
+  int64_t moe_fused_residual_calls() const { return moe_fused_residual_calls_; }
+  // Tests, benchmarks: 1 = both fused MoE paths where they apply, 0 = composed, 2 = the router
+  // only, 3 = the residual kernels only, -1 = the env (DEEPINFER_MOE_FUSED=1|0|route|residual).
+  void set_moe_fused(int on) { moe_fused_override_ = on; }
   void moe_count_experts(const Tensor& topk_ids, Tensor& counts) override;
   void moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
                         const Tensor& replica_slots, Tensor& phys_ids) override;
@@ -228,6 +241,11 @@ class CudaBackend final : public Backend {
   bool f32_ = false;                                   // dt_ == kF32
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
+  bool moe_fused_enabled(bool route) const;  // moe_norm_route (true) / moe_residual (false)
+  int moe_fused_override_ = -1;
+  int64_t moe_fused_route_calls_ = 0;
+  int64_t moe_fused_residual_calls_ = 0;
+  unsigned* moe_route_counter_ = nullptr;  // the fused router's arrival counter (zero at rest)
   bool moe_grouped_gemm_ = false;
   bool attention_prefill_mma_ = true;
   bool attention_prefill_wgmma_ = true;

@@ -157,8 +157,9 @@ TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
   for (const auto& s : stats) {
     EXPECT_GT(s.calls, 0) << s.key;
     EXPECT_GE(s.total_us, 0.0) << s.key;
-    saw_route |= s.key.rfind("moe_route", 0) == 0;
-    saw_experts |= s.key.rfind("moe_experts", 0) == 0;
+    // The MoE block is two ops (router with its norm; experts with the residual add).
+    saw_route |= s.key.rfind("moe_norm_route", 0) == 0;
+    saw_experts |= s.key.rfind("moe_residual", 0) == 0;
     saw_attention |= s.key.rfind("paged_attention", 0) == 0;
     saw_mla |= s.key.rfind("mla_rope_store", 0) == 0;
   }

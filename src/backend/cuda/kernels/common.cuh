@@ -141,12 +141,39 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
+// acc + Σ a[i]·b[i], i ascending (fmaf).
+__device__ __forceinline__ float dot8(const float (&a)[8], const float (&b)[8], float acc) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc = fmaf(a[i], b[i], acc);
+  return acc;
+}
+
+// Threads per row of the rms_norm kernel (elementwise.cu); the fused MoE router (moe.cu)
+// reproduces its reduction tree for this count.
+__host__ __device__ inline int rms_norm_threads(int64_t d) {
+  return d >= 2048 ? 512 : (d >= 512 ? 256 : 128);
+}
+
 // Programmatic dependent launch (Hopper): a kernel that calls pdl_trigger() lets the next kernel
 // of the stream, when that one is launched with the PDL attribute (the decode GEMV, gemv.cu),
 // start before this one ends; that kernel calls pdl_wait() before it reads this one's writes.
 // Both are no-ops when the next (resp. this) kernel is launched plainly.
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Arrival at a grid-wide counter: atomicAdd with release and acquire semantics at GPU scope.
+// After a __syncthreads() (the CTA's writes before it are then ordered before thread 0's release),
+// the CTA that arrives last sees every arrived CTA's writes once its thread 0 has the old value
+// and a __syncthreads() has passed it on. This replaces __threadfence() + atomicAdd +
+// __threadfence(): __threadfence() is a sequentially consistent fence (MEMBAR.SC.GPU).
+__device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned* ptr, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(ptr), "r"(v)
+               : "memory");
+  return old;
+}
 
 // cp.async groups: close the copies this thread issued so far into one group; wait until at most
 // N of its groups are in flight (the copies of the others are then visible to this thread).

@@ -164,7 +164,7 @@ unsigned grid_for(int64_t n, int threads) {
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  const int threads = p.d >= 2048 ? 512 : (p.d >= 512 ? 256 : 128);
+  const int threads = rms_norm_threads(p.d);
   if (p.f32)
     rms_norm_kernel<float><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
   else

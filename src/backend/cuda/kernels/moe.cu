@@ -89,40 +89,78 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
 
 constexpr int kRouteWarps = 4;  // tokens per block of the warp router
 
-__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_warp_kernel(MoeRouteParams p) {
-  __shared__ double s_exp[kRouteWarps][kMaxRouterExperts];
-  __shared__ float s_score[kRouteWarps][kMaxRouterExperts];
-  __shared__ float s_choice[kRouteWarps][kMaxRouterExperts];
-  __shared__ float s_gscore[kRouteWarps][kMaxRouterGroups];
-  __shared__ int s_keep[kRouteWarps][kMaxRouterGroups];
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t t = int64_t{blockIdx.x} * kRouteWarps + warp;
-  if (t >= p.tokens) return;  // warp-uniform; only __syncwarp below
+constexpr int kRoutePerLane = kMaxRouterExperts / 32;  // expert lane + 32·s in slot s
+
+// Shared-memory scratch of one warp's routing (the softmax's exps for the serial sum; the
+// choices for the group limit).
+struct RouteWarpScratch {
+  double exp[kMaxRouterExperts];
+  float choice[kMaxRouterExperts];
+  float gscore[kMaxRouterGroups];
+  int keep[kMaxRouterGroups];
+};
+
+// Token t's routing by one warp from its logits row l (read through L2: the fused router's last
+// CTA reads rows other CTAs wrote). Every lane of the warp calls it. Expert i = lane + 32·s is
+// held by lane i % 32 in register slot s (score, choice); the softmax's double sum runs in
+// expert order over shared memory (the CPU's order), loads unrolled ahead of the adds.
+__device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float* l, int lane,
+                                 RouteWarpScratch& sm) {
   const int e = p.num_experts;
-  const float* l = p.logits + t * e;
-  float* score = s_score[warp];
-  float* choice = s_choice[warp];
+  float score[kRoutePerLane], choice[kRoutePerLane];
   if (!p.sigmoid) {
+    float lg[kRoutePerLane];
     float mx = -INFINITY;
-    for (int i = lane; i < e; i += 32) mx = fmaxf(mx, l[i]);
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      const int i = lane + 32 * s;
+      lg[s] = i < e ? __ldcg(l + i) : -INFINITY;
+      mx = fmaxf(mx, lg[s]);
+    }
     mx = warp_max(mx);
-    double* ex = s_exp[warp];
-    for (int i = lane; i < e; i += 32) ex[i] = exp(static_cast<double>(l[i] - mx));
+    double ex[kRoutePerLane];
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      const int i = lane + 32 * s;
+      ex[s] = i < e ? exp(static_cast<double>(lg[s] - mx)) : 0.0;
+      if (i < e) sm.exp[i] = ex[s];
+    }
     __syncwarp();
     double sum = 0.0;
-    for (int i = 0; i < e; ++i) sum += ex[i];  // expert order, as the CPU (broadcast reads)
-    for (int i = lane; i < e; i += 32) score[i] = static_cast<float>(ex[i] / sum);
+    int i = 0;
+    for (; i + 8 <= e; i += 8) {  // expert order, as the CPU (broadcast reads, 8 in flight)
+      double v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = sm.exp[i + u];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) sum += v[u];
+    }
+    for (; i < e; ++i) sum += sm.exp[i];
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) score[s] = static_cast<float>(ex[s] / sum);
   } else {
-    for (int i = lane; i < e; i += 32) score[i] = 1.0f / (1.0f + expf(-l[i]));
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      const int i = lane + 32 * s;
+      score[s] = i < e ? 1.0f / (1.0f + expf(-__ldcg(l + i))) : 0.0f;
+    }
   }
-  for (int i = lane; i < e; i += 32) choice[i] = score[i] + (p.bias ? p.bias[i] : 0.0f);
-  __syncwarp();
+#pragma unroll
+  for (int s = 0; s < kRoutePerLane; ++s) {
+    const int i = lane + 32 * s;
+    choice[s] = i < e ? score[s] + (p.bias ? p.bias[i] : 0.0f) : 0.0f;
+  }
   if (p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
-    float* gscore = s_gscore[warp];
-    int* keep = s_keep[warp];
+    float* ch = sm.choice;
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s)
+      if (lane + 32 * s < e) ch[lane + 32 * s] = choice[s];
+    __syncwarp();
+    float* gscore = sm.gscore;
+    int* keep = sm.keep;
     for (int g = lane; g < p.num_groups; g += 32) {  // one group per lane, the serial scan
-      const float* c = choice + g * per_group;
+      const float* c = ch + g * per_group;
       if (!p.group_top_two_sum) {
         float a = c[0];
         for (int i = 1; i < per_group; ++i) a = fmaxf(a, c[i]);
@@ -151,44 +189,198 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_warp_kernel(MoeRou
       }
     }
     __syncwarp();
-    for (int i = lane; i < e; i += 32)
-      if (!keep[i / per_group]) choice[i] = 0.0f;
-    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      const int i = lane + 32 * s;
+      if (i < e && !keep[i / per_group]) choice[s] = 0.0f;
+    }
   }
   // Top-k: k rounds of arg-max over the untaken experts; better = larger choice, then lower id.
   uint32_t taken = 0;  // bit s: expert lane + 32 * s is taken (e <= 512 -> s < 16)
   int my_id = 0;       // lane j keeps the id of round j
+  float my_score = 0.0f;
   float sum = 0.0f;
   for (int j = 0; j < p.top_k; ++j) {
-    float bv = -INFINITY;
+    float bv = -INFINITY, bs = 0.0f;
     int bi = INT_MAX;  // INT_MAX: no candidate on this lane
-    for (int s = 0, i = lane; i < e; ++s, i += 32) {
-      if ((taken >> s) & 1u) continue;
-      const float v = choice[i];
-      if (bi == INT_MAX || v > bv) {  // ascending ids on a lane: strict '>' keeps the lower id
-        bv = v;
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      const int i = lane + 32 * s;
+      // ascending ids on a lane: strict '>' keeps the lower id
+      if (i < e && !((taken >> s) & 1u) && (bi == INT_MAX || choice[s] > bv)) {
+        bv = choice[s];
+        bs = score[s];
         bi = i;
       }
     }
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const float os = __shfl_xor_sync(0xffffffffu, bs, o);
       const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
       if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) {
         bv = ov;
+        bs = os;
         bi = oi;
       }
     }
     if (bi == INT_MAX) bi = 0;  // unreachable (top_k <= e is checked on the host)
     if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-    if (lane == j) my_id = bi;
-    sum += score[bi];  // j ascending, as the serial kernel
+    if (lane == j) {
+      my_id = bi;
+      my_score = bs;
+    }
+    sum += bs;  // j ascending, as the serial kernel
   }
   if (lane < p.top_k) {
-    float w = score[my_id];
+    float w = my_score;
     if (p.renormalize) w /= (sum + p.renorm_eps);
     p.topk_ids[t * p.top_k + lane] = my_id;
     p.topk_weights[t * p.top_k + lane] = w * p.scaling;
   }
+}
+
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_warp_kernel(MoeRouteParams p) {
+  __shared__ RouteWarpScratch s[kRouteWarps];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t t = int64_t{blockIdx.x} * kRouteWarps + warp;
+  if (t >= p.tokens) return;  // warp-uniform; only __syncwarp inside
+  route_token_warp(p, t, p.logits + t * p.num_experts, lane, s[warp]);
+}
+
+// ---- the fused router of a decode step: rms_norm, gate GEMV, routing (moe.h) ----
+// Block b, warp w: expert b·4 + w. Its gate row's first kNormRoutePre chunks per lane are loaded
+// before griddepcontrol.wait (the weights do not depend on the previous kernel). Every CTA then
+// normalises the tokens' rows into shared memory (the rms_norm kernel's arithmetic: see
+// norm_rows), CTA 0 also writes them out as h, each warp writes its expert's logits, and the last
+// CTA to finish (arrival counter) routes token t with warp t.
+constexpr int kNormRouteWarps = 4;
+constexpr int kNormRoutePre = 8;       // 16-byte chunks per lane in registers (hidden 2048: all)
+constexpr int kNormRouteNwChunks = 2;  // norm_w chunks per thread in registers (hidden 2048: all)
+
+// rms_norm_kernel (elementwise.cu) with R = launch threads: thread v of R sums x[v + R·m]² in m
+// order (fmaf), warps of 32 reduce by warp_sum, then warp 0 sums the R/32 warp sums (zeros
+// above). Here 128 threads play the R = 128 / 256 / 512 threads' parts (thread i: i + 128·r)
+// and the same trees over the row staged in shared memory: bitwise the rms_norm kernel's h.
+// xs: the rows, replaced by h in place; nw: this thread's chunks c = tid + 128·i of norm_w.
+__device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, float* red,
+                          const uint4 (&nw)[kNormRouteNwChunks]) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int d = p.hidden, R = rms_norm_threads(d), reps = R / (kNormRouteWarps * 32);
+  const int chunks = d / 8;
+  for (int t = 0; t < p.tokens; ++t) {
+    __nv_bfloat16* x = xs + int64_t{t} * d;
+    for (int r = 0; r < reps; ++r) {
+      const int v = tid + r * kNormRouteWarps * 32;
+      float ss = 0.0f;
+      for (int i = v; i < d; i += R) {
+        const float f = __bfloat162float(x[i]);
+        ss += f * f;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) red[v >> 5] = ss;  // warp v / 32 of the R-thread kernel
+    }
+    __syncthreads();
+    if (warp == 0) {
+      float w = lane < R / 32 ? red[lane] : 0.0f;
+      w = warp_sum(w);
+      if (lane == 0) red[16] = w;
+    }
+    __syncthreads();
+    const float inv = rsqrtf(red[16] / static_cast<float>(d) + p.eps);
+    uint4* xv = reinterpret_cast<uint4*>(x);
+    uint4* hv = reinterpret_cast<uint4*>(p.h + int64_t{t} * d);
+    for (int c = tid, i = 0; c < chunks; c += kNormRouteWarps * 32, ++i) {
+      float xf[8], wf[8];
+      unpack8(xv[c], xf);
+      unpack8(i < kNormRouteNwChunks ? nw[i] : __ldg(reinterpret_cast<const uint4*>(p.norm_w) + c),
+              wf);
+      __nv_bfloat162 y[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        y[k] =
+            __floats2bfloat162_rn(xf[2 * k] * inv * wf[2 * k], xf[2 * k + 1] * inv * wf[2 * k + 1]);
+      const uint4 yv = *reinterpret_cast<const uint4*>(y);
+      xv[c] = yv;  // each chunk is read and written by this thread only
+      if (blockIdx.x == 0) hv[c] = yv;
+    }
+    __syncthreads();  // red is reused by the next token; the rows are read by every warp next
+  }
+}
+
+__global__ void __launch_bounds__(kNormRouteWarps * 32)
+    moe_norm_route_kernel(MoeNormRouteKernelParams p) {
+  // The rows while the logits are computed, then (last CTA) the routing scratch.
+  constexpr size_t kRowBytes = kNormRouteMaxElems * sizeof(__nv_bfloat16);
+  constexpr size_t kScratchBytes = kNormRouteMaxTokens * sizeof(RouteWarpScratch);
+  __shared__ __align__(
+      16) unsigned char smem[kRowBytes > kScratchBytes ? kRowBytes : kScratchBytes];
+  __shared__ float red[17];
+  __shared__ bool is_last;
+  __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
+  RouteWarpScratch* scratch = reinterpret_cast<RouteWarpScratch*>(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  const int e = static_cast<int>(blockIdx.x) * kNormRouteWarps + warp;
+  const int chunks = p.hidden / 8;
+  // Before the wait: the warp's gate row and the thread's norm_w chunks (weights).
+  const uint4* wr =
+      reinterpret_cast<const uint4*>(p.gate + int64_t{e < p.route.num_experts ? e : 0} * p.hidden);
+  uint4 w[kNormRoutePre], nw[kNormRouteNwChunks];
+#pragma unroll
+  for (int i = 0; i < kNormRoutePre; ++i) {
+    const int c = lane + 32 * i;
+    w[i] = e < p.route.num_experts && c < chunks ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kNormRouteNwChunks; ++i) {
+    const int c = tid + kNormRouteWarps * 32 * i;
+    nw[i] =
+        c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_w) + c) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_wait();
+  pdl_trigger();
+  {  // the tokens' rows of x into shared memory (16-byte loads)
+    const uint4* xg = reinterpret_cast<const uint4*>(p.x);
+    uint4* xs = reinterpret_cast<uint4*>(hs);
+    for (int c = tid; c < p.tokens * chunks; c += kNormRouteWarps * 32) xs[c] = xg[c];
+  }
+  __syncthreads();
+  norm_rows(p, hs, red, nw);
+  if (e < p.route.num_experts) {  // warp-uniform
+    for (int t = 0; t < p.tokens; ++t) {
+      const uint4* hr = reinterpret_cast<const uint4*>(hs + int64_t{t} * p.hidden);
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kNormRoutePre; ++i) {
+        const int c = lane + 32 * i;
+        if (c < chunks) {
+          float wf[8], hf[8];
+          unpack8(w[i], wf);
+          unpack8(hr[c], hf);
+          acc = dot8(wf, hf, acc);
+        }
+      }
+      for (int c = lane + 32 * kNormRoutePre; c < chunks; c += 32) {  // hidden > 2048
+        float wf[8], hf[8];
+        unpack8(ld_stream(wr + c), wf);
+        unpack8(hr[c], hf);
+        acc = dot8(wf, hf, acc);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) p.logits[int64_t{t} * p.route.num_experts + e] = acc;
+    }
+  }
+  // The last CTA to arrive routes (atomic_add_acq_rel_gpu: release of this CTA's logits,
+  // acquire of the others').
+  __syncthreads();  // also: every warp is done with hs before scratch overwrites it
+  if (tid == 0) is_last = atomic_add_acq_rel_gpu(p.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!is_last) return;
+  if (warp < p.tokens) {
+    route_token_warp(p.route, warp, p.logits + int64_t{warp} * p.route.num_experts, lane,
+                     scratch[warp]);
+  }
+  if (tid == 0) *p.counter = 0;  // for the next launch (stream order)
 }
 
 __global__ void moe_combine_kernel(MoeCombineParams p) {
@@ -222,6 +414,11 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream, MoeRouteImpl
   } else {
     moe_route_kernel<<<ceil_div(p.tokens, 64), 64, 0, stream>>>(p);
   }
+}
+
+cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_t stream) {
+  return launch_pdl(moe_norm_route_kernel, dim3(ceil_div(p.route.num_experts, kNormRouteWarps)),
+                    dim3(kNormRouteWarps * 32), 0, stream, p);
 }
 
 void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {

@@ -38,6 +38,29 @@ enum class MoeRouteImpl { kAuto, kSerial, kWarp };
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream,
                       MoeRouteImpl impl = MoeRouteImpl::kAuto);
 
+// The router of a decode step in one kernel (Backend::moe_norm_route): h = rms_norm(x) · norm_w
+// (bitwise the rms_norm kernel's), logits = h · gateᵀ (per expert one warp: lane chunks
+// c = lane + 32 i, 8 fmaf each, then warp_sum), routing = the warp router's on those logits
+// (bitwise: route_token_warp). Launched with PDL: the gate rows load before the wait.
+// Limits: tokens <= kNormRouteMaxTokens, tokens · hidden <= kNormRouteMaxElems, hidden % 8 == 0,
+// top_k <= 32, the router's expert / group limits; `counter` is zero before each launch and is
+// left zero (the last CTA resets it).
+inline constexpr int kNormRouteMaxTokens = 4;
+inline constexpr int kNormRouteMaxElems = 16384;  // 32 KB of bf16 rows in shared memory
+struct MoeNormRouteKernelParams {
+  const __nv_bfloat16* x;       // [tokens, hidden]
+  const __nv_bfloat16* norm_w;  // [hidden]
+  const __nv_bfloat16* gate;    // [num_experts, hidden]
+  __nv_bfloat16* h;             // [tokens, hidden]
+  float* logits;                // [tokens, num_experts] (route.logits is this)
+  unsigned* counter;
+  MoeRouteParams route;  // route.tokens == tokens
+  float eps;
+  int32_t tokens;
+  int32_t hidden;
+};
+cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_t stream);
+
 // out[t, :] = sum_j topk_weights[t, j] * y[slot_row[t * top_k + j], :], j ascending, f32 sums.
 struct MoeCombineParams {
   const __nv_bfloat16* y;      // [tokens * top_k, hidden] expert outputs, grouped by expert

@@ -13,12 +13,6 @@ namespace {
 constexpr int kDecodeThreads = 256;  // 8 warps, one weight row (pair) each
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 
-__device__ __forceinline__ float dot8(const float (&a)[8], const float (&b)[8], float acc) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc = fmaf(a[i], b[i], acc);
-  return acc;
-}
-
 // Block (blockIdx.x, a): intermediate columns j = blockIdx.x * 8 + warp of the a-th touched
 // expert; act[r, j] = silu(gate_j · x[token(r)]) * (up_j · x[token(r)]) for its rows r.
 template <int MT>
@@ -452,31 +446,56 @@ void launch_decode_mma(const MoeDecodeParams& p, cudaStream_t stream) {
 // act[row of slot j]. down: warp n sums, j ascending, fmaf(w_j, down_e(j),n · act[j]) over the
 // valid slots and writes out[n] (bf16): the decode kernels' y row and the combine's sum bit for bit.
 
-constexpr int kT1U = 4;  // chunk-iterations of loads in flight
-
-__global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
+// U: chunk-iterations of loads in flight per lane; MinBlocks: resident CTAs per SM asked of the
+// compiler (registers <= 65536 / (256 · MinBlocks)). The sums do not depend on either (per lane
+// chunks c = lane + 32 i in i order, then warp_sum). Qwen3-30B-A3B has 8 slots x 768 columns =
+// 6,144 warps of work: at U = 4 (60 registers, 4 CTAs = 32 warps per SM: 4,224 resident on 132
+// SMs) that is 1.45 waves; at U = 2 with 6 CTAs per SM (40 registers: 6,336 warps) it is one.
+// H200, run 17, batch 1 (graphs): Qwen3 272.5 -> 285.5 tok/s, V2-Lite 364.6 -> 370.2 (2x6 vs
+// 4x4); 2x8 (32 registers, a 24-byte spill) 276.1 / 354.9.
+template <int U, int MinBlocks>
+__global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
+    moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
   const int slot = static_cast<int>(blockIdx.y);
-  const int e = p.topk_ids[slot];
-  if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
+  const bool routed = slot < p.top_k;
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int j = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
-  if (j >= p.inter) return;  // warp-uniform
   const int64_t h = p.hidden;
-  const uint4* wg = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + j) * h);
-  const uint4* wu = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h);
+  const __nv_bfloat16* gate_row;
+  const __nv_bfloat16* up_row;
+  if (routed) {
+    pdl_wait();  // the ids are the router's
+    const int e = p.topk_ids[slot];
+    if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
+    gate_row = p.gate_up + (int64_t{e} * 2 * p.inter + j) * h;
+    up_row = p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h;
+  } else {  // shared expert columns: weights known before the router ends
+    const int64_t q = slot - p.top_k, cols = int64_t{p.shared_slots} * p.inter;
+    gate_row = p.shared_gate_up + (q * p.inter + j) * h;
+    up_row = p.shared_gate_up + (cols + q * p.inter + j) * h;
+  }
+  pdl_trigger();
+  if (j >= p.inter) return;  // warp-uniform
+  const uint4* wg = reinterpret_cast<const uint4*>(gate_row);
+  const uint4* wu = reinterpret_cast<const uint4*>(up_row);
   const uint4* xr = reinterpret_cast<const uint4*>(p.x);
   const int chunks = p.hidden / 8;
   float ag = 0.0f, au = 0.0f;
-  for (int c0 = lane; c0 < chunks; c0 += 32 * kT1U) {
-    uint4 g[kT1U], u[kT1U];
+  bool waited = routed;
+  for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 g[U], u[U];
 #pragma unroll
-    for (int i = 0; i < kT1U; ++i) {
+    for (int i = 0; i < U; ++i) {
       const int c = c0 + 32 * i;
       g[i] = c < chunks ? ld_stream(wg + c) : make_uint4(0, 0, 0, 0);
       u[i] = c < chunks ? ld_stream(wu + c) : make_uint4(0, 0, 0, 0);
     }
+    if (!waited) {  // x is the router's output
+      pdl_wait();
+      waited = true;
+    }
 #pragma unroll
-    for (int i = 0; i < kT1U; ++i) {
+    for (int i = 0; i < U; ++i) {
       const int c = c0 + 32 * i;
       if (c < chunks) {
         float xv[8], gf[8], uf[8];
@@ -495,6 +514,33 @@ __global__ void __launch_bounds__(kDecodeThreads) moe_gate_up_t1_kernel(MoeDecod
   }
 }
 
+// Slot s of the down kernels: its down row n (null when skipped) and weight. Routed slots s <
+// top_k: expert topk_ids[s] (ids outside [0, E) skipped); shared slots after them: weight 1 (the
+// add of the shared MLP's output: fmaf(1, y, out) = y + out); slots past both: skipped.
+struct T1DownRow {
+  const uint4* row;
+  float weight;
+};
+__device__ __forceinline__ T1DownRow t1_down_row(const MoeDecodeT1Params& p, int slot, int n) {
+  if (slot < p.top_k) {
+    const int e = p.topk_ids[slot];
+    if (e < 0 || e >= p.num_experts) return {nullptr, 0.0f};
+    return {reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * p.inter),
+            p.topk_weights[slot]};
+  }
+  const int q = slot - p.top_k;
+  if (q >= p.shared_slots) return {nullptr, 0.0f};
+  const int64_t cols = int64_t{p.shared_slots} * p.inter;
+  return {reinterpret_cast<const uint4*>(p.shared_down + n * cols + int64_t{q} * p.inter), 1.0f};
+}
+
+// The down kernels' store: the combine sum in bf16, or added to the residual (the add kernel).
+__device__ __forceinline__ void t1_store(const MoeDecodeT1Params& p, int n, float sum) {
+  const __nv_bfloat16 y = __float2bfloat16_rn(sum);
+  p.out[n] =
+      p.residual ? __float2bfloat16_rn(__bfloat162float(p.residual[n]) + __bfloat162float(y)) : y;
+}
+
 // down: 4 warps per CTA (more, smaller CTAs spread evenly at grid ⌈H/4⌉), two slots per pass
 // with kT1DownU chunk-iterations of both rows' loads issued ahead; their sums are folded into the
 // combine sum in slot order. Between two pairs the loads drain (sum, then the next pair's loads):
@@ -506,22 +552,19 @@ constexpr int kT1DownU = 8;
 __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecodeT1Params p) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
+  pdl_wait();
   if (n >= p.hidden) return;  // warp-uniform
-  const int64_t inter = p.inter;
   const int chunks = p.inter / 8;
+  const int slots = p.top_k + p.shared_slots;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
-  for (int s0 = 0; s0 < p.top_k; s0 += 2) {
-    bool valid[2];
-    const uint4* wd[2];
+  for (int s0 = 0; s0 < slots; s0 += 2) {
+    T1DownRow r[2];
     const float4* ar[2];
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      const int slot = min(s0 + q, p.top_k - 1);
-      const int e = p.topk_ids[slot];
-      valid[q] = s0 + q < p.top_k && e >= 0 && e < p.num_experts;  // warp-uniform
-      wd[q] = reinterpret_cast<const uint4*>(p.down + (int64_t{valid[q] ? e : 0} * p.hidden + n) * inter);
-      ar[q] = reinterpret_cast<const float4*>(p.act + int64_t{slot} * inter);
+      r[q] = t1_down_row(p, s0 + q, n);  // warp-uniform
+      ar[q] = reinterpret_cast<const float4*>(p.act + int64_t{min(s0 + q, slots - 1)} * p.inter);
     }
     float acc[2] = {0.0f, 0.0f};
     for (int c0 = lane; c0 < chunks; c0 += 32 * kT1DownU) {
@@ -530,7 +573,8 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
       for (int i = 0; i < kT1DownU; ++i) {
         const int c = c0 + 32 * i;
 #pragma unroll
-        for (int q = 0; q < 2; ++q) wv[q][i] = valid[q] && c < chunks ? ld_stream(wd[q] + c) : zero;
+        for (int q = 0; q < 2; ++q)
+          wv[q][i] = r[q].row && c < chunks ? ld_stream(r[q].row + c) : zero;
       }
 #pragma unroll
       for (int i = 0; i < kT1DownU; ++i) {
@@ -538,7 +582,7 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
         if (c < chunks) {
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
-            if (valid[q]) {
+            if (r[q].row) {
               float w[8];
               unpack8(wv[q][i], w);
               const float4 lo = ar[q][2 * c], hi = ar[q][2 * c + 1];  // written by the previous kernel
@@ -552,10 +596,10 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       const float y = warp_sum(acc[q]);
-      if (valid[q]) out = fmaf(p.topk_weights[s0 + q], y, out);
+      if (r[q].row) out = fmaf(r[q].weight, y, out);
     }
   }
-  if (lane == 0) p.out[n] = __float2bfloat16_rn(out);
+  if (lane == 0) t1_store(p, n, out);
 }
 
 // Pipelined down for rows that one load batch covers (chunks = inter / 8 <= 32·U): two register
@@ -566,8 +610,8 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
 // V2-Lite: 6 slots x 2048 x 1408 x 2 B = 34.6 MB per layer: 8.0 us at 4.3 TB/s (was 16.1 us).
 template <int U>
 struct T1DownPair {
-  uint4 w[2][U];  // chunk lane + 32 i of the down rows of slots s0, s0 + 1 (zeros when not loaded)
-  bool valid[2];  // slot < top_k and its expert id in [0, E): warp-uniform
+  uint4 w[2][U];   // chunk lane + 32 i of the down rows of slots s0, s0 + 1 (zeros when not loaded)
+  T1DownRow r[2];  // warp-uniform
 };
 
 template <int U>
@@ -576,15 +620,11 @@ __device__ __forceinline__ void t1_down_load(const MoeDecodeT1Params& p, int s0,
   const int chunks = p.inter / 8;
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    const int slot = s0 + q;
-    const int e = slot < p.top_k ? p.topk_ids[slot] : -1;
-    b.valid[q] = e >= 0 && e < p.num_experts;
-    const uint4* wd = reinterpret_cast<const uint4*>(
-        p.down + (int64_t{b.valid[q] ? e : 0} * p.hidden + n) * p.inter);
+    b.r[q] = t1_down_row(p, s0 + q, n);
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = lane + 32 * i;
-      b.w[q][i] = b.valid[q] && c < chunks ? ld_stream(wd + c) : make_uint4(0, 0, 0, 0);
+      b.w[q][i] = b.r[q].row && c < chunks ? ld_stream(b.r[q].row + c) : make_uint4(0, 0, 0, 0);
     }
   }
 }
@@ -596,7 +636,7 @@ __device__ __forceinline__ void t1_down_sum(const MoeDecodeT1Params& p, int s0, 
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     float acc = 0.0f;
-    if (b.valid[q]) {  // warp-uniform
+    if (b.r[q].row) {  // warp-uniform
       const float4* ar = reinterpret_cast<const float4*>(p.act + int64_t{s0 + q} * p.inter);
 #pragma unroll
       for (int i = 0; i < U; ++i) {
@@ -611,7 +651,7 @@ __device__ __forceinline__ void t1_down_sum(const MoeDecodeT1Params& p, int s0, 
       }
     }
     const float y = warp_sum(acc);
-    if (b.valid[q]) out = fmaf(p.topk_weights[s0 + q], y, out);
+    if (b.r[q].row) out = fmaf(b.r[q].weight, y, out);
   }
 }
 
@@ -622,17 +662,19 @@ template <int U>
 __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(MoeDecodeT1Params p) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
+  pdl_wait();
   if (n >= p.hidden) return;  // warp-uniform
+  const int slots = p.top_k + p.shared_slots;
   float out = 0.0f;           // the combine sum (every lane holds it; lane 0 stores)
   T1DownPair<U> b0, b1;
   t1_down_load(p, 0, n, lane, b0);
-  for (int s0 = 0; s0 < p.top_k; s0 += 4) {
-    t1_down_load(p, s0 + 2, n, lane, b1);  // slots past top_k load nothing
+  for (int s0 = 0; s0 < slots; s0 += 4) {
+    t1_down_load(p, s0 + 2, n, lane, b1);  // slots past the last load nothing
     t1_down_sum(p, s0, lane, b0, out);
     t1_down_load(p, s0 + 4, n, lane, b0);
     t1_down_sum(p, s0 + 2, lane, b1, out);
   }
-  if (lane == 0) p.out[n] = __float2bfloat16_rn(out);
+  if (lane == 0) t1_store(p, n, out);
 }
 
 // Block (t, c): token t, output columns 4·(c·blockDim + thread) .. + 3 (float4 loads of the
@@ -832,13 +874,42 @@ MoeT1DownImpl moe_t1_down_impl() {
   return impl;
 }
 
-void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
-  if (p.top_k <= 0 || p.hidden <= 0 || p.inter <= 0) return;
-  const dim3 block(kDecodeThreads);
-  moe_gate_up_t1_kernel<<<dim3(ceil_div(p.inter, kDecodeWarps), static_cast<unsigned>(p.top_k)), block, 0,
-                          stream>>>(p);
-  const unsigned grid = ceil_div(p.hidden, kT1DownWarps);
-  const int down_threads = kT1DownWarps * 32;
+// A plain launch, or launch_pdl with DEEPINFER_MOE_T1_PDL=1 (read once). Plain by measurement
+// (H200, run 17, both fused MoE paths): V2-Lite batch 1 370.2 -> 380.2 tok/s without PDL, Qwen3
+// 285.5 / 285.3 — the gate_up CTAs launched early fill the SMs while they wait for the router.
+cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, cudaStream_t stream,
+                      const MoeDecodeT1Params& p) {
+  static const bool pdl = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_T1_PDL");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (pdl) return launch_pdl(kernel, grid, block, 0, stream, p);
+  kernel<<<grid, block, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
+  if (p.top_k + p.shared_slots <= 0 || p.hidden <= 0 || p.inter <= 0) return cudaSuccess;
+  // Both kernels wait (griddepcontrol.wait) before reading the router's or gate_up's outputs,
+  // so they are correct under either launch (launch_t1); gate_up's shared-expert CTAs issue their
+  // first weight loads before the wait.
+  const dim3 gu_grid(ceil_div(p.inter, kDecodeWarps),
+                     static_cast<unsigned>(p.top_k + p.shared_slots));
+  static const int gu_variant = [] {  // DEEPINFER_MOE_T1_GU=4x4 | 2x6 | 2x8 (U x CTAs per SM)
+    const char* v = std::getenv("DEEPINFER_MOE_T1_GU");
+    if (v != nullptr && std::strcmp(v, "4x4") == 0) return 0;
+    if (v != nullptr && std::strcmp(v, "2x8") == 0) return 2;
+    return 1;
+  }();
+  cudaError_t err =
+      gu_variant == 0
+          ? launch_t1(moe_gate_up_t1_kernel<4, 1>, gu_grid, dim3(kDecodeThreads), stream, p)
+      : gu_variant == 1
+          ? launch_t1(moe_gate_up_t1_kernel<2, 6>, gu_grid, dim3(kDecodeThreads), stream, p)
+          : launch_t1(moe_gate_up_t1_kernel<2, 8>, gu_grid, dim3(kDecodeThreads), stream, p);
+  if (err != cudaSuccess) return err;
+  const dim3 grid(ceil_div(p.hidden, kT1DownWarps));
+  const dim3 down_threads(kT1DownWarps * 32);
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x
   // 2 rows x U x 4). Qwen3-30B-A3B (inter 768): 3, V2-Lite (1408): 6, inter 2048: 8.
   const int iters = ceil_div(p.inter / 8, 32);
@@ -848,20 +919,12 @@ void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
   const MoeT1DownImpl impl = moe_t1_down_impl();
   const bool pipelined = impl == MoeT1DownImpl::kPipelined ? iters <= kT1DownU
                                                            : impl == MoeT1DownImpl::kAuto && iters <= 4;
-  if (pipelined) {
-    if (iters <= 2)
-      moe_down_t1_pipe_kernel<2><<<grid, down_threads, 0, stream>>>(p);
-    else if (iters <= 3)
-      moe_down_t1_pipe_kernel<3><<<grid, down_threads, 0, stream>>>(p);
-    else if (iters <= 4)
-      moe_down_t1_pipe_kernel<4><<<grid, down_threads, 0, stream>>>(p);
-    else if (iters <= 6)
-      moe_down_t1_pipe_kernel<6><<<grid, down_threads, 0, stream>>>(p);
-    else
-      moe_down_t1_pipe_kernel<kT1DownU><<<grid, down_threads, 0, stream>>>(p);
-    return;
-  }
-  moe_down_t1_kernel<<<grid, down_threads, 0, stream>>>(p);
+  if (!pipelined) return launch_t1(moe_down_t1_kernel, grid, down_threads, stream, p);
+  if (iters <= 2) return launch_t1(moe_down_t1_pipe_kernel<2>, grid, down_threads, stream, p);
+  if (iters <= 3) return launch_t1(moe_down_t1_pipe_kernel<3>, grid, down_threads, stream, p);
+  if (iters <= 4) return launch_t1(moe_down_t1_pipe_kernel<4>, grid, down_threads, stream, p);
+  if (iters <= 6) return launch_t1(moe_down_t1_pipe_kernel<6>, grid, down_threads, stream, p);
+  return launch_t1(moe_down_t1_pipe_kernel<kT1DownU>, grid, down_threads, stream, p);
 }
 
 void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream) {

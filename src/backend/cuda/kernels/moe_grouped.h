@@ -78,23 +78,34 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream,
 void launch_moe_decode_tc(const MoeDecodeParams& p, cudaStream_t stream);
 
 // One token (decode at batch 1), v2 only: 2 kernels instead of align + gate_up + down + combine.
-// gate_up: grid (⌈inter / 8⌉, top_k), act[j] for slot j; down: grid ⌈hidden / 4⌉ (4 warps), each
-// warp one output column summing its down rows over the slots j ascending (the combine folded
-// in; two slots' loads in flight at a time). Slots
-// with an expert id outside [0, E) are skipped. Results equal the 4-kernel path bit for bit.
-// Same alignment requirements as MoeDecodeParams.
+// gate_up: grid (⌈inter / 8⌉, slots), act[j] for slot j (2 chunk loads in flight per lane, 6 CTAs
+// per SM: DEEPINFER_MOE_T1_GU=2x6 default, 4x4 the earlier kernel, 2x8); down: grid ⌈hidden / 4⌉ (4
+// warps), each warp one output column summing its down rows over the slots j ascending (the combine
+// folded in; two slots' loads in flight at a time). Slots with an expert id outside [0, E) are
+// skipped. Results equal the 4-kernel path bit for bit. Same alignment requirements as
+// MoeDecodeParams. Backend::moe_residual adds:
+//   shared experts as `shared_slots` more slots of weight 1 after the routed ones: a SwiGLU MLP
+//     of S·inter columns, slot top_k + q = its columns [q·inter, (q+1)·inter) (gate rows q·inter
+//     + j, up rows S·inter + q·inter + j, down columns q·inter + c); their first gate_up weight
+//     loads come before griddepcontrol.wait (which matters only with DEEPINFER_MOE_T1_PDL=1: the
+//     kernels launch plainly by default, measured faster);
+//   residual: out[n] = bf16(residual[n] + bf16(sum)) (the add kernel's rounding; may alias out).
 struct MoeDecodeT1Params {
   const __nv_bfloat16* x;        // [1, hidden]
   const __nv_bfloat16* gate_up;  // [E, 2 * inter, hidden]
   const __nv_bfloat16* down;     // [E, hidden, inter]
   const int32_t* topk_ids;       // [top_k]
   const float* topk_weights;     // [top_k]
-  float* act;                    // [top_k, inter] scratch
+  float* act;                    // [top_k + shared_slots, inter] scratch
   __nv_bfloat16* out;            // [1, hidden]
   int32_t hidden;
   int32_t inter;
   int32_t num_experts;
   int32_t top_k;
+  const __nv_bfloat16* shared_gate_up = nullptr;  // [2 · S · inter, hidden] or null
+  const __nv_bfloat16* shared_down = nullptr;     // [hidden, S · inter]
+  int32_t shared_slots = 0;                       // S
+  const __nv_bfloat16* residual = nullptr;        // [1, hidden] or null
 };
 // down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
@@ -105,7 +116,7 @@ struct MoeDecodeT1Params {
 enum class MoeT1DownImpl { kAuto, kPairs, kPipelined };
 MoeT1DownImpl moe_t1_down_impl();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
-void launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
+cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
 // Whether one token takes launch_moe_decode_t1 (default) or the general decode path (align, the
 // decode kernels, combine): DEEPINFER_MOE_T1=off (read once); the override (tests, benchmarks:
 // 1 on, 0 off, -1 back to the env) wins.
