@@ -100,10 +100,19 @@ struct RouteWarpScratch {
   int keep[kMaxRouterGroups];
 };
 
+// A float's bits as an unsigned key with the float order: a > b <=> key(a) > key(b) (no NaNs;
+// -0 is mapped to +0 first, so that equal floats have equal keys).
+__device__ __forceinline__ unsigned ordered_key(float f) {
+  const unsigned u = __float_as_uint(f + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 // Token t's routing by one warp from its logits row l (read through L2: the fused router's last
 // CTA reads rows other CTAs wrote). Every lane of the warp calls it. Expert i = lane + 32·s is
-// held by lane i % 32 in register slot s (score, choice); the softmax's double sum runs in
-// expert order over shared memory (the CPU's order), loads unrolled ahead of the adds.
+// held by lane i % 32 in register slot s (score, choice); slots past the experts are skipped by
+// warp-uniform branches. The softmax's double sum runs in expert order over shared memory (the
+// CPU's order), loads unrolled ahead of the adds. Each top-k round is two warp reductions
+// (redux.sync): the largest choice key, then the lowest id holding it.
 __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float* l, int lane,
                                  RouteWarpScratch& sm) {
   const int e = p.num_experts;
@@ -113,17 +122,25 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     float mx = -INFINITY;
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
-      const int i = lane + 32 * s;
-      lg[s] = i < e ? __ldcg(l + i) : -INFINITY;
-      mx = fmaxf(mx, lg[s]);
+      lg[s] = -INFINITY;
+      if (32 * s < e) {  // warp-uniform
+        const int i = lane + 32 * s;
+        if (i < e) lg[s] = __ldcg(l + i);
+        mx = fmaxf(mx, lg[s]);
+      }
     }
     mx = warp_max(mx);
     double ex[kRoutePerLane];
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
-      const int i = lane + 32 * s;
-      ex[s] = i < e ? exp(static_cast<double>(lg[s] - mx)) : 0.0;
-      if (i < e) sm.exp[i] = ex[s];
+      ex[s] = 0.0;
+      if (32 * s < e) {
+        const int i = lane + 32 * s;
+        if (i < e) {
+          ex[s] = exp(static_cast<double>(lg[s] - mx));
+          sm.exp[i] = ex[s];
+        }
+      }
     }
     __syncwarp();
     double sum = 0.0;
@@ -137,25 +154,32 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     }
     for (; i < e; ++i) sum += sm.exp[i];
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) score[s] = static_cast<float>(ex[s] / sum);
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      score[s] = 0.0f;
+      if (32 * s < e) score[s] = static_cast<float>(ex[s] / sum);
+    }
   } else {
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
-      const int i = lane + 32 * s;
-      score[s] = i < e ? 1.0f / (1.0f + expf(-__ldcg(l + i))) : 0.0f;
+      score[s] = 0.0f;
+      if (32 * s < e) {
+        const int i = lane + 32 * s;
+        if (i < e) score[s] = 1.0f / (1.0f + expf(-__ldcg(l + i)));
+      }
     }
   }
 #pragma unroll
   for (int s = 0; s < kRoutePerLane; ++s) {
     const int i = lane + 32 * s;
-    choice[s] = i < e ? score[s] + (p.bias ? p.bias[i] : 0.0f) : 0.0f;
+    choice[s] = 0.0f;
+    if (32 * s < e && i < e) choice[s] = score[s] + (p.bias ? p.bias[i] : 0.0f);
   }
   if (p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
     float* ch = sm.choice;
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s)
-      if (lane + 32 * s < e) ch[lane + 32 * s] = choice[s];
+      if (32 * s < e && lane + 32 * s < e) ch[lane + 32 * s] = choice[s];
     __syncwarp();
     float* gscore = sm.gscore;
     int* keep = sm.keep;
@@ -192,7 +216,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
       const int i = lane + 32 * s;
-      if (i < e && !keep[i / per_group]) choice[s] = 0.0f;
+      if (32 * s < e && i < e && !keep[i / per_group]) choice[s] = 0.0f;
     }
   }
   // Top-k: k rounds of arg-max over the untaken experts; better = larger choice, then lower id.
@@ -201,35 +225,32 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   float my_score = 0.0f;
   float sum = 0.0f;
   for (int j = 0; j < p.top_k; ++j) {
-    float bv = -INFINITY, bs = 0.0f;
-    int bi = INT_MAX;  // INT_MAX: no candidate on this lane
+    unsigned bk = 0;  // the lane's best candidate (key 0: none; every real key is > 0)
+    float bs = 0.0f;
+    int bi = INT_MAX;
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
-      const int i = lane + 32 * s;
-      // ascending ids on a lane: strict '>' keeps the lower id
-      if (i < e && !((taken >> s) & 1u) && (bi == INT_MAX || choice[s] > bv)) {
-        bv = choice[s];
-        bs = score[s];
-        bi = i;
+      if (32 * s < e) {
+        const int i = lane + 32 * s;
+        const unsigned k = ordered_key(choice[s]);
+        // ascending ids on a lane: strict '>' keeps the lower id
+        if (i < e && !((taken >> s) & 1u) && k > bk) {
+          bk = k;
+          bs = score[s];
+          bi = i;
+        }
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const float os = __shfl_xor_sync(0xffffffffu, bs, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) {
-        bv = ov;
-        bs = os;
-        bi = oi;
-      }
-    }
-    if (bi == INT_MAX) bi = 0;  // unreachable (top_k <= e is checked on the host)
-    if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+    const unsigned best_key = __reduce_max_sync(0xffffffffu, bk);
+    int best = static_cast<int>(__reduce_min_sync(0xffffffffu, bk == best_key ? static_cast<unsigned>(bi) : 0xffffffffu));
+    if (best >= e) best = 0;  // unreachable (top_k <= e is checked on the host)
+    const float best_score = __shfl_sync(0xffffffffu, bs, best & 31);
+    if ((best & 31) == lane) taken |= 1u << (best >> 5);
     if (lane == j) {
-      my_id = bi;
-      my_score = bs;
+      my_id = best;
+      my_score = best_score;
     }
-    sum += bs;  // j ascending, as the serial kernel
+    sum += best_score;  // j ascending, as the serial kernel
   }
   if (lane < p.top_k) {
     float w = my_score;
