@@ -217,7 +217,9 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
     }
   }
   // The router with its pre-norm (Backend::moe_norm_route) at decode sizes: the fused kernel
-  // against rms_norm + router GEMM + moe_route, 20 launches per graph.
+  // (at every size it takes, beyond the backend's default policy) against rms_norm + router
+  // GEMM + moe_route, 20 launches per graph.
+  be.set_moe_norm_route_max_elems(cuda::kNormRouteMaxElems);
   for (const RouterShape& r : shapes) {
     const int64_t hidden = std::strcmp(r.name, "v3") == 0 ? 7168 : 2048;
     for (int64_t tokens : {1, 2, 4}) {

@@ -457,8 +457,8 @@ struct TestMoeExperts : OpCase {
 };
 
 // The MoE block's router with its pre-norm (Backend::moe_norm_route): h, the routing and the
-// logits. CUDA takes one kernel for up to 4 tokens (tokens · hidden <= 16384), else the composed
-// ops; the CPU is the composed ops.
+// logits. CUDA takes one kernel for one token and for a few while tokens · hidden <= 4096, else
+// the composed ops; the CPU is the composed ops.
 struct TestMoeNormRoute : OpCase {
   std::string label;
   MoeRoutingParams p;
@@ -729,7 +729,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   {
     // Qwen3-30B-A3B's router (softmax, renormalised top-8 of 128), V2-Lite's (softmax, top-6 of
     // 64, scaled), DeepSeek-V3's (sigmoid + bias, 8 groups, top-2-sum group score): one-kernel
-    // sizes and the composed fallback (5 tokens; 3 × 7168 > 16384).
+    // sizes (1 token; 2 × 2048) and the composed ops (4, 5 tokens of 2048; 2-3 of 7168).
     MoeRoutingParams qwen;
     qwen.num_experts = 128;
     qwen.top_k = 8;

@@ -1113,6 +1113,7 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
       p.gate->dtype() == dt_ && p.h->dtype() == dt_ && p.gate->dim() == 2 &&
       p.gate->size(1) == hidden && p.norm_w->numel() == hidden && p.h->numel() == t * hidden &&
       t >= 1 && t <= kNormRouteMaxTokens && t * hidden <= kNormRouteMaxElems && hidden % 8 == 0 &&
+      (t == 1 || t * hidden <= moe_norm_route_max_elems_) &&
       e == r.num_experts && e >= 1 && e <= kMaxRouterExperts && k >= 1 && k <= 32 && k <= e &&
       r.num_groups >= 1 && r.num_groups <= kMaxRouterGroups && e % r.num_groups == 0 &&
       r.topk_groups <= r.num_groups && p.topk_ids->numel() == t * k &&

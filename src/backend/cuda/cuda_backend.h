@@ -93,7 +93,8 @@ class CudaBackend final : public Backend {
                  Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const ExpertWeights& w, Tensor& out) override;
-  // A decode step of up to kNormRouteMaxTokens tokens: one kernel (kernels/moe.h); else, or
+  // A decode step of one token (or a few: set_moe_norm_route_max_elems): one kernel
+  // (kernels/moe.h); else, or
   // with DEEPINFER_MOE_FUSED=0 | residual, the composed ops.
   void moe_norm_route(const MoeNormRouteParams& p) override;
   // One token (batch-1 decode): the one-token expert kernels with the shared expert as extra
@@ -103,6 +104,10 @@ class CudaBackend final : public Backend {
   // Calls of moe_norm_route / moe_residual that ran the fused kernels (tests check the path).
   int64_t moe_fused_route_calls() const { return moe_fused_route_calls_; }
   int64_t moe_fused_residual_calls() const { return moe_fused_residual_calls_; }
+  // The fused router takes one token always and more while tokens · hidden <= this (default
+  // 4096: measured faster than the composed ops at 1-2 tokens of hidden 2048 and at 1 of 7168,
+  // slower at 4 of 2048 and 2 of 7168; run 17). Tests raise it to the kernel's limit.
+  void set_moe_norm_route_max_elems(int64_t n) { moe_norm_route_max_elems_ = n; }
   // Tests, benchmarks: 1 = both fused MoE paths where they apply, 0 = composed, 2 = the router
   // only, 3 = the residual kernels only, -1 = the env (DEEPINFER_MOE_FUSED=1|0|route|residual).
   void set_moe_fused(int on) { moe_fused_override_ = on; }
@@ -243,6 +248,7 @@ class CudaBackend final : public Backend {
   int64_t moe_device_max_slots_ = 2048;
   bool moe_fused_enabled(bool route) const;  // moe_norm_route (true) / moe_residual (false)
   int moe_fused_override_ = -1;
+  int64_t moe_norm_route_max_elems_ = 4096;
   int64_t moe_fused_route_calls_ = 0;
   int64_t moe_fused_residual_calls_ = 0;
   unsigned* moe_route_counter_ = nullptr;  // the fused router's arrival counter (zero at rest)
