@@ -1120,7 +1120,11 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
       p.topk_weights->numel() == t * k && p.topk_ids->dtype() == DType::kI32 &&
       p.topk_weights->dtype() == DType::kF32 &&
       (p.logits == nullptr || (p.logits->numel() == t * e && p.logits->dtype() == DType::kF32)) &&
+      // 16-byte vector accesses: x and h rows, gate rows, norm weights
       reinterpret_cast<uintptr_t>(p.gate->raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(p.x->raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(p.h->raw()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(p.norm_w->raw()) % 16 == 0 &&
       (r.correction_bias == nullptr || r.correction_bias->numel() == e);
   if (!moe_fused_enabled(true) || !shapes_ok) {
     moe_norm_route_composed(*this, p);
