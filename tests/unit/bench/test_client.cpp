@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "bench/arrivals.h"
@@ -30,7 +31,11 @@ class CannedServer {
   CannedServer() {
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       const json body = json::parse(req.body);
-      last_body_ = body;
+      {
+        // Handlers run on the server's worker threads, several at once under load.
+        std::lock_guard lock(mu_);
+        last_body_ = body;
+      }
       const int n = body.at("max_tokens").get<int>();
       const int now = in_flight_.fetch_add(1) + 1;
       int prev = max_in_flight_.load();
@@ -75,13 +80,18 @@ class CannedServer {
   }
   std::string url() const { return fmt::format("http://127.0.0.1:{}", port_); }
   int max_in_flight() const { return max_in_flight_.load(); }
-  json last_body_;
+  json last_body() {
+    std::lock_guard lock(mu_);
+    return last_body_;
+  }
 
  private:
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
   std::atomic<int> in_flight_{0}, max_in_flight_{0};
+  std::mutex mu_;
+  json last_body_;  // the latest request body, under mu_
 };
 
 // A port nobody listens on: bound by the kernel's choice, then closed.
@@ -123,8 +133,9 @@ TEST(Client, StreamsTimelineAndUsageOverASocket) {
   RequestRecord r;
   client.send(req, r);
   ASSERT_TRUE(r.success) << r.error_type << " " << r.error_message;
-  EXPECT_EQ(server.last_body_["prompt"], "p0");
-  EXPECT_EQ(server.last_body_["stream"], true);
+  const json body = server.last_body();
+  EXPECT_EQ(body["prompt"], "p0");
+  EXPECT_EQ(body["stream"], true);
   ASSERT_EQ(r.chunk_times.size(), 4u);
   EXPECT_GE(r.ttft_s(), 0.055);  // the 60 ms "prefill" (timer slack aside)
   for (size_t i = 1; i < 4; ++i) EXPECT_GE(r.chunk_times[i] - r.chunk_times[i - 1], 0.015);
