@@ -1076,7 +1076,7 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 // ------------------------------------------------------
 
 // Elements of two outputs of the same case whose values differ at all (bitwise comparisons).
-int64_t bits_differ(const Output& a, const Output& b) {
+[[maybe_unused]] int64_t bits_differ(const Output& a, const Output& b) {  // CUDA tests only
   EXPECT_EQ(a.value.numel(), b.value.numel()) << a.name;
   int64_t bad = 0;
   for (int64_t j = 0; j < std::min(a.value.numel(), b.value.numel()); ++j)
