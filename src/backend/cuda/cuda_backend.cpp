@@ -55,6 +55,11 @@ int32_t elem_size_of(const Tensor& t, const char* op) {
   return static_cast<int32_t>(s);
 }
 
+// Whether a tensor's data starts on a 16-byte boundary (the kernels' vector loads).
+bool aligned16(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
+}
+
 int64_t rows_of(const Tensor& t) {
   return t.size(-1) > 0 ? t.numel() / t.size(-1) : 0;
 }
@@ -479,12 +484,11 @@ bool mla_decode_call_ok(const PagedAttentionParams& p) {
   const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
   const bool q_parts_ok =
       p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
-                              reinterpret_cast<uintptr_t>(p.q_rope->raw()) % 16 == 0);
+                              aligned16(*p.q_rope));
   return q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
          mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
                               p.head_dim_v, p.layout.entry_size) &&
-         reinterpret_cast<uintptr_t>(p.q->raw()) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(p.pool->raw()) % 16 == 0 &&
+         aligned16(*p.q) && aligned16(*p.pool) &&
          reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0;
 }
 
@@ -1121,10 +1125,7 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
       p.topk_weights->dtype() == DType::kF32 &&
       (p.logits == nullptr || (p.logits->numel() == t * e && p.logits->dtype() == DType::kF32)) &&
       // 16-byte vector accesses: x and h rows, gate rows, norm weights
-      reinterpret_cast<uintptr_t>(p.gate->raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.x->raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.h->raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.norm_w->raw()) % 16 == 0 &&
+      aligned16(*p.gate) && aligned16(*p.x) && aligned16(*p.h) && aligned16(*p.norm_w) &&
       (r.correction_bias == nullptr || r.correction_bias->numel() == e);
   if (!moe_fused_enabled(true) || !shapes_ok) {
     moe_norm_route_composed(*this, p);
@@ -1179,6 +1180,13 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
   ++moe_fused_route_calls_;
 }
 
+bool CudaBackend::moe_t1_applies(const Tensor& x, const ExpertWeights& w, int64_t slots) const {
+  const int64_t h = x.size(1), inter = w.gate_up.size(1) / 2;
+  return x.size(0) == 1 && slots <= moe_device_max_slots_ && moe_t1_path_enabled() &&
+         moe_decode_impl_from_env() != MoeDecodeImpl::kV1 && h % 8 == 0 && inter % 8 == 0 &&
+         aligned16(x) && aligned16(w.gate_up) && aligned16(w.down);
+}
+
 void CudaBackend::moe_residual(const MoeResidualParams& p) {
   DI_CHECK(p.x && p.topk_ids && p.topk_weights && p.experts && p.residual,
            "cuda moe_residual: missing x, topk_ids, topk_weights, experts or residual");
@@ -1188,7 +1196,6 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
   const int64_t t = p.x->size(0), h = p.x->size(1),
                 k = p.topk_ids->numel() / std::max<int64_t>(t, 1);
   const int64_t inter = w.gate_up.dim() == 3 ? w.gate_up.size(1) / 2 : 0;
-  auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
   int64_t shared_slots = 0;
   bool shared_ok = true;
   if (p.shared_gate_up != nullptr) {
@@ -1201,16 +1208,13 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
                 aligned16(*p.shared_down);
     shared_slots = inter > 0 ? s_inter / inter : 0;
   }
-  const bool ok = !f32_ && moe_fused_enabled(false) && moe_t1_path_enabled() && t == 1 &&
-                  shared_ok && moe_decode_impl_from_env() != MoeDecodeImpl::kV1 &&
-                  p.x->dtype() == dt_ && p.residual->dtype() == dt_ && p.residual->numel() == h &&
+  const bool ok = !f32_ && moe_fused_enabled(false) && shared_ok && p.x->dtype() == dt_ &&
+                  p.residual->dtype() == dt_ && p.residual->numel() == h &&
                   w.gate_up.dtype() == dt_ && w.down.dtype() == dt_ && w.gate_up.dim() == 3 &&
                   w.gate_up.size(2) == h && w.down.dim() == 3 && w.down.size(1) == h &&
                   w.down.size(2) == inter && p.topk_ids->dtype() == DType::kI32 &&
                   p.topk_weights->dtype() == DType::kF32 && p.topk_weights->numel() == k &&
-                  k >= 1 && k <= moe_device_max_slots_ && w.gate_up.size(0) <= kMoeMaxExperts &&
-                  h % 8 == 0 && inter % 8 == 0 && aligned16(*p.x) && aligned16(w.gate_up) &&
-                  aligned16(w.down);
+                  k >= 1 && w.gate_up.size(0) <= kMoeMaxExperts && moe_t1_applies(*p.x, w, k);
   if (!ok) {
     moe_residual_composed(*this, p);
     return;
@@ -1258,11 +1262,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
            "cuda moe_experts: {} experts (max {}), {} slots, weights {}", num_experts,
            kMoeMaxExperts, slots, topk_weights.describe());
   // One token (batch-1 decode), v2 kernels: no alignment, combine folded into down (moe_grouped.h).
-  if (t == 1 && slots <= moe_device_max_slots_ && moe_t1_path_enabled() &&
-      moe_decode_impl_from_env() != MoeDecodeImpl::kV1 && h % 8 == 0 && inter % 8 == 0 &&
-      reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(w.gate_up.raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(w.down.raw()) % 16 == 0) {
+  if (moe_t1_applies(x, w, slots)) {
     Tensor act_t1 = empty({k, inter}, DType::kF32);
     CUDA_CHECK(launch_moe_decode_t1(
         MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
@@ -1280,7 +1280,6 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   Tensor active = empty({max_active + 1}, DType::kI32);  // [max_active] list, then the count
   Tensor row_token = empty({slots}, DType::kI32);
   Tensor slot_row = empty({slots}, DType::kI32);
-  auto aligned16 = [](const Tensor& a) { return reinterpret_cast<uintptr_t>(a.raw()) % 16 == 0; };
   const bool vec_ok =
       h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) && aligned16(w.down);
   // Inside a CUDA graph capture the host read-back of the cuBLAS path is impossible: take the

@@ -247,6 +247,9 @@ class CudaBackend final : public Backend {
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
   bool moe_fused_enabled(bool route) const;  // moe_norm_route (true) / moe_residual (false)
+  // Whether one token's experts take the one-token kernels (launch_moe_decode_t1): x [1, H], the
+  // weights' shapes already checked, `slots` = top_k (the routed slots).
+  bool moe_t1_applies(const Tensor& x, const ExpertWeights& w, int64_t slots) const;
   int moe_fused_override_ = -1;
   int64_t moe_norm_route_max_elems_ = 4096;
   int64_t moe_fused_route_calls_ = 0;
