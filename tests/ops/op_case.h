@@ -64,6 +64,40 @@ inline Output out(Backend& be, std::string name, const Tensor& t, Check check) {
   return Output{std::move(name), be.download(t), check};
 }
 
+// ---- the routers of the MoE models the tests stand in for ------------------------------------
+
+// Qwen3-30B-A3B: softmax, top-8 of 128, renormalised.
+inline MoeRoutingParams qwen3_moe_routing() {
+  MoeRoutingParams r;
+  r.num_experts = 128;
+  r.top_k = 8;
+  r.renormalize = true;
+  r.renorm_eps = 1e-20f;
+  return r;
+}
+// DeepSeek-V2-Lite: softmax, top-6 of 64, greedy.
+inline MoeRoutingParams v2_lite_routing() {
+  MoeRoutingParams r;
+  r.num_experts = 64;
+  r.top_k = 6;
+  return r;
+}
+// DeepSeek-V3: sigmoid (+ correction bias), 8 groups scored by their top-two sum, the best 4
+// eligible, top-8 of 256, renormalised, scaled by 2.5.
+inline MoeRoutingParams deepseek_v3_routing() {
+  MoeRoutingParams r;
+  r.scoring = MoeRoutingParams::Scoring::kSigmoid;
+  r.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
+  r.num_experts = 256;
+  r.top_k = 8;
+  r.num_groups = 8;
+  r.topk_groups = 4;
+  r.renormalize = true;
+  r.renorm_eps = 1e-20f;
+  r.scaling = 2.5f;
+  return r;
+}
+
 // ---- metrics -----------------------------------------------------------------------------------
 
 struct Metrics {

@@ -417,6 +417,19 @@ struct TestMoeRoute : OpCase {
   }
 };
 
+// k distinct experts per token, drawn by shuffling 0..E-1 with `rng`.
+std::vector<int32_t> random_topk_ids(int64_t tokens, int64_t experts, int64_t top_k,
+                                     std::mt19937& rng) {
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<int32_t> e(static_cast<size_t>(experts));
+    std::iota(e.begin(), e.end(), 0);
+    std::shuffle(e.begin(), e.end(), rng);
+    ids.insert(ids.end(), e.begin(), e.begin() + top_k);
+  }
+  return ids;
+}
+
 struct TestMoeExperts : OpCase {
   int64_t tokens, hidden, inter, experts, top_k;
   // skip > 0: that fraction of the entries gets id -1 (skipped: padding, or another EP rank's
@@ -433,14 +446,8 @@ struct TestMoeExperts : OpCase {
     Tensor x = act(be, host_random({tokens, hidden}, 61));
     ExpertWeights w{act(be, host_random({experts, 2 * inter, hidden}, 62, 0.1f)),
                     act(be, host_random({experts, hidden, inter}, 63, 0.1f))};
-    std::vector<int32_t> ids;
     std::mt19937 rng(64);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<int32_t> e(static_cast<size_t>(experts));
-      std::iota(e.begin(), e.end(), 0);
-      std::shuffle(e.begin(), e.end(), rng);
-      ids.insert(ids.end(), e.begin(), e.begin() + top_k);
-    }
+    std::vector<int32_t> ids = random_topk_ids(tokens, experts, top_k, rng);
     if (skip > 0) {
       std::uniform_real_distribution<double> coin(0.0, 1.0);
       for (int32_t& id : ids) {
@@ -543,27 +550,17 @@ struct TestMoeResidual : OpCase {
       sgu = act(be, host_random({2 * si, hidden}, 85, 0.1f));
       sd = act(be, host_random({hidden, si}, 86, 0.1f));
     }
-    std::vector<int32_t> ids;
     std::mt19937 rng(87);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::vector<int32_t> e(static_cast<size_t>(experts));
-      std::iota(e.begin(), e.end(), 0);
-      std::shuffle(e.begin(), e.end(), rng);
-      ids.insert(ids.end(), e.begin(), e.begin() + top_k);
-    }
+    const std::vector<int32_t> ids = random_topk_ids(tokens, experts, top_k, rng);
     Tensor idt = ints(be, ids).reshape({tokens, top_k});
     Tensor wt = be.upload(host_random({tokens, top_k}, 88), DType::kF32);
-    MoeResidualParams q;
-    q.x = &x;
-    q.topk_ids = &idt;
-    q.topk_weights = &wt;
-    q.experts = &w;
-    if (shared_mult > 0) {
-      q.shared_gate_up = &sgu;
-      q.shared_down = &sd;
-    }
-    q.residual = &res;
-    be.moe_residual(q);
+    be.moe_residual({.x = &x,
+                     .topk_ids = &idt,
+                     .topk_weights = &wt,
+                     .experts = &w,
+                     .shared_gate_up = shared_mult > 0 ? &sgu : nullptr,
+                     .shared_down = shared_mult > 0 ? &sd : nullptr,
+                     .residual = &res});
     return {out(be, "residual", res, Check::kBf16)};
   }
 };
@@ -698,23 +695,12 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   add(new TestHeadLinear(2, 5, 24, 40));
   add(new TestHeadLinear(65, 16, 128, 512));
   {
-    MoeRoutingParams p;
-    p.num_experts = 64;
-    p.top_k = 6;
+    MoeRoutingParams p = v2_lite_routing();
     add(new TestMoeRoute("softmax_e64_k6", p, 33, false));
     p.num_groups = 8;
     p.topk_groups = 3;
     add(new TestMoeRoute("softmax_grouped_e64_g8_top3", p, 33, false));
-    MoeRoutingParams v3;
-    v3.scoring = MoeRoutingParams::Scoring::kSigmoid;
-    v3.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
-    v3.num_experts = 256;
-    v3.top_k = 8;
-    v3.num_groups = 8;
-    v3.topk_groups = 4;
-    v3.renormalize = true;
-    v3.renorm_eps = 1e-20f;
-    v3.scaling = 2.5f;
+    const MoeRoutingParams v3 = deepseek_v3_routing();
     add(new TestMoeRoute("sigmoid_bias_v3_e256_k8", v3, 65, true));
   }
   add(new TestMoeExperts(19, 256, 128, 8, 2));
@@ -730,31 +716,15 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
     // Qwen3-30B-A3B's router (softmax, renormalised top-8 of 128), V2-Lite's (softmax, top-6 of
     // 64, scaled), DeepSeek-V3's (sigmoid + bias, 8 groups, top-2-sum group score): one-kernel
     // sizes (1 token; 2 × 2048) and the composed ops (4, 5 tokens of 2048; 2-3 of 7168).
-    MoeRoutingParams qwen;
-    qwen.num_experts = 128;
-    qwen.top_k = 8;
-    qwen.renormalize = true;
-    qwen.renorm_eps = 1e-20f;
+    const MoeRoutingParams qwen = qwen3_moe_routing();
     add(new TestMoeNormRoute("qwen3", qwen, 1, 2048, false));
     add(new TestMoeNormRoute("qwen3", qwen, 4, 2048, false));
     add(new TestMoeNormRoute("qwen3", qwen, 5, 2048, false));
-    MoeRoutingParams v2;
-    v2.num_experts = 64;
-    v2.top_k = 6;
-    v2.scaling = 1.0f;
+    const MoeRoutingParams v2 = v2_lite_routing();
     add(new TestMoeNormRoute("v2lite", v2, 1, 2048, false));
     add(new TestMoeNormRoute("v2lite", v2, 3, 1024, false));
     add(new TestMoeNormRoute("v2lite", v2, 2, 264, false));
-    MoeRoutingParams v3;
-    v3.scoring = MoeRoutingParams::Scoring::kSigmoid;
-    v3.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
-    v3.num_experts = 256;
-    v3.top_k = 8;
-    v3.num_groups = 8;
-    v3.topk_groups = 4;
-    v3.renormalize = true;
-    v3.renorm_eps = 1e-20f;
-    v3.scaling = 2.5f;
+    const MoeRoutingParams v3 = deepseek_v3_routing();
     add(new TestMoeNormRoute("v3", v3, 1, 7168, false));
     add(new TestMoeNormRoute("v3", v3, 2, 7168, false));
     add(new TestMoeNormRoute("v3", v3, 3, 7168, false));

@@ -664,24 +664,8 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
     MoeRoutingParams r;
     bool bias;
   };
-  MoeRoutingParams qwen;
-  qwen.num_experts = 128;
-  qwen.top_k = 8;
-  qwen.renormalize = true;
-  qwen.renorm_eps = 1e-20f;
-  MoeRoutingParams v2;
-  v2.num_experts = 64;
-  v2.top_k = 6;
-  MoeRoutingParams v3;
-  v3.scoring = MoeRoutingParams::Scoring::kSigmoid;
-  v3.group_score = MoeRoutingParams::GroupScore::kTopTwoSum;
-  v3.num_experts = 256;
-  v3.top_k = 8;
-  v3.num_groups = 8;
-  v3.topk_groups = 4;
-  v3.renormalize = true;
-  v3.renorm_eps = 1e-20f;
-  v3.scaling = 2.5f;
+  const MoeRoutingParams qwen = qwen3_moe_routing(), v2 = v2_lite_routing(),
+                         v3 = deepseek_v3_routing();
   const std::vector<Case> cases = {{"qwen3", 1, 2048, qwen, false}, {"qwen3", 4, 2048, qwen, false},
                                    {"v2lite", 1, 2048, v2, false},  {"v2lite", 3, 1024, v2, false},
                                    {"v2lite", 2, 264, v2, false},   {"v3", 2, 7168, v3, true},
@@ -779,17 +763,13 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     auto run = [&](int fused) {
       be->set_moe_fused(fused);
       Tensor res = act(*be, res0);
-      MoeResidualParams q;
-      q.x = &x;
-      q.topk_ids = &ids;
-      q.topk_weights = &wts;
-      q.experts = &w;
-      if (si > 0) {
-        q.shared_gate_up = &sgu;
-        q.shared_down = &sd;
-      }
-      q.residual = &res;
-      be->moe_residual(q);
+      be->moe_residual({.x = &x,
+                        .topk_ids = &ids,
+                        .topk_weights = &wts,
+                        .experts = &w,
+                        .shared_gate_up = si > 0 ? &sgu : nullptr,
+                        .shared_down = si > 0 ? &sd : nullptr,
+                        .residual = &res});
       return be->download(res);
     };
     const int64_t calls = be->moe_fused_residual_calls();
