@@ -60,6 +60,12 @@ bool aligned16(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
 }
 
+// The split-KV partials in one workspace (split_combine.cuh): o [parts, rows, dv] f32 from
+// partial_o, then the (max, sum) pairs [parts, rows, 2]; returns where the pairs start.
+float* partial_ml_of(float* partial_o, size_t parts, size_t rows, size_t dv) {
+  return partial_o + parts * rows * dv;
+}
+
 int64_t rows_of(const Tensor& t) {
   return t.size(-1) > 0 ? t.numel() / t.size(-1) : 0;
 }
@@ -546,7 +552,8 @@ bool run_mla_decode(CudaBackend& be, size_t max_smem, int32_t num_sms,
   if (plan.num_splits > 1) {
     const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
     k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
-    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+    k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits), rows,
+                                 static_cast<size_t>(p.head_dim_v));
   }
   launch_mla_decode(k, be.stream());
   CUDA_CHECK_LAUNCH("mla_decode");
@@ -746,7 +753,8 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
     ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
     const size_t rows = static_cast<size_t>(b.num_tokens) * p.num_q_heads;
     k.partial_o = mptr<float>(ws);
-    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_clusters) * rows * p.head_dim_v;
+    k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_clusters), rows,
+                                 static_cast<size_t>(p.head_dim_v));
   }
   CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_cluster_decode");
@@ -778,7 +786,8 @@ bool CudaBackend::try_mla_wide_decode(const PagedAttentionParams& p, int32_t max
     ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
     const size_t rows = static_cast<size_t>(b.num_tokens) * p.num_q_heads;
     k.partial_o = mptr<float>(ws);
-    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+    k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits), rows,
+                                 static_cast<size_t>(p.head_dim_v));
   }
   CUDA_CHECK(launch_mla_wide_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_wide_decode");
@@ -865,7 +874,8 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   if (plan.num_splits > 1) {
     const size_t rows = static_cast<size_t>(t) * p.num_q_heads;
     k.partial_o = reinterpret_cast<float*>(base + indptr_padded);
-    k.partial_ml = k.partial_o + static_cast<size_t>(plan.num_splits) * rows * p.head_dim_v;
+    k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits), rows,
+                                 static_cast<size_t>(p.head_dim_v));
   }
   launch_paged_attention(k, stream_);
   CUDA_CHECK_LAUNCH("paged_attention");
@@ -925,8 +935,8 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
     ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
     const size_t rows = static_cast<size_t>(b.num_tokens) * at.num_q_heads;
     k.attn.partial_o = mptr<float>(ws);
-    k.attn.partial_ml =
-        k.attn.partial_o + static_cast<size_t>(plan.num_splits) * rows * at.head_dim_v;
+    k.attn.partial_ml = partial_ml_of(k.attn.partial_o, static_cast<size_t>(plan.num_splits), rows,
+                                      static_cast<size_t>(at.head_dim_v));
   }
   // After the workspace: the check requires the partial buffers when there are several splits
   // (checked before them, every multi-split call fell back to the composed ops: GPU run, 29 Nov).
