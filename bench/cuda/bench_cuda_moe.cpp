@@ -224,13 +224,15 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
     const int64_t hidden = std::strcmp(r.name, "v3") == 0 ? 7168 : 2048;
     for (int64_t tokens : {1, 2, 4}) {
       Tensor x = be.empty({tokens, hidden}, DType::kBF16), nw = be.empty({hidden}, DType::kBF16);
-      Tensor gate = be.empty({r.experts, hidden}, DType::kBF16), h = be.empty({tokens, hidden}, DType::kBF16);
+      Tensor gate = be.empty({r.experts, hidden}, DType::kBF16),
+             h = be.empty({tokens, hidden}, DType::kBF16);
       be.fill_random(x, 21, 2.0f);
       be.fill_random(nw, 22, 1.0f);
       be.fill_random(gate, 23, 0.1f);
       Tensor bias = Tensor::empty({r.experts}, DType::kF32);
       for (int64_t i = 0; i < r.experts; ++i) bias.f32()[i] = 0.001f * static_cast<float>(i % 7);
-      Tensor ids = be.empty({tokens, r.top_k}, DType::kI32), wts = be.empty({tokens, r.top_k}, DType::kF32);
+      Tensor ids = be.empty({tokens, r.top_k}, DType::kI32),
+             wts = be.empty({tokens, r.top_k}, DType::kF32);
       MoeNormRouteParams q;
       q.x = &x;
       q.norm_w = &nw;
@@ -239,8 +241,10 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
       q.routing.top_k = r.top_k;
       q.routing.num_groups = r.groups;
       q.routing.topk_groups = r.topk_groups;
-      q.routing.scoring = r.sigmoid ? MoeRoutingParams::Scoring::kSigmoid : MoeRoutingParams::Scoring::kSoftmax;
-      q.routing.group_score = r.top_two ? MoeRoutingParams::GroupScore::kTopTwoSum : MoeRoutingParams::GroupScore::kMax;
+      q.routing.scoring =
+          r.sigmoid ? MoeRoutingParams::Scoring::kSigmoid : MoeRoutingParams::Scoring::kSoftmax;
+      q.routing.group_score =
+          r.top_two ? MoeRoutingParams::GroupScore::kTopTwoSum : MoeRoutingParams::GroupScore::kMax;
       q.routing.correction_bias = r.bias ? &bias : nullptr;
       q.h = &h;
       q.topk_ids = &ids;
@@ -257,9 +261,9 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
         us[fused] = time_us(be, 2, quick ? 3 : 7, 1, [&] { graph.replay(); }) / kLaunches;
       }
       be.set_moe_fused(-1);
-      std::printf("[moe] norm_route=%s T=%lld H=%lld E=%d k=%d fused_us=%.2f composed_us=%.2f\n", r.name,
-                  static_cast<long long>(tokens), static_cast<long long>(hidden), r.experts, r.top_k, us[1],
-                  us[0]);
+      std::printf("[moe] norm_route=%s T=%lld H=%lld E=%d k=%d fused_us=%.2f composed_us=%.2f\n",
+                  r.name, static_cast<long long>(tokens), static_cast<long long>(hidden), r.experts,
+                  r.top_k, us[1], us[0]);
       std::fflush(stdout);
     }
   }

@@ -790,8 +790,9 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     const bool ok =
         took && vs_pairs == 0 && (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
     bad += !ok;
-    std::printf("[moe-op] %s fused=%d differing=%lld vs_pairs=%lld %s\n", label.c_str(), took ? 1 : 0,
-                static_cast<long long>(differing), static_cast<long long>(vs_pairs), ok ? "PASS" : "FAIL");
+    std::printf("[moe-op] %s fused=%d differing=%lld vs_pairs=%lld %s\n", label.c_str(),
+                took ? 1 : 0, static_cast<long long>(differing), static_cast<long long>(vs_pairs),
+                ok ? "PASS" : "FAIL");
   }
   be->set_moe_fused(-1);
   EXPECT_EQ(bad, 0);

@@ -489,11 +489,10 @@ bool mla_decode_call_ok(const PagedAttentionParams& p) {
   const PagedBatch& b = *p.batch;
   const int32_t dr = p.q_rope != nullptr ? static_cast<int32_t>(p.q_rope->size(-1)) : 0;
   const bool q_parts_ok =
-      p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 &&
-                              aligned16(*p.q_rope));
+      p.q_rope == nullptr || (dr % 8 == 0 && (p.head_dim_qk - dr) % 8 == 0 && aligned16(*p.q_rope));
   return q_parts_ok && b.num_tokens <= 8 * b.num_seqs &&
-         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
-                              p.head_dim_v, p.layout.entry_size) &&
+         mla_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk, p.head_dim_v,
+                              p.layout.entry_size) &&
          aligned16(*p.q) && aligned16(*p.pool) &&
          reinterpret_cast<uintptr_t>(p.out->raw()) % 4 == 0;
 }
@@ -1127,12 +1126,11 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
       p.gate->dtype() == dt_ && p.h->dtype() == dt_ && p.gate->dim() == 2 &&
       p.gate->size(1) == hidden && p.norm_w->numel() == hidden && p.h->numel() == t * hidden &&
       t >= 1 && t <= kNormRouteMaxTokens && t * hidden <= kNormRouteMaxElems && hidden % 8 == 0 &&
-      (t == 1 || t * hidden <= moe_norm_route_max_elems_) &&
-      e == r.num_experts && e >= 1 && e <= kMaxRouterExperts && k >= 1 && k <= 32 && k <= e &&
-      r.num_groups >= 1 && r.num_groups <= kMaxRouterGroups && e % r.num_groups == 0 &&
-      r.topk_groups <= r.num_groups && p.topk_ids->numel() == t * k &&
-      p.topk_weights->numel() == t * k && p.topk_ids->dtype() == DType::kI32 &&
-      p.topk_weights->dtype() == DType::kF32 &&
+      (t == 1 || t * hidden <= moe_norm_route_max_elems_) && e == r.num_experts && e >= 1 &&
+      e <= kMaxRouterExperts && k >= 1 && k <= 32 && k <= e && r.num_groups >= 1 &&
+      r.num_groups <= kMaxRouterGroups && e % r.num_groups == 0 && r.topk_groups <= r.num_groups &&
+      p.topk_ids->numel() == t * k && p.topk_weights->numel() == t * k &&
+      p.topk_ids->dtype() == DType::kI32 && p.topk_weights->dtype() == DType::kF32 &&
       (p.logits == nullptr || (p.logits->numel() == t * e && p.logits->dtype() == DType::kF32)) &&
       // 16-byte vector accesses: x and h rows, gate rows, norm weights
       aligned16(*p.gate) && aligned16(*p.x) && aligned16(*p.h) && aligned16(*p.norm_w) &&

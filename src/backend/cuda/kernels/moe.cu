@@ -242,7 +242,8 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       }
     }
     const unsigned best_key = __reduce_max_sync(0xffffffffu, bk);
-    int best = static_cast<int>(__reduce_min_sync(0xffffffffu, bk == best_key ? static_cast<unsigned>(bi) : 0xffffffffu));
+    int best = static_cast<int>(
+        __reduce_min_sync(0xffffffffu, bk == best_key ? static_cast<unsigned>(bi) : 0xffffffffu));
     if (best >= e) best = 0;  // unreachable (top_k <= e is checked on the host)
     const float best_score = __shfl_sync(0xffffffffu, bs, best & 31);
     if ((best & 31) == lane) taken |= 1u << (best >> 5);
