@@ -79,6 +79,25 @@ T* mptr(const Tensor& t) {
   return static_cast<T*>(t.raw());
 }
 
+// The router kernels' parameters (kernels/moe.h) for t tokens of `logits`.
+MoeRouteParams route_kernel_params(const MoeRoutingParams& r, const float* logits, int64_t t,
+                                   Tensor& topk_ids, Tensor& topk_weights, const float* bias) {
+  return MoeRouteParams{logits,
+                        bias,
+                        mptr<int32_t>(topk_ids),
+                        mptr<float>(topk_weights),
+                        t,
+                        r.num_experts,
+                        r.top_k,
+                        r.num_groups,
+                        r.topk_groups,
+                        r.scoring == MoeRoutingParams::Scoring::kSigmoid,
+                        r.group_score == MoeRoutingParams::GroupScore::kTopTwoSum,
+                        r.renormalize,
+                        r.renorm_eps,
+                        r.scaling};
+}
+
 }  // namespace
 
 bool cuda_available() {
@@ -1077,29 +1096,27 @@ void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Ten
   DI_CHECK(topk_ids.numel() == t * k && topk_weights.numel() == t * k,
            "cuda moe_route: outputs {} / {} for {} tokens x top-{}", topk_ids.describe(),
            topk_weights.describe(), t, k);
-  const float* bias = nullptr;
-  if (p.correction_bias) {
-    DI_CHECK(p.correction_bias->numel() == e, "cuda moe_route: bias {} for {} experts",
-             p.correction_bias->describe(), e);
-    if (p.correction_bias->device() == Device::kCPU &&
-        !host_cache_.contains(p.correction_bias->raw())) {
-      // The host bias is uploaded once, lazily; an upload cannot be captured in a CUDA graph.
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-      DI_CHECK(capturing == cudaStreamCaptureStatusNone,
-               "cuda moe_route: the host correction bias is first used inside a CUDA graph "
-               "capture; run one eager step (warm-up) before capturing");
-    }
-    bias = device_f32(*p.correction_bias, "correction_bias");
-  }
-  launch_moe_route(
-      MoeRouteParams{cptr<float>(logits), bias, mptr<int32_t>(topk_ids), mptr<float>(topk_weights),
-                     t, static_cast<int32_t>(e), static_cast<int32_t>(k), p.num_groups,
-                     p.topk_groups, p.scoring == MoeRoutingParams::Scoring::kSigmoid,
-                     p.group_score == MoeRoutingParams::GroupScore::kTopTwoSum, p.renormalize,
-                     p.renorm_eps, p.scaling},
-      stream_);
+  DI_CHECK(p.correction_bias == nullptr || p.correction_bias->numel() == e,
+           "cuda moe_route: bias {} for {} experts", p.correction_bias->describe(), e);
+  launch_moe_route(route_kernel_params(p, cptr<float>(logits), t, topk_ids, topk_weights,
+                                       router_bias(p, "moe_route")),
+                   stream_);
   CUDA_CHECK_LAUNCH("moe_route");
+}
+
+const float* CudaBackend::router_bias(const MoeRoutingParams& r, const char* op) {
+  if (r.correction_bias == nullptr) return nullptr;
+  if (r.correction_bias->device() == Device::kCPU &&
+      !host_cache_.contains(r.correction_bias->raw())) {
+    // The host bias is uploaded once, lazily; an upload cannot be captured in a CUDA graph.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+    DI_CHECK(capturing == cudaStreamCaptureStatusNone,
+             "cuda {}: the host correction bias is first used inside a CUDA graph capture; run "
+             "one eager step (warm-up) before capturing",
+             op);
+  }
+  return device_f32(*r.correction_bias, "correction_bias");
 }
 
 bool CudaBackend::moe_fused_enabled(bool route) const {
@@ -1141,18 +1158,6 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
   }
   for (const Tensor* d : {p.x, p.norm_w, p.gate, static_cast<const Tensor*>(p.h)})
     check_dev_any(*d, "moe_norm_route", "tensor");
-  const float* bias = nullptr;
-  if (r.correction_bias) {
-    if (r.correction_bias->device() == Device::kCPU &&
-        !host_cache_.contains(r.correction_bias->raw())) {
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-      DI_CHECK(capturing == cudaStreamCaptureStatusNone,
-               "cuda moe_norm_route: the host correction bias is first used inside a CUDA graph "
-               "capture; run one eager step (warm-up) before capturing");
-    }
-    bias = device_f32(*r.correction_bias, "correction_bias");
-  }
   Tensor scratch;
   Tensor* logits = p.logits;
   if (logits == nullptr) {
@@ -1166,20 +1171,8 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
   q.h = mptr<bf16_t>(*p.h);
   q.logits = mptr<float>(*logits);
   q.counter = moe_route_counter_;
-  q.route = MoeRouteParams{q.logits,
-                           bias,
-                           mptr<int32_t>(*p.topk_ids),
-                           mptr<float>(*p.topk_weights),
-                           t,
-                           static_cast<int32_t>(e),
-                           static_cast<int32_t>(k),
-                           r.num_groups,
-                           r.topk_groups,
-                           r.scoring == MoeRoutingParams::Scoring::kSigmoid,
-                           r.group_score == MoeRoutingParams::GroupScore::kTopTwoSum,
-                           r.renormalize,
-                           r.renorm_eps,
-                           r.scaling};
+  q.route = route_kernel_params(r, q.logits, t, *p.topk_ids, *p.topk_weights,
+                                router_bias(r, "moe_norm_route"));
   q.eps = p.eps;
   q.tokens = static_cast<int32_t>(t);
   q.hidden = static_cast<int32_t>(hidden);

@@ -246,6 +246,9 @@ class CudaBackend final : public Backend {
   bool f32_ = false;                                   // dt_ == kF32
   size_t max_smem_optin_ = 0;
   int64_t moe_device_max_slots_ = 2048;
+  // The router's correction bias on the device (a host bias is uploaded on first use, which must
+  // not be inside a graph capture), or null.
+  const float* router_bias(const MoeRoutingParams& r, const char* op);
   bool moe_fused_enabled(bool route) const;  // moe_norm_route (true) / moe_residual (false)
   // Whether one token's experts take the one-token kernels (launch_moe_decode_t1): x [1, H], the
   // weights' shapes already checked, `slots` = top_k (the routed slots).
