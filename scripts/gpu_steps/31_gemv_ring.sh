@@ -2,6 +2,9 @@
 #   gemv_bench            bench_cuda_gemv: each Llama-3.1-8B projection alone vs a pure-read floor,
 #                         per setting (ring policy / registers / rings), checked bitwise against
 #                         the registers;
+#   gemv_moe              bench_cuda_gemv --moe: the MoE models' one-row attention projections on
+#                         the register kernel vs the resident kernel (weights in shared memory),
+#                         bits compared;
 #   ops_gemv_<setting>    the fused linear op cases with every row count on the GEMV
 #                         (DEEPINFER_GEMV_MAX_ROWS=8) per setting;
 #   gemv_model_<preset>_<setting>   the model at batch 1 (and Llama at 2) per setting, [model] lines
@@ -10,6 +13,10 @@
 if [ -x .gpu_bin/bench_cuda_gemv ]; then
   run_step gemv_bench 120 .gpu_bin/bench_cuda_gemv --reps 20
   grep -E '^\[(copy|floor|gemv|check)\]' "$OUT/gemv_bench.log" >>"$OUT/summary_extra.txt"
+fi
+if [ -x .gpu_bin/bench_cuda_gemv ]; then
+  run_step gemv_moe 60 .gpu_bin/bench_cuda_gemv --reps 20 --moe
+  grep -E '^\[(moe|check)\]' "$OUT/gemv_moe.log" >>"$OUT/summary_extra.txt"
 fi
 gemv_env() {  # setting -> env assignments
   case $1 in

@@ -280,7 +280,8 @@ inline constexpr int kGqaMinBlocks = TW == 8 ? 1 : (HS == 1 && G <= 4 ? 4 : 0);
 template <int E, int G, int HS, int TW>
 __global__ void __launch_bounds__(TW* HS * 32, kGqaMinBlocks<G, HS, TW>)
     gqa_decode_kernel(PagedAttentionKernelParams p) {
-  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   constexpr int D = 32 * E, GL = G / HS, W = TW * HS;
   __shared__ GqaDecodeShared<E, G> sh;
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
@@ -307,16 +308,16 @@ bool launch_decode_eh(const PagedAttentionKernelParams& p, int group, cudaStream
   switch (group) {
     case 1:
       if constexpr (HS != 1) return false;
-      gqa_decode_kernel<E, 1, 1, TW><<<grid, kThreadsHs, 0, stream>>>(p);
+      (void)launch_decode(gqa_decode_kernel<E, 1, 1, TW>, grid, kThreadsHs, 0, stream, p);
       return true;
     case 2:
-      gqa_decode_kernel<E, 2, HS, TW><<<grid, kThreadsHs, 0, stream>>>(p);
+      (void)launch_decode(gqa_decode_kernel<E, 2, HS, TW>, grid, kThreadsHs, 0, stream, p);
       return true;
     case 4:
-      gqa_decode_kernel<E, 4, HS, TW><<<grid, kThreadsHs, 0, stream>>>(p);
+      (void)launch_decode(gqa_decode_kernel<E, 4, HS, TW>, grid, kThreadsHs, 0, stream, p);
       return true;
     case 8:
-      gqa_decode_kernel<E, 8, HS, TW><<<grid, kThreadsHs, 0, stream>>>(p);
+      (void)launch_decode(gqa_decode_kernel<E, 8, HS, TW>, grid, kThreadsHs, 0, stream, p);
       return true;
     default:
       return false;
@@ -465,7 +466,8 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (gqa_decode_enabled() && (launch_gqa_decode_mma(p, stream) || launch_gqa_decode(p, stream))) {
     if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
-      combine_splits_kernel<bf16><<<dim3(rows, ceil_div(p.head_dim_v, 128)), 128, 0, stream>>>(p);
+      (void)launch_decode(combine_splits_kernel<bf16>, dim3(rows, ceil_div(p.head_dim_v, 128)),
+                          dim3(128), 0, stream, p);
     }
     return;
   }

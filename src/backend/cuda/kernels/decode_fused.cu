@@ -18,7 +18,8 @@ constexpr int kMlaThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeStoreKernelParams p) {
-  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   __shared__ float row_s[kMaxFusedHeadDim];
   __shared__ float scratch[32];
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
@@ -90,7 +91,8 @@ __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int
 
 template <typename T>
 __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStoreKernelParams p) {
-  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int32_t pos = p.positions[t];
@@ -155,19 +157,15 @@ void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t strea
   const int64_t rows = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
   if (rows == 0) return;
   const auto grid = static_cast<unsigned>(rows);
-  if (p.f32)
-    qkv_rope_store_kernel<float><<<grid, kFusedThreads, 0, stream>>>(p);
-  else
-    qkv_rope_store_kernel<bf16><<<grid, kFusedThreads, 0, stream>>>(p);
+  (void)(p.f32 ? launch_decode(qkv_rope_store_kernel<float>, grid, kFusedThreads, 0, stream, p)
+               : launch_decode(qkv_rope_store_kernel<bf16>, grid, kFusedThreads, 0, stream, p));
 }
 
 void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), 1u + ceil_div(p.num_heads, kMlaHeadsPerCta));
-  if (p.f32)
-    mla_rope_store_kernel<float><<<grid, kMlaThreads, 0, stream>>>(p);
-  else
-    mla_rope_store_kernel<bf16><<<grid, kMlaThreads, 0, stream>>>(p);
+  (void)(p.f32 ? launch_decode(mla_rope_store_kernel<float>, grid, kMlaThreads, 0, stream, p)
+               : launch_decode(mla_rope_store_kernel<bf16>, grid, kMlaThreads, 0, stream, p));
 }
 
 void launch_moe_combine_f32_out(const MoeCombineF32OutParams& p, cudaStream_t stream) {

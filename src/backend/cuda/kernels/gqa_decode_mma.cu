@@ -64,7 +64,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <int D, int G, int B>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
-  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
   constexpr int kKSteps = D / 16;
@@ -275,7 +276,7 @@ void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t strea
   open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  gqa_decode_mma_kernel<D, G, B><<<grid, kWarps * 32, smem, stream>>>(p, spc);
+  (void)launch_decode(gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem, stream, p, spc);
 }
 template <int D, int G>
 void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {

@@ -552,6 +552,7 @@ constexpr int kT1DownU = 8;
 __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecodeT1Params p) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
+  if (p.early_trigger) pdl_trigger();
   pdl_wait();
   if (n >= p.hidden) return;  // warp-uniform
   const int chunks = p.inter / 8;
@@ -662,6 +663,7 @@ template <int U>
 __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(MoeDecodeT1Params p) {
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
+  if (p.early_trigger) pdl_trigger();
   pdl_wait();
   if (n >= p.hidden) return;  // warp-uniform
   const int slots = p.top_k + p.shared_slots;
@@ -888,8 +890,12 @@ cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, 
   return cudaGetLastError();
 }
 
-cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream) {
-  if (p.top_k + p.shared_slots <= 0 || p.hidden <= 0 || p.inter <= 0) return cudaSuccess;
+cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t stream) {
+  if (params.top_k + params.shared_slots <= 0 || params.hidden <= 0 || params.inter <= 0)
+    return cudaSuccess;
+  static const bool early_trigger = env_int("DEEPINFER_MOE_T1_TRIGGER") == 1;
+  MoeDecodeT1Params p = params;
+  p.early_trigger = early_trigger;
   // Both kernels wait (griddepcontrol.wait) before reading the router's or gate_up's outputs,
   // so they are correct under either launch (launch_t1); gate_up's shared-expert CTAs issue their
   // first weight loads before the wait.

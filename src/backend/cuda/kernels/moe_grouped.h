@@ -106,6 +106,10 @@ struct MoeDecodeT1Params {
   const __nv_bfloat16* shared_down = nullptr;     // [hidden, S · inter]
   int32_t shared_slots = 0;                       // S
   const __nv_bfloat16* residual = nullptr;        // [1, hidden] or null
+  // The down kernel lets the stream's next kernel (the next layer's PDL-launched qkv GEMV) start
+  // as soon as every down CTA runs, so its first weight loads overlap down's tail. Set by
+  // launch_moe_decode_t1 from DEEPINFER_MOE_T1_TRIGGER (1 on; A/B switch).
+  bool early_trigger = false;
 };
 // down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is

@@ -69,7 +69,8 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
                                                   const float* __restrict__ partial_ml,
                                                   int64_t rows, int num_splits, int dv, int64_t row,
                                                   T* __restrict__ out) {
-  pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   combine_split_row_dim<T>(partial_o, partial_ml, rows, num_splits, dv, row,
                            static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
 }
