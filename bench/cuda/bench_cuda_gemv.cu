@@ -13,12 +13,7 @@
 //   [check] every ring setting's outputs against the register kernel's, bitwise (the reduction
 //           order is the same by construction).
 //
-//   [moe]   --moe: only the MoE models' one-row attention projections (Qwen3-30B-A3B qkv / o_proj,
-//           DeepSeek-V2-Lite q|kv_a / o_proj) on the register kernel and on the resident kernel
-//           (weights in shared memory, set_gemv_resident), 16 launches back to back in a graph
-//           (no idle window before each: the resident kernel's standalone speed), bits compared.
-//
-//   bench_cuda_gemv [--reps 20] [--moe]
+//   bench_cuda_gemv [--reps 20]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -173,63 +168,12 @@ di::cuda::GemvParams params(const Proj& pr, const ProjBufs& b, int i, bool accum
   return p;
 }
 
-// --moe: register kernel vs resident kernel on the MoE models' attention projections.
-int bench_moe_projections(int sms, cudaStream_t s, int reps) {
-  const Proj projs[] = {
-      {"q3_qkv", di::cuda::GemvIn::kRmsNorm, 5120, 2048, false, false},
-      {"q3_o", di::cuda::GemvIn::kNone, 2048, 4096, true, false},
-      {"v2_q_kva", di::cuda::GemvIn::kRmsNorm, 3648, 2048, false, false},
-      {"v2_o", di::cuda::GemvIn::kNone, 2048, 2048, true, false},
-  };
-  int mismatches = 0;
-  for (size_t i = 0; i < sizeof(projs) / sizeof(projs[0]); ++i) {
-    const Proj& pr = projs[i];
-    ProjBufs b = make_bufs(pr, 5000 * (i + 1));
-    std::vector<uint16_t> out[2];
-    double us[2] = {0, 0};
-    for (int mode = 0; mode < 2; ++mode) {
-      di::cuda::set_gemv_resident(mode);
-      const int64_t before = di::cuda::gemv_resident_launches();
-      out[mode].resize(static_cast<size_t>(pr.n));
-      CK(di::cuda::launch_gemv(params(pr, b, 0, false), sms, s));
-      CK(cudaMemcpyAsync(out[mode].data(), b.y, out[mode].size() * 2, cudaMemcpyDeviceToHost, s));
-      CK(cudaStreamSynchronize(s));
-      if (mode == 1 && di::cuda::gemv_resident_launches() == before)
-        std::printf("[moe] %-9s resident kernel did not run (does not fit)\n", pr.name);
-      us[mode] = graph_ms(s, reps, [&] {
-                   for (int j = 0; j < kMats; ++j)
-                     CK(di::cuda::launch_gemv(params(pr, b, j, true), sms, s));
-                 }) *
-                 1e3 / kMats;
-    }
-    const bool same = out[0] == out[1];
-    if (!same) ++mismatches;
-    const double bytes = 2.0 * pr.n * pr.k;
-    std::printf(
-        "[moe] %-9s %5.1f MB  registers %6.2f us (%4.2f TB/s)  resident %6.2f us (%4.2f TB/s)  "
-        "ideal %5.2f us  %s\n",
-        pr.name, bytes / 1e6, us[0], bytes / (us[0] * 1e-6) / 1e12, us[1],
-        bytes / (us[1] * 1e-6) / 1e12, bytes / kCopyBw * 1e6,
-        same ? "bitwise equal" : "OUTPUTS DIFFER");
-    for (auto* w : b.w) CK(cudaFree(w));
-    CK(cudaFree(b.x));
-    CK(cudaFree(b.norm_w));
-    CK(cudaFree(b.y));
-    CK(cudaFree(b.res));
-  }
-  di::cuda::set_gemv_resident(-1);
-  std::printf("[check] resident vs registers: %d mismatching outputs\n", mismatches);
-  return mismatches == 0 ? 0 : 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 20;
-  bool moe_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
-    if (std::strcmp(argv[i], "--moe") == 0) moe_only = true;
   }
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
@@ -238,8 +182,6 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   uint32_t* sink = nullptr;
   CK(cudaMalloc(&sink, 1024 * 4));
-
-  if (moe_only) return bench_moe_projections(sms, s, reps);
 
   // The first four are a decoder layer as the model issues it (silu·mul in gate_up's epilogue);
   // then the shapes before run 13 (silu·mul in down's prologue) and without prologue math.

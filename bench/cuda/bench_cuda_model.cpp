@@ -21,6 +21,9 @@
 //                    [--ncu]       (then one more step between cudaProfilerStart/Stop, for
 //                                   `ncu --profile-from-start off --graph-profiling node`:
 //                                   per-kernel device times of the captured step)
+//                    [--dup PATTERN] (every op whose profiling key contains PATTERN issued
+//                                   twice in the step: the step time's growth over the plain run
+//                                   is that op's cost inside the graph; ProfilingBackend)
 // Prints one line per concurrency:
 //   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=..
 //           roofline_tok_s=.. pct=..
@@ -63,6 +66,7 @@ struct Args {
   int graph = -1;              // -1 / 1 graph (eager if the capture fails), 0 eager
   bool roofline_only = false;  // print the rooflines and exit (no GPU needed)
   std::string tag;             // printed as tag=... (e.g. an A/B variant set through the env)
+  std::string dup;             // --dup: ops to issue twice (ProfilingBackend::set_duplicate)
   bool profile = false;        // after timing, one eager step op by op (ProfilingBackend)
   bool ncu = false;            // after timing, one step inside a profiler range (see header)
 };
@@ -133,6 +137,8 @@ Args parse(int argc, char** argv) {
       a.graph = 0;
     } else if (!std::strcmp(argv[i], "--tag")) {
       a.tag = next();
+    } else if (!std::strcmp(argv[i], "--dup")) {
+      a.dup = next();
     } else if (!std::strcmp(argv[i], "--profile")) {
       a.profile = true;
     } else if (!std::strcmp(argv[i], "--ncu")) {
@@ -228,6 +234,7 @@ int run(const Args& args) {
       }
       double ms = 0.0;
       bool graphed = use_graph;
+      prof.set_duplicate(args.dup);  // counted over the warm-up step and the captured one
       if (graphed) {
         try {
           graph.capture();
@@ -267,11 +274,17 @@ int run(const Args& args) {
       const double bytes = 2.0 * step_params(config, conc) + conc * (ctx + 1.0) * kv_token_bytes;
       const double roof_tok_s = conc / (bytes / kBandwidth);
       const double tok_s = 1e3 * conc / ms;
+      std::string dup;
+      if (!args.dup.empty())
+        dup = " dup=\"" + args.dup + "\" dup_per_step=" +
+              std::to_string(prof.dup_count() / (graphed ? 2 : 1 + args.reps));
+      prof.set_duplicate("");
       std::printf(
           "[model] preset=%s%s%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "
-          "roofline_tok_s=%.1f pct=%.1f\n",
+          "roofline_tok_s=%.1f pct=%.1f%s\n",
           args.preset.c_str(), args.tag.empty() ? "" : " tag=", args.tag.c_str(), conc, ctx,
-          graphed ? "graph" : "eager", ms, tok_s, roof_tok_s, 100.0 * tok_s / roof_tok_s);
+          graphed ? "graph" : "eager", ms, tok_s, roof_tok_s, 100.0 * tok_s / roof_tok_s,
+          dup.c_str());
     } catch (const std::exception& e) {
       ++failures;
       std::printf("[model] preset=%s conc=%d ctx=%d error=%s\n", args.preset.c_str(), conc, ctx,

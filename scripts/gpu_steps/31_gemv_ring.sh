@@ -2,9 +2,6 @@
 #   gemv_bench            bench_cuda_gemv: each Llama-3.1-8B projection alone vs a pure-read floor,
 #                         per setting (ring policy / registers / rings), checked bitwise against
 #                         the registers;
-#   gemv_moe              bench_cuda_gemv --moe: the MoE models' one-row attention projections on
-#                         the register kernel vs the resident kernel (weights in shared memory),
-#                         bits compared;
 #   ops_gemv_<setting>    the fused linear op cases with every row count on the GEMV
 #                         (DEEPINFER_GEMV_MAX_ROWS=8) per setting;
 #   gemv_model_<preset>_<setting>   the model at batch 1 (and Llama at 2) per setting, [model] lines
@@ -13,10 +10,6 @@
 if [ -x .gpu_bin/bench_cuda_gemv ]; then
   run_step gemv_bench 120 .gpu_bin/bench_cuda_gemv --reps 20
   grep -E '^\[(copy|floor|gemv|check)\]' "$OUT/gemv_bench.log" >>"$OUT/summary_extra.txt"
-fi
-if [ -x .gpu_bin/bench_cuda_gemv ]; then
-  run_step gemv_moe 60 .gpu_bin/bench_cuda_gemv --reps 20 --moe
-  grep -E '^\[(moe|check)\]' "$OUT/gemv_moe.log" >>"$OUT/summary_extra.txt"
 fi
 gemv_env() {  # setting -> env assignments
   case $1 in
@@ -58,7 +51,7 @@ if [ -n "${DI_DECODE_AB:-}" ] && [ -x .gpu_bin/bench_cuda_model ]; then
     tag=${run%%|*} envs=${run#*|}
     for pc in "${ab_cases[@]}"; do
       preset=${pc%%|*} args=${pc#*|}
-      name="decode_ab_${tag}_${preset}_$(echo "$args" | tr -dc '0-9' | tail -c 4)"
+      name="decode_ab_${tag}_${preset}_$(echo "$args" | tr -dc '0-9' | tail -c 9)"
       # DI_AB_BIN=<name> among the assignments: that binary of .gpu_bin instead (e.g. a
       # bench_cuda_model built from the previous commit, for a before/after in one call).
       bin=bench_cuda_model

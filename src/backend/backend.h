@@ -203,6 +203,10 @@ struct MoeResidualParams {
   const Tensor* shared_gate_up = nullptr;  // [2·Is, H] or null
   const Tensor* shared_down = nullptr;     // [H, Is]
   Tensor* residual = nullptr;              // [T, H] compute dtype
+  // Optional: the norm that made x (x == rms_norm(residual) · norm_w, eps), so a backend may
+  // recompute x from the residual itself (CUDA: the shared expert starts before the router ends).
+  const Tensor* norm_w = nullptr;          // [H]
+  float eps = 0.0f;
 };
 
 // One decode step (one new token per sequence) for n <= bucket sequences, host side: what a

@@ -20,8 +20,17 @@ std::string dims(const Tensor& t) {
 
 template <typename K, typename F>
 void ProfilingBackend::timed(K&& key_of, F&& op) {
-  if (!enabled_) {  // pure forwarding: no key is built on this path
+  timed(key_of, op, op);
+}
+
+template <typename K, typename F, typename D>
+void ProfilingBackend::timed(K&& key_of, F&& op, D&& dup_op) {
+  if (!enabled_) {  // pure forwarding: no key is built on this path unless duplicating
     op();
+    if (!dup_.empty() && key_of().find(dup_) != std::string::npos) {
+      ++dup_count_;
+      dup_op();
+    }
     return;
   }
   const std::string key = key_of();
@@ -146,7 +155,15 @@ void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
                            dims(*p.w), p.silu_out ? " →silu_mul" : "",
                            p.residual ? " +=residual" : "");
       },
-      [&] { inner_.fused_linear(p); });
+      [&] { inner_.fused_linear(p); },
+      [&] {  // into a scratch y: the residual must not be added twice
+        FusedLinearParams q = p;
+        Tensor y = inner_.empty({p.x->size(0), p.silu_out ? p.w->size(0) / 2 : p.w->size(0)},
+                                p.y != nullptr ? p.y->dtype() : inner_.compute_dtype());
+        q.y = &y;
+        q.residual = nullptr;
+        inner_.fused_linear(q);
+      });
 }
 void ProfilingBackend::mla_rope_store(const MlaRopeStoreParams& p) {
   timed(
@@ -191,7 +208,13 @@ void ProfilingBackend::moe_residual(const MoeResidualParams& p) {
                                        p.topk_ids->size(1), dims(p.experts->gate_up),
                                        p.shared_gate_up ? " + shared" : ""));
       },
-      [&] { inner_.moe_residual(p); });
+      [&] { inner_.moe_residual(p); },
+      [&] {  // into a scratch residual
+        MoeResidualParams q = p;
+        Tensor r = inner_.empty(p.residual->shape(), p.residual->dtype());
+        q.residual = &r;
+        inner_.moe_residual(q);
+      });
 }
 void ProfilingBackend::moe_count_experts(const Tensor& topk_ids, Tensor& counts) {
   timed([&] { return std::string("moe_count_experts"); },

@@ -26,6 +26,17 @@ class ProfilingBackend : public Backend {
 
   void set_enabled(bool on) { enabled_ = on; }
   void reset() { stats_.clear(); }
+  // Duplicate mode (bench_cuda_model --dup PATTERN), while disabled: each op whose key (as in the
+  // table) contains `pattern` is issued twice, the second time into scratch outputs where the op
+  // accumulates (fused_linear's residual, moe_residual's residual), so a captured step grows by
+  // the op's cost inside the graph, launch gaps and overlap with its neighbours included — what
+  // ncu's serialized per-kernel times cannot show. dup_count() counts the duplicated calls since
+  // the pattern was set. The duplicates' outputs are garbage: for timing only. "" turns it off.
+  void set_duplicate(std::string pattern) {
+    dup_ = std::move(pattern);
+    dup_count_ = 0;
+  }
+  int64_t dup_count() const { return dup_count_; }
   struct OpStat {
     std::string key;  // op name and shape
     int64_t calls = 0;
@@ -98,9 +109,13 @@ class ProfilingBackend : public Backend {
   // Runs op; when enabled, times it under the key key_of() returns (built only then).
   template <typename K, typename F>
   void timed(K&& key_of, F&& op);
+  template <typename K, typename F, typename D>
+  void timed(K&& key_of, F&& op, D&& dup_op);
 
   Backend& inner_;
   bool enabled_ = false;
+  std::string dup_;
+  int64_t dup_count_ = 0;
   std::map<std::string, OpStat> stats_;
 };
 

@@ -113,6 +113,8 @@ void MoeBlock::forward_residual(Backend& be, Tensor& x, const Tensor& norm_w, fl
       m.shared_down = &shared.down;
     }
     m.residual = &x;
+    m.norm_w = &norm_w;
+    m.eps = eps;
     be.moe_residual(m);
     return;
   }

@@ -798,6 +798,102 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
   EXPECT_EQ(bad, 0);
 }
 
+// The shared slots started during the router (MoeDecodeT1Params::shared_early: gate_up as a PDL
+// dependent of the router, the shared CTAs first, each recomputing x = rms_norm(residual) from
+// the residual without waiting) against the same block with x read from the router's h: the
+// router and the block in sequence as the model issues them (moe_norm_route, then moe_residual
+// with the norm), bitwise, at every rms_norm thread count (hidden 264 / 1024 / 2048 / 7168), one to
+// four shared slots, a skipped routed slot; three steps in a row on the same buffers.
+TEST(CudaMoeFused, SharedEarlyBitEqualToRouterInput) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  struct Case {
+    int64_t hidden, inter, shared_mult;
+    MoeRoutingParams r;
+    bool skip;
+  };
+  // V2-Lite's and V3's routing on fewer experts (the weights are filled on the host).
+  MoeRoutingParams v2 = v2_lite_routing(), v3 = deepseek_v3_routing();
+  v2.num_experts = 16;
+  v3.num_experts = 16;
+  v3.num_groups = 4;
+  v3.topk_groups = 2;
+  v3.top_k = 4;
+  const std::vector<Case> cases = {{2048, 1408, 2, v2, false}, {2048, 1408, 2, v2, true},
+                                   {1024, 512, 1, v2, false},  {264, 128, 4, v2, false},
+                                   {7168, 2048, 1, v3, false}};
+  int bad = 0;
+  for (const Case& c : cases) {
+    const int64_t h = c.hidden, in = c.inter, e = c.r.num_experts, k = c.r.top_k,
+                  si = c.shared_mult * in;
+    const Tensor res0 = host_fill({1, h}, 41, 3.0f);
+    const Tensor nw = act(*be, host_fill({h}, 42, 1.0f));
+    const Tensor gate = act(*be, host_fill({e, h}, 43, 0.1f));
+    const Tensor bias = host_fill({e}, 44, 0.1f);
+    const ExpertWeights w{act(*be, host_fill({e, 2 * in, h}, 45, 0.05f)),
+                          act(*be, host_fill({e, h, in}, 46, 0.05f))};
+    const Tensor sgu = act(*be, host_fill({2 * si, h}, 47, 0.05f));
+    const Tensor sd = act(*be, host_fill({h, si}, 48, 0.05f));
+    MoeRoutingParams r = c.r;
+    r.correction_bias = r.scoring == MoeRoutingParams::Scoring::kSigmoid ? &bias : nullptr;
+    auto run = [&](int early, int64_t* fused_calls) {
+      cuda::set_moe_shared_early_override(early);
+      be->set_moe_fused(1);
+      Tensor res = act(*be, res0);
+      std::vector<float> out;
+      for (int step = 0; step < 3; ++step) {
+        Tensor hf = be->empty({1, h}, DType::kBF16), ids = be->empty({1, k}, DType::kI32),
+               wts = be->empty({1, k}, DType::kF32);
+        MoeNormRouteParams q;
+        q.x = &res;
+        q.norm_w = &nw;
+        q.eps = 1e-6f;
+        q.gate = &gate;
+        q.routing = r;
+        q.h = &hf;
+        q.topk_ids = &ids;
+        q.topk_weights = &wts;
+        be->moe_norm_route(q);
+        if (c.skip) {  // a skipped routed slot: the ids are overwritten after the router
+          std::vector<int32_t> idv(static_cast<size_t>(k));
+          for (int64_t j = 0; j < k; ++j) idv[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+          idv[static_cast<size_t>(k / 2)] = -1;
+          ids = ints(*be, idv).reshape({1, k});
+        }
+        const int64_t before = be->moe_fused_residual_calls();
+        be->moe_residual({.x = &hf,
+                          .topk_ids = &ids,
+                          .topk_weights = &wts,
+                          .experts = &w,
+                          .shared_gate_up = &sgu,
+                          .shared_down = &sd,
+                          .residual = &res,
+                          .norm_w = &nw,
+                          .eps = 1e-6f});
+        *fused_calls += be->moe_fused_residual_calls() - before;
+        const Tensor d = be->download(res);
+        out.insert(out.end(), d.f32(), d.f32() + d.numel());
+      }
+      return out;
+    };
+    int64_t calls_on = 0, calls_off = 0;
+    const std::vector<float> on = run(1, &calls_on), off = run(0, &calls_off);
+    int64_t differing = 0;
+    for (size_t i = 0; i < on.size(); ++i) differing += on[i] != off[i];
+    const bool ok = differing == 0 && calls_on == 3 && calls_off == 3;
+    bad += !ok;
+    std::printf("[moe-op] shared_early_h%lld_i%lld_shared%lld%s steps=3 fused=%lld/%lld "
+                "differing=%lld %s\n",
+                static_cast<long long>(h), static_cast<long long>(in),
+                static_cast<long long>(c.shared_mult), c.skip ? "_skip" : "",
+                static_cast<long long>(calls_on), static_cast<long long>(calls_off),
+                static_cast<long long>(differing), ok ? "PASS" : "FAIL");
+  }
+  cuda::set_moe_shared_early_override(-1);
+  be->set_moe_fused(-1);
+  EXPECT_EQ(bad, 0);
+}
+
 #else
 
 TEST(CudaMoe, Skipped) { GTEST_SKIP() << "built without CUDA"; }

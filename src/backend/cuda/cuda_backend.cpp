@@ -144,6 +144,8 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   reserve_attention_counters(kInitialAttentionCounters);
   CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
   CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, sizeof(unsigned), stream_));
+  CUDA_CHECK(cudaMalloc(&moe_route_logits_,
+                        sizeof(float) * kNormRouteMaxTokens * kMaxRouterExperts));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -156,6 +158,7 @@ CudaBackend::~CudaBackend() {
   for (uint32_t* c : retired_attention_counters_) cudaFree(c);
   if (attention_counters_) cudaFree(attention_counters_);
   if (moe_route_counter_) cudaFree(moe_route_counter_);
+  if (moe_route_logits_) cudaFree(moe_route_logits_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -1158,18 +1161,15 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
   }
   for (const Tensor* d : {p.x, p.norm_w, p.gate, static_cast<const Tensor*>(p.h)})
     check_dev_any(*d, "moe_norm_route", "tensor");
-  Tensor scratch;
-  Tensor* logits = p.logits;
-  if (logits == nullptr) {
-    scratch = empty({t, e}, DType::kF32);
-    logits = &scratch;
-  }
   MoeNormRouteKernelParams q{};
   q.x = cptr<bf16_t>(*p.x);
   q.norm_w = cptr<bf16_t>(*p.norm_w);
   q.gate = cptr<bf16_t>(*p.gate);
   q.h = mptr<bf16_t>(*p.h);
-  q.logits = mptr<float>(*logits);
+  // Without a caller's logits tensor, the backend's own buffer: a scratch tensor freed here could
+  // be handed to the next op (moe_residual's act) while this kernel still runs, and the shared
+  // slots of the one-token gate_up kernel write act without waiting for the router.
+  q.logits = p.logits != nullptr ? mptr<float>(*p.logits) : moe_route_logits_;
   q.counter = moe_route_counter_;
   q.route = route_kernel_params(r, q.logits, t, *p.topk_ids, *p.topk_weights,
                                 router_bias(r, "moe_norm_route"));
@@ -1233,6 +1233,15 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
     q.shared_slots = static_cast<int32_t>(shared_slots);
   }
   q.residual = cptr<bf16_t>(*p.residual);
+  // The caller's norm: the shared slots recompute x from the residual and start during the
+  // router (moe_grouped.h, shared_early).
+  if (shared_slots > 0 && p.norm_w != nullptr && p.norm_w->dtype() == dt_ &&
+      p.norm_w->numel() == h && aligned16(*p.norm_w)) {
+    q.shared_early = true;
+    q.norm_x = cptr<bf16_t>(*p.residual);
+    q.norm_w = cptr<bf16_t>(*p.norm_w);
+    q.eps = p.eps;
+  }
   CUDA_CHECK(launch_moe_decode_t1(q, stream_));
   CUDA_CHECK_LAUNCH("moe_residual");
   ++moe_fused_residual_calls_;

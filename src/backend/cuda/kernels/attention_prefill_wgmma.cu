@@ -66,7 +66,24 @@ constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 * 56 + 256 * 224 
 static_assert(kRows == kN, "Q and K/V tiles share the swizzle geometry");
 static_assert(kRows == kPrefillWgmmaRows, "the host plans tiles of kPrefillWgmmaRows rows");
 
-// mbarrier helpers (mbar_init / mbar_arrive / mbar_wait): common.cuh.
+// ---- mbarrier (phase-parity waits) ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
 
 // 16 bytes global -> shared; src_bytes 0 zero-fills (src must still be a valid pointer).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {

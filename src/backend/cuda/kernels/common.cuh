@@ -161,65 +161,26 @@ __host__ __device__ inline int rms_norm_threads(int64_t d) {
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// DEEPINFER_PDL_DECODE=0: the decode path's small kernels (rope/store, GQA attention, split
-// combine) launched plainly instead of as PDL dependents (the A/B switch); read once. As
-// dependents they start while their predecessor runs and wait (griddepcontrol.wait) before
-// reading anything, so the chain qkv GEMV -> rope/store -> attention -> combine -> o_proj is
-// resident early and o_proj's weights can stream during the attention (gemv.cu, resident path).
-inline bool pdl_decode_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_PDL_DECODE");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
-  return on && pdl_enabled();
+// DEEPINFER_PDL_DECODE (a bit mask, read once): which of the decode path's small kernels are
+// launched as PDL dependents of their predecessor (launch_decode) instead of plainly: 1 the
+// rope/store kernels (qkv_rope_store, mla_rope_store), 2 the GQA decode attention kernels, 4 the
+// split combine. As dependents they start while the previous kernel runs (hiding their launch)
+// and wait (griddepcontrol.wait) before reading anything. Default 1, from the H200 A/B
+// (docs/performance.md, run 18): the rope/store kernels gain on V2-Lite, the GQA chain loses.
+enum PdlDecodeKernel : int { kPdlRopeStore = 1, kPdlGqaDecode = 2, kPdlSplitCombine = 4 };
+inline bool pdl_decode_enabled(PdlDecodeKernel kernel) {
+  static const int mask = env_int("DEEPINFER_PDL_DECODE", kPdlRopeStore);
+  return (mask & kernel) != 0 && pdl_enabled();
 }
 
-// A decode-path kernel launch: launch_pdl when pdl_decode_enabled(), else a plain launch. The
-// kernel must call pdl_wait() before it reads anything an earlier kernel writes.
+// A decode-path kernel launch: launch_pdl when pdl_decode_enabled(which), else a plain launch.
+// The kernel must call pdl_wait() before it reads anything an earlier kernel writes.
 template <typename... KernelArgs, typename... Args>
-inline cudaError_t launch_decode(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                                 cudaStream_t stream, Args... args) {
-  if (pdl_decode_enabled()) return launch_pdl(kernel, grid, block, smem, stream, args...);
+inline cudaError_t launch_decode(PdlDecodeKernel which, void (*kernel)(KernelArgs...), dim3 grid,
+                                 dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  if (pdl_decode_enabled(which)) return launch_pdl(kernel, grid, block, smem, stream, args...);
   kernel<<<grid, block, smem, stream>>>(args...);
   return cudaGetLastError();
-}
-
-// ---- mbarrier (phase-parity waits) and bulk copies (the async proxy, sm_90) ----
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// One arrival that also expects `bytes` of transactions (bulk copies completing on `bar`).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// mbarrier inits visible to the async proxy (the bulk copies that complete on them).
-__device__ __forceinline__ void fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// `bytes` (a multiple of 16; 16-byte aligned addresses) global -> shared by the bulk-copy engine,
-// completing as transactions on the mbarrier `bar`.
-__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
-                                              uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
 }
 
 // Arrival at a grid-wide counter: atomicAdd with release and acquire semantics at GPU scope.

@@ -453,14 +453,49 @@ void launch_decode_mma(const MoeDecodeParams& p, cudaStream_t stream) {
 // SMs) that is 1.45 waves; at U = 2 with 6 CTAs per SM (40 registers: 6,336 warps) it is one.
 // H200, run 17, batch 1 (graphs): Qwen3 272.5 -> 285.5 tok/s, V2-Lite 364.6 -> 370.2 (2x6 vs
 // 4x4); 2x8 (32 registers, a 24-byte spill) 276.1 / 354.9.
+// x = rms_norm(norm_x) · norm_w into shared memory by the CTA's 256 threads, bitwise
+// rms_norm_kernel's h (elementwise.cu) at its R = rms_norm_threads(d) threads: virtual thread v
+// < R sums x[v + R·m]² in m order, warp sums, then warp 0 sums the R/32 warp sums (block_sum's
+// tree); y = bf16(x · inv · w). The shared slots' copy of the router's h (moe.cu, norm_rows).
+__device__ void t1_norm_x(const MoeDecodeT1Params& p, __nv_bfloat16* hs, float* red) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+  const int d = p.hidden, R = rms_norm_threads(d);
+  for (int v = tid; v < R; v += kDecodeThreads) {  // R/32 warps of the R-thread kernel
+    float ss = 0.0f;
+    for (int i = v; i < d; i += R) {
+      const float f = __bfloat162float(__ldcg(p.norm_x + i));
+      ss += f * f;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[v >> 5] = ss;
+  }
+  __syncthreads();
+  if (tid < 32) {
+    float w = lane < R / 32 ? red[lane] : 0.0f;
+    w = warp_sum(w);
+    if (lane == 0) red[32] = w;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(red[32] / static_cast<float>(d) + p.eps);
+  for (int i = tid; i < d; i += kDecodeThreads)
+    hs[i] = __float2bfloat16_rn(__bfloat162float(__ldcg(p.norm_x + i)) * inv *
+                                __bfloat162float(__ldg(p.norm_w + i)));
+  __syncthreads();
+}
+
 template <int U, int MinBlocks>
 __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
-  const int slot = static_cast<int>(blockIdx.y);
+  // shared_early: the shared slots' CTAs first (scheduled first under PDL), routed slots after.
+  const int y = static_cast<int>(blockIdx.y);
+  const int slot = !p.shared_early ? y : (y < p.shared_slots ? p.top_k + y : y - p.shared_slots);
   const bool routed = slot < p.top_k;
+  const bool own_x = p.shared_early && !routed;  // CTA-uniform
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int j = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
   const int64_t h = p.hidden;
+  extern __shared__ __align__(16) __nv_bfloat16 x_own[];  // [hidden] when own_x
+  __shared__ float red[33];
   const __nv_bfloat16* gate_row;
   const __nv_bfloat16* up_row;
   if (routed) {
@@ -475,13 +510,16 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     up_row = p.shared_gate_up + (cols + q * p.inter + j) * h;
   }
   pdl_trigger();
+  // own_x never waits: norm_x (written before the router ran) is read through L2; the router
+  // writes nothing this CTA reads.
+  if (own_x) t1_norm_x(p, x_own, red);
   if (j >= p.inter) return;  // warp-uniform
   const uint4* wg = reinterpret_cast<const uint4*>(gate_row);
   const uint4* wu = reinterpret_cast<const uint4*>(up_row);
-  const uint4* xr = reinterpret_cast<const uint4*>(p.x);
+  const uint4* xr = reinterpret_cast<const uint4*>(own_x ? x_own : p.x);
   const int chunks = p.hidden / 8;
   float ag = 0.0f, au = 0.0f;
-  bool waited = routed;
+  bool waited = routed || own_x;
   for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
     uint4 g[U], u[U];
 #pragma unroll
@@ -499,7 +537,7 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
       const int c = c0 + 32 * i;
       if (c < chunks) {
         float xv[8], gf[8], uf[8];
-        unpack8(__ldg(xr + c), xv);
+        unpack8(own_x ? xr[c] : __ldg(xr + c), xv);
         unpack8(g[i], gf);
         unpack8(u[i], uf);
         ag = dot8(gf, xv, ag);
@@ -846,7 +884,10 @@ void launch_moe_decode(const MoeDecodeParams& p, cudaStream_t stream, MoeDecodeI
 namespace {
 MoeT1DownImpl g_t1_down_override = MoeT1DownImpl::kAuto;
 int g_t1_path_override = -1;
+int g_shared_early_override = -1;
 }  // namespace
+
+void set_moe_shared_early_override(int on) { g_shared_early_override = on; }
 
 void set_moe_t1_path_override(int on) {
   g_t1_path_override = on;
@@ -894,8 +935,13 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
   if (params.top_k + params.shared_slots <= 0 || params.hidden <= 0 || params.inter <= 0)
     return cudaSuccess;
   static const bool early_trigger = env_int("DEEPINFER_MOE_T1_TRIGGER") == 1;
+  static const bool shared_early_env = env_int("DEEPINFER_MOE_SHARED_EARLY", 1) != 0;
+  const bool shared_early_on =
+      g_shared_early_override >= 0 ? g_shared_early_override != 0 : shared_early_env;
   MoeDecodeT1Params p = params;
   p.early_trigger = early_trigger;
+  p.shared_early = p.shared_early && shared_early_on && p.shared_slots > 0 &&
+                   p.norm_x != nullptr && p.norm_w != nullptr && pdl_enabled();
   // Both kernels wait (griddepcontrol.wait) before reading the router's or gate_up's outputs,
   // so they are correct under either launch (launch_t1); gate_up's shared-expert CTAs issue their
   // first weight loads before the wait.
@@ -907,12 +953,18 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
     if (v != nullptr && std::strcmp(v, "2x8") == 0) return 2;
     return 1;
   }();
-  cudaError_t err =
-      gu_variant == 0
-          ? launch_t1(moe_gate_up_t1_kernel<4, 1>, gu_grid, dim3(kDecodeThreads), stream, p)
-      : gu_variant == 1
-          ? launch_t1(moe_gate_up_t1_kernel<2, 6>, gu_grid, dim3(kDecodeThreads), stream, p)
-          : launch_t1(moe_gate_up_t1_kernel<2, 8>, gu_grid, dim3(kDecodeThreads), stream, p);
+  void (*gate_up)(MoeDecodeT1Params) = gu_variant == 0   ? moe_gate_up_t1_kernel<4, 1>
+                                         : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6>
+                                                           : moe_gate_up_t1_kernel<2, 8>;
+  cudaError_t err;
+  if (p.shared_early) {  // a PDL dependent of the router: the shared slots run during it
+    const int smem = p.hidden * 2;
+    if ((err = open_dynamic_smem(reinterpret_cast<const void*>(gate_up), smem)) != cudaSuccess)
+      return err;
+    err = launch_pdl(gate_up, gu_grid, dim3(kDecodeThreads), static_cast<size_t>(smem), stream, p);
+  } else {
+    err = launch_t1(gate_up, gu_grid, dim3(kDecodeThreads), stream, p);
+  }
   if (err != cudaSuccess) return err;
   const dim3 grid(ceil_div(p.hidden, kT1DownWarps));
   const dim3 down_threads(kT1DownWarps * 32);

@@ -110,6 +110,15 @@ struct MoeDecodeT1Params {
   // as soon as every down CTA runs, so its first weight loads overlap down's tail. Set by
   // launch_moe_decode_t1 from DEEPINFER_MOE_T1_TRIGGER (1 on; A/B switch).
   bool early_trigger = false;
+  // Shared slots start before the router ends (shared_early; launch_moe_decode_t1 then launches
+  // gate_up as a PDL dependent of the router): their CTAs come first in the grid, recompute x =
+  // rms_norm(norm_x) · norm_w (bitwise the rms_norm kernel's h) into shared memory and never wait;
+  // only the routed slots wait for the router's ids. norm_x is the residual stream before the
+  // block (not written by the router).
+  bool shared_early = false;
+  const __nv_bfloat16* norm_x = nullptr;  // [1, hidden]
+  const __nv_bfloat16* norm_w = nullptr;  // [hidden]
+  float eps = 0.0f;
 };
 // down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
@@ -125,6 +134,10 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream
 // decode kernels, combine): DEEPINFER_MOE_T1=off (read once); the override (tests, benchmarks:
 // 1 on, 0 off, -1 back to the env) wins.
 bool moe_t1_path_enabled();
+// Whether the shared slots start early (MoeDecodeT1Params::shared_early, when the caller gives
+// the norm): DEEPINFER_MOE_SHARED_EARLY=0 turns it off (read once); the override (tests,
+// benchmarks: 1 on, 0 off, -1 back to the env) wins.
+void set_moe_shared_early_override(int on);
 void set_moe_t1_path_override(int on);
 
 // Grouped GEMM on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), reading the device
