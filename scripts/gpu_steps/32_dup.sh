@@ -7,8 +7,8 @@
 if [ -x .gpu_bin/bench_cuda_model ] && [ -n "${DI_DUP_PRESETS:-}" ]; then
   for preset in $DI_DUP_PRESETS; do
     case $preset in
-      qwen3-30b-a3b) pats=("" moe_residual moe_norm_route paged_attention qkv_rope_store
-                         "[5120x2048]" "[2048x4096]" "[151936x2048]") ;;
+      qwen3-30b-a3b) pats=("" moe_residual moe_norm_route qkv_rope_attention "[5120x2048]"
+                         "[2048x4096]" "[151936x2048]") ;;
       deepseek-v2-lite) pats=("" moe_residual moe_norm_route paged_attention mla_rope_store
                             head_linear "[3648x2048]" "]·[2048x2048]" "[102400x2048]") ;;
       *) pats=("" moe_residual paged_attention) ;;

@@ -165,11 +165,12 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // launched as PDL dependents of their predecessor (launch_decode) instead of plainly: 1 the
 // rope/store kernels (qkv_rope_store, mla_rope_store), 2 the GQA decode attention kernels, 4 the
 // split combine. As dependents they start while the previous kernel runs (hiding their launch)
-// and wait (griddepcontrol.wait) before reading anything. Default 1, from the H200 A/B
-// (docs/performance.md, run 18): the rope/store kernels gain on V2-Lite, the GQA chain loses.
+// and wait (griddepcontrol.wait) before reading anything. Default 5 (rope/store and combine),
+// from the H200 A/B (docs/performance.md, run 18, batch 1): the rope/store kernels V2-Lite
+// 391 -> 400 tok/s, the combine Qwen3-30B-A3B 296 -> 304; the GQA kernels lose (Qwen3 -2.4 %).
 enum PdlDecodeKernel : int { kPdlRopeStore = 1, kPdlGqaDecode = 2, kPdlSplitCombine = 4 };
 inline bool pdl_decode_enabled(PdlDecodeKernel kernel) {
-  static const int mask = env_int("DEEPINFER_PDL_DECODE", kPdlRopeStore);
+  static const int mask = env_int("DEEPINFER_PDL_DECODE", kPdlRopeStore | kPdlSplitCombine);
   return (mask & kernel) != 0 && pdl_enabled();
 }
 

@@ -108,7 +108,7 @@ struct MoeDecodeT1Params {
   const __nv_bfloat16* residual = nullptr;        // [1, hidden] or null
   // The down kernel lets the stream's next kernel (the next layer's PDL-launched qkv GEMV) start
   // as soon as every down CTA runs, so its first weight loads overlap down's tail. Set by
-  // launch_moe_decode_t1 from DEEPINFER_MOE_T1_TRIGGER (1 on; A/B switch).
+  // launch_moe_decode_t1 from DEEPINFER_MOE_T1_TRIGGER (default on; 0 off: the A/B switch).
   bool early_trigger = false;
   // Shared slots start before the router ends (shared_early; launch_moe_decode_t1 then launches
   // gate_up as a PDL dependent of the router): their CTAs come first in the grid, recompute x =
