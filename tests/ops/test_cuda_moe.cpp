@@ -844,16 +844,14 @@ TEST(CudaMoeFused, SharedEarlyBitEqualToRouterInput) {
       for (int step = 0; step < 3; ++step) {
         Tensor hf = be->empty({1, h}, DType::kBF16), ids = be->empty({1, k}, DType::kI32),
                wts = be->empty({1, k}, DType::kF32);
-        MoeNormRouteParams q;
-        q.x = &res;
-        q.norm_w = &nw;
-        q.eps = 1e-6f;
-        q.gate = &gate;
-        q.routing = r;
-        q.h = &hf;
-        q.topk_ids = &ids;
-        q.topk_weights = &wts;
-        be->moe_norm_route(q);
+        be->moe_norm_route({.x = &res,
+                            .norm_w = &nw,
+                            .eps = 1e-6f,
+                            .gate = &gate,
+                            .routing = r,
+                            .h = &hf,
+                            .topk_ids = &ids,
+                            .topk_weights = &wts});
         if (c.skip) {  // a skipped routed slot: the ids are overwritten after the router
           std::vector<int32_t> idv(static_cast<size_t>(k));
           for (int64_t j = 0; j < k; ++j) idv[static_cast<size_t>(j)] = static_cast<int32_t>(j);

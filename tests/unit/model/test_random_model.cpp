@@ -137,15 +137,28 @@ TEST(RandomModelMla, DecodeStepEqualsLastRowOfPrefill) {
   }
 }
 
+// A tiny DeepSeek-V3 model on the CPU twice, with the same weights: bare and through `prof`;
+// `want` is the bare model's two steps of logits.
+struct ProfiledPair {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  ProfilingBackend prof{*be};
+  std::unique_ptr<Model> bare, wrapped;
+  std::vector<float> want;
+  ProfiledPair() {
+    const ModelConfig config = preset_config("deepseek_v3", "tiny");
+    RandomWeights r;
+    r.seed = 5;
+    bare = make_random_model(config, *be, r, {.max_context = 64});
+    wrapped = make_random_model(config, prof, r, {.max_context = 64});
+    want = run_two_steps(*bare, *be);
+  }
+};
+
 TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
-  const ModelConfig config = preset_config("deepseek_v3", "tiny");
-  auto be = make_cpu_backend();
-  ProfilingBackend prof(*be);
-  RandomWeights r;
-  r.seed = 5;
-  auto bare = make_random_model(config, *be, r, {.max_context = 64});
-  auto wrapped = make_random_model(config, prof, r, {.max_context = 64});
-  const std::vector<float> want = run_two_steps(*bare, *be);
+  ProfiledPair pp;
+  ProfilingBackend& prof = pp.prof;
+  auto& wrapped = pp.wrapped;
+  const std::vector<float>& want = pp.want;
   EXPECT_EQ(run_two_steps(*wrapped, prof), want);  // disabled: pure forwarding
   EXPECT_TRUE(prof.stats().empty());
   prof.set_enabled(true);
@@ -166,6 +179,33 @@ TEST(ProfilingBackendTest, ForwardsAndCountsOps) {
   EXPECT_TRUE(saw_route && saw_experts && saw_attention && saw_mla) << prof.table(50);
   for (size_t i = 1; i < stats.size(); ++i) EXPECT_GE(stats[i - 1].total_us, stats[i].total_us);
   EXPECT_NE(prof.table(5).find("total over"), std::string::npos);
+}
+
+// Duplicate mode (bench_cuda_model --dup): every op whose key contains the pattern runs twice,
+// the second time into scratch outputs where it accumulates, so the model's logits are the bare
+// model's, and dup_count() equals the matching calls the enabled profiler counts.
+TEST(ProfilingBackendTest, DuplicateModeKeepsLogitsAndCountsMatchingCalls) {
+  ProfiledPair pp;
+  ProfilingBackend& prof = pp.prof;
+  auto& wrapped = pp.wrapped;
+  const std::vector<float>& want = pp.want;
+  prof.set_enabled(true);
+  (void)run_two_steps(*wrapped, prof);
+  prof.set_enabled(false);
+  const auto stats = prof.stats();
+  for (const char* pattern : {"moe_residual", "moe_norm_route", "fused_linear", "+=residual",
+                              "paged_attention", "mla_rope_store", "head_linear"}) {
+    int64_t calls = 0;
+    for (const auto& s : stats)
+      if (s.key.find(pattern) != std::string::npos) calls += s.calls;
+    prof.set_duplicate(pattern);
+    EXPECT_EQ(run_two_steps(*wrapped, prof), want) << pattern;
+    EXPECT_EQ(prof.dup_count(), calls) << pattern;
+    EXPECT_GT(calls, 0) << pattern;
+  }
+  prof.set_duplicate("");
+  EXPECT_EQ(run_two_steps(*wrapped, prof), want);
+  EXPECT_EQ(prof.dup_count(), 0);
 }
 
 TEST(RandomWeightsTest, HostValuesFollowTheScaleRules) {
