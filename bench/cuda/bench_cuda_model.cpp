@@ -276,8 +276,8 @@ int run(const Args& args) {
       const double tok_s = 1e3 * conc / ms;
       std::string dup;
       if (!args.dup.empty())
-        dup = " dup=\"" + args.dup + "\" dup_per_step=" +
-              std::to_string(prof.dup_count() / (graphed ? 2 : 1 + args.reps));
+        dup = " dup=\"" + args.dup +
+              "\" dup_per_step=" + std::to_string(prof.dup_count() / (graphed ? 2 : 1 + args.reps));
       prof.set_duplicate("");
       std::printf(
           "[model] preset=%s%s%s conc=%d ctx=%d mode=%s step_ms=%.3f tok_s=%.1f "

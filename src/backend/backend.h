@@ -206,7 +206,7 @@ struct MoeResidualParams {
   // Optional: the norm that made x (x == rms_norm(residual) · norm_w, eps), so a backend may
   // recompute x from the residual itself (CUDA: the shared expert starts before the router ends).
   // The residual must be unchanged since x was computed (MoeBlock: moe_norm_route only reads it).
-  const Tensor* norm_w = nullptr;          // [H]
+  const Tensor* norm_w = nullptr;  // [H]
   float eps = 0.0f;
 };
 

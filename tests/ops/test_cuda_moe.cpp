@@ -819,8 +819,10 @@ TEST(CudaMoeFused, SharedEarlyBitEqualToRouterInput) {
   v3.num_groups = 4;
   v3.topk_groups = 2;
   v3.top_k = 4;
-  const std::vector<Case> cases = {{2048, 1408, 2, v2, false}, {2048, 1408, 2, v2, true},
-                                   {1024, 512, 1, v2, false},  {264, 128, 4, v2, false},
+  const std::vector<Case> cases = {{2048, 1408, 2, v2, false},
+                                   {2048, 1408, 2, v2, true},
+                                   {1024, 512, 1, v2, false},
+                                   {264, 128, 4, v2, false},
                                    {7168, 2048, 1, v3, false}};
   int bad = 0;
   for (const Case& c : cases) {
@@ -880,12 +882,13 @@ TEST(CudaMoeFused, SharedEarlyBitEqualToRouterInput) {
     for (size_t i = 0; i < on.size(); ++i) differing += on[i] != off[i];
     const bool ok = differing == 0 && calls_on == 3 && calls_off == 3;
     bad += !ok;
-    std::printf("[moe-op] shared_early_h%lld_i%lld_shared%lld%s steps=3 fused=%lld/%lld "
-                "differing=%lld %s\n",
-                static_cast<long long>(h), static_cast<long long>(in),
-                static_cast<long long>(c.shared_mult), c.skip ? "_skip" : "",
-                static_cast<long long>(calls_on), static_cast<long long>(calls_off),
-                static_cast<long long>(differing), ok ? "PASS" : "FAIL");
+    std::printf(
+        "[moe-op] shared_early_h%lld_i%lld_shared%lld%s steps=3 fused=%lld/%lld "
+        "differing=%lld %s\n",
+        static_cast<long long>(h), static_cast<long long>(in),
+        static_cast<long long>(c.shared_mult), c.skip ? "_skip" : "",
+        static_cast<long long>(calls_on), static_cast<long long>(calls_off),
+        static_cast<long long>(differing), ok ? "PASS" : "FAIL");
   }
   cuda::set_moe_shared_early_override(-1);
   be->set_moe_fused(-1);

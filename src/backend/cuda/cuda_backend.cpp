@@ -144,8 +144,8 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   reserve_attention_counters(kInitialAttentionCounters);
   CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
   CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, sizeof(unsigned), stream_));
-  CUDA_CHECK(cudaMalloc(&moe_route_logits_,
-                        sizeof(float) * kNormRouteMaxTokens * kMaxRouterExperts));
+  CUDA_CHECK(
+      cudaMalloc(&moe_route_logits_, sizeof(float) * kNormRouteMaxTokens * kMaxRouterExperts));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

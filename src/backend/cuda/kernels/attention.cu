@@ -308,16 +308,20 @@ bool launch_decode_eh(const PagedAttentionKernelParams& p, int group, cudaStream
   switch (group) {
     case 1:
       if constexpr (HS != 1) return false;
-      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 1, 1, TW>, grid, kThreadsHs, 0, stream, p);
+      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 1, 1, TW>, grid, kThreadsHs, 0,
+                          stream, p);
       return true;
     case 2:
-      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 2, HS, TW>, grid, kThreadsHs, 0, stream, p);
+      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 2, HS, TW>, grid, kThreadsHs, 0,
+                          stream, p);
       return true;
     case 4:
-      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 4, HS, TW>, grid, kThreadsHs, 0, stream, p);
+      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 4, HS, TW>, grid, kThreadsHs, 0,
+                          stream, p);
       return true;
     case 8:
-      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 8, HS, TW>, grid, kThreadsHs, 0, stream, p);
+      (void)launch_decode(kPdlGqaDecode, gqa_decode_kernel<E, 8, HS, TW>, grid, kThreadsHs, 0,
+                          stream, p);
       return true;
     default:
       return false;
@@ -466,8 +470,8 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (gqa_decode_enabled() && (launch_gqa_decode_mma(p, stream) || launch_gqa_decode(p, stream))) {
     if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
-      (void)launch_decode(kPdlSplitCombine, combine_splits_kernel<bf16>, dim3(rows, ceil_div(p.head_dim_v, 128)),
-                          dim3(128), 0, stream, p);
+      (void)launch_decode(kPdlSplitCombine, combine_splits_kernel<bf16>,
+                          dim3(rows, ceil_div(p.head_dim_v, 128)), dim3(128), 0, stream, p);
     }
     return;
   }

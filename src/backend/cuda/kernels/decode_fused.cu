@@ -157,15 +157,19 @@ void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t strea
   const int64_t rows = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
   if (rows == 0) return;
   const auto grid = static_cast<unsigned>(rows);
-  (void)(p.f32 ? launch_decode(kPdlRopeStore, qkv_rope_store_kernel<float>, grid, kFusedThreads, 0, stream, p)
-               : launch_decode(kPdlRopeStore, qkv_rope_store_kernel<bf16>, grid, kFusedThreads, 0, stream, p));
+  (void)(p.f32 ? launch_decode(kPdlRopeStore, qkv_rope_store_kernel<float>, grid, kFusedThreads, 0,
+                               stream, p)
+               : launch_decode(kPdlRopeStore, qkv_rope_store_kernel<bf16>, grid, kFusedThreads, 0,
+                               stream, p));
 }
 
 void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const dim3 grid(static_cast<unsigned>(p.tokens), 1u + ceil_div(p.num_heads, kMlaHeadsPerCta));
-  (void)(p.f32 ? launch_decode(kPdlRopeStore, mla_rope_store_kernel<float>, grid, kMlaThreads, 0, stream, p)
-               : launch_decode(kPdlRopeStore, mla_rope_store_kernel<bf16>, grid, kMlaThreads, 0, stream, p));
+  (void)(p.f32 ? launch_decode(kPdlRopeStore, mla_rope_store_kernel<float>, grid, kMlaThreads, 0,
+                               stream, p)
+               : launch_decode(kPdlRopeStore, mla_rope_store_kernel<bf16>, grid, kMlaThreads, 0,
+                               stream, p));
 }
 
 void launch_moe_combine_f32_out(const MoeCombineF32OutParams& p, cudaStream_t stream) {

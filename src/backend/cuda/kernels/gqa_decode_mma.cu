@@ -276,7 +276,8 @@ void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t strea
   open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(kPdlGqaDecode, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem, stream, p, spc);
+  (void)launch_decode(kPdlGqaDecode, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem,
+                      stream, p, spc);
 }
 template <int D, int G>
 void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {

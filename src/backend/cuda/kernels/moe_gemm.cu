@@ -887,7 +887,9 @@ int g_t1_path_override = -1;
 int g_shared_early_override = -1;
 }  // namespace
 
-void set_moe_shared_early_override(int on) { g_shared_early_override = on; }
+void set_moe_shared_early_override(int on) {
+  g_shared_early_override = on;
+}
 
 void set_moe_t1_path_override(int on) {
   g_t1_path_override = on;
@@ -942,8 +944,8 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
       g_shared_early_override >= 0 ? g_shared_early_override != 0 : shared_early_env;
   MoeDecodeT1Params p = params;
   p.early_trigger = early_trigger;
-  p.shared_early = p.shared_early && shared_early_on && p.shared_slots > 0 &&
-                   p.norm_x != nullptr && p.norm_w != nullptr && pdl_enabled();
+  p.shared_early = p.shared_early && shared_early_on && p.shared_slots > 0 && p.norm_x != nullptr &&
+                   p.norm_w != nullptr && pdl_enabled();
   // Both kernels wait (griddepcontrol.wait) before reading the router's or gate_up's outputs,
   // so they are correct under either launch (launch_t1); gate_up's shared-expert CTAs issue their
   // first weight loads before the wait.
@@ -956,8 +958,8 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
     return 1;
   }();
   void (*gate_up)(MoeDecodeT1Params) = gu_variant == 0   ? moe_gate_up_t1_kernel<4, 1>
-                                         : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6>
-                                                           : moe_gate_up_t1_kernel<2, 8>;
+                                       : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6>
+                                                         : moe_gate_up_t1_kernel<2, 8>;
   cudaError_t err;
   if (p.shared_early) {  // a PDL dependent of the router: the shared slots run during it
     const int smem = p.hidden * 2;
