@@ -919,15 +919,15 @@ MoeT1DownImpl moe_t1_down_impl() {
   return impl;
 }
 
-// A plain launch, or launch_pdl with DEEPINFER_MOE_T1_PDL=1 (read once). Plain by measurement
-// (H200, run 17, both fused MoE paths): V2-Lite batch 1 370.2 -> 380.2 tok/s without PDL, Qwen3
-// 285.5 / 285.3 — the gate_up CTAs launched early fill the SMs while they wait for the router.
+// launch_pdl without shared slots, else a plain launch (the shared-early gate_up has its own PDL
+// launch); DEEPINFER_MOE_T1_PDL=1 / 0 forces PDL / plain (read once). By measurement (H200,
+// batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
+// 311.8 tok/s (run 18 call 7; flat in run 17 before the down trigger and the PDL mask); with
+// them down loses as a dependent — V2-Lite 417 -> 407 (run 18), 380.2 -> 370.2 (run 17).
 cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, cudaStream_t stream,
                       const MoeDecodeT1Params& p) {
-  static const bool pdl = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_T1_PDL");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
+  const bool pdl = forced >= 0 ? forced != 0 : p.shared_slots == 0;
   if (pdl) return launch_pdl(kernel, grid, block, 0, stream, p);
   kernel<<<grid, block, 0, stream>>>(p);
   return cudaGetLastError();
