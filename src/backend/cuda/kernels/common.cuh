@@ -42,12 +42,14 @@ inline bool pdl_enabled() {
   return on;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent launch: it may start
-// while the stream's previous kernel still runs, so it must pdl_wait() before reading that
-// kernel's outputs (and may load its own weights before). A plain launch when PDL is off.
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when
+// `dependent` (and PDL is on): it may then start while the stream's previous kernel still runs,
+// so it must pdl_wait() before reading that kernel's outputs (and may load its own weights
+// before). Otherwise a plain launch.
 template <typename... KernelArgs, typename... Args>
-inline cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t stream, Args... args) {
+inline cudaError_t launch_dependent_if(bool dependent, void (*kernel)(KernelArgs...), dim3 grid,
+                                       dim3 block, size_t smem, cudaStream_t stream,
+                                       Args... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -57,8 +59,15 @@ inline cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 blo
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = dependent && pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// launch_dependent_if(true, ...): a PDL dependent whenever PDL is on.
+template <typename... KernelArgs, typename... Args>
+inline cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, Args... args) {
+  return launch_dependent_if(true, kernel, grid, block, smem, stream, args...);
 }
 
 // Opens `kernel` to `smem` bytes of dynamic shared memory on the CURRENT device, once per
@@ -174,14 +183,13 @@ inline bool pdl_decode_enabled(PdlDecodeKernel kernel) {
   return (mask & kernel) != 0 && pdl_enabled();
 }
 
-// A decode-path kernel launch: launch_pdl when pdl_decode_enabled(which), else a plain launch.
-// The kernel must call pdl_wait() before it reads anything an earlier kernel writes.
+// A decode-path kernel launch: a PDL dependent when pdl_decode_enabled(which). The kernel must
+// call pdl_wait() before it reads anything an earlier kernel writes.
 template <typename... KernelArgs, typename... Args>
 inline cudaError_t launch_decode(PdlDecodeKernel which, void (*kernel)(KernelArgs...), dim3 grid,
                                  dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-  if (pdl_decode_enabled(which)) return launch_pdl(kernel, grid, block, smem, stream, args...);
-  kernel<<<grid, block, smem, stream>>>(args...);
-  return cudaGetLastError();
+  return launch_dependent_if(pdl_decode_enabled(which), kernel, grid, block, smem, stream,
+                             args...);
 }
 
 // Arrival at a grid-wide counter: atomicAdd with release and acquire semantics at GPU scope.

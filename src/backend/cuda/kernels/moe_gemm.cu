@@ -928,9 +928,7 @@ cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, 
                       const MoeDecodeT1Params& p) {
   static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
   const bool pdl = forced >= 0 ? forced != 0 : p.shared_slots == 0;
-  if (pdl) return launch_pdl(kernel, grid, block, 0, stream, p);
-  kernel<<<grid, block, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_dependent_if(pdl, kernel, grid, block, 0, stream, p);
 }
 
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t stream) {
