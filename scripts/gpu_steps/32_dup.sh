@@ -3,7 +3,8 @@
 # PATTERN twice (ProfilingBackend::set_duplicate); the step's growth over the plain run divided
 # by dup_per_step is that op's cost in the graph (launch gaps and PDL overlap included). A lower
 # bound where the op's bytes fit in L2 (the duplicate re-reads them from L2: attention's KV,
-# o_proj, the router's gate). DI_DUP_PRESETS (default: the two MoE models), DI_DUP_CTX (2048).
+# o_proj, the router's gate). Runs only when DI_DUP_PRESETS names presets (the two MoE models
+# have their op patterns below; others get the MoE block and attention); DI_DUP_CTX (2048).
 if [ -x .gpu_bin/bench_cuda_model ] && [ -n "${DI_DUP_PRESETS:-}" ]; then
   for preset in $DI_DUP_PRESETS; do
     case $preset in
