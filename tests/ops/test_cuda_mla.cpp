@@ -359,25 +359,28 @@ TEST(MlaDecodePlan, HeadGroups) {
 }
 
 // The cluster kernel's planner (host only): 16 / 32-row head tiles, 32-entry splits in clusters
-// of 8, the partial workspace only with several clusters.
+// of 8 (64-entry splits below 32 tokens for contexts beyond 1024 entries), the partial workspace
+// only with several clusters.
 TEST(MlaDecodePlan, Clusters) {
   struct Want {
-    int32_t tokens, max_kv, heads, rows, head_tiles, clusters;
+    int32_t tokens, max_kv, heads, rows, head_tiles, split, clusters;
   };
   const Want want[] = {
-      {1, 1, 16, 16, 1, 1},      {1, 256, 16, 16, 1, 1}, {1, 257, 16, 16, 1, 2},
-      {1, 2112, 16, 16, 1, 9},   // V2-Lite's graph bucket for ctx 2048: 66 splits
-      {31, 2112, 16, 16, 1, 9},  // below 32 tokens the split stays 32
-      {1, 4100, 128, 32, 4, 17}, {3, 100, 20, 32, 1, 1}, {2, 100, 3, 16, 1, 1},
+      {1, 1, 16, 16, 1, 32, 1},      {1, 256, 16, 16, 1, 32, 1}, {1, 257, 16, 16, 1, 32, 2},
+      {1, 1024, 16, 16, 1, 32, 4},   // the engine's smallest graph context bucket: still 32
+      {1, 1025, 16, 16, 1, 64, 3},   // 17 splits of 64
+      {1, 2112, 16, 16, 1, 64, 5},   // V2-Lite's graph bucket for ctx 2048: 33 splits
+      {31, 2112, 16, 16, 1, 64, 5},  // below 32 tokens
+      {1, 4100, 128, 32, 4, 64, 9},  {3, 100, 20, 32, 1, 32, 1}, {2, 100, 3, 16, 1, 32, 1},
   };
   cuda::set_mla_cluster_batch_split_override(1);
   // From 32 tokens: 128-entry splits (17 for 2112 entries: 3 clusters), from 128 tokens 256 (9
-  // splits: 2 clusters), unless pinned to 32.
-  for (const int32_t tokens : {32, 127, 128, 256}) {
+  // splits: 2 clusters), unless pinned to 32 (which also pins the long-context split).
+  for (const int32_t tokens : {1, 31, 32, 127, 128, 256}) {
     const cuda::MlaClusterDecodePlan big =
         cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);
-    EXPECT_EQ(big.split_size, tokens >= 128 ? 256 : 128);
-    EXPECT_EQ(big.num_clusters, tokens >= 128 ? 2 : 3);
+    EXPECT_EQ(big.split_size, tokens >= 128 ? 256 : tokens >= 32 ? 128 : 64);
+    EXPECT_EQ(big.num_clusters, tokens >= 128 ? 2 : tokens >= 32 ? 3 : 5);
     cuda::set_mla_cluster_batch_split_override(0);
     const cuda::MlaClusterDecodePlan pinned =
         cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);
@@ -385,11 +388,10 @@ TEST(MlaDecodePlan, Clusters) {
     EXPECT_EQ(pinned.num_clusters, 9);
     cuda::set_mla_cluster_batch_split_override(1);
   }
-  cuda::set_mla_cluster_batch_split_override(-1);
   for (const Want& w : want) {
     const cuda::MlaClusterDecodePlan plan =
         cuda::plan_mla_cluster_decode(w.tokens, w.max_kv, w.heads, 576, 512);
-    EXPECT_EQ(plan.split_size, 32) << "kv " << w.max_kv;
+    EXPECT_EQ(plan.split_size, w.split) << "kv " << w.max_kv;
     EXPECT_EQ(plan.rows_per_tile, w.rows) << "heads " << w.heads;
     EXPECT_EQ(plan.head_tiles, w.head_tiles) << "heads " << w.heads;
     EXPECT_EQ(plan.num_clusters, w.clusters) << "kv " << w.max_kv;
@@ -397,9 +399,13 @@ TEST(MlaDecodePlan, Clusters) {
     EXPECT_EQ(plan.partial_bytes == 0, w.clusters == 1) << "kv " << w.max_kv;
     EXPECT_LE(plan.smem_bytes, size_t{227} << 10);
   }
-  // V3's 160K entries at 32 heads per tile: 5120 splits, 640 clusters; the last merge's weights
-  // (32 x 640 f32) would not fit the stage buffers (74,752 B), so the split grows.
+  cuda::set_mla_cluster_batch_split_override(-1);
+  // V3's 160K entries at 32 heads per tile and the pinned split of 32: 5120 splits, 640
+  // clusters; the last merge's weights (32 x 640 f32) would not fit the stage buffers (74,752 B),
+  // so the split grows.
+  cuda::set_mla_cluster_batch_split_override(0);
   const cuda::MlaClusterDecodePlan big = cuda::plan_mla_cluster_decode(1, 163840, 128, 576, 512);
+  cuda::set_mla_cluster_batch_split_override(-1);
   EXPECT_GT(big.split_size, 32);
   EXPECT_LE(int64_t{32} * big.num_clusters * 4, int64_t{2} * 32 * 584 * 2);
 }

@@ -41,6 +41,14 @@ constexpr int kLargeBatchTokens = 32;
 constexpr int kLargeBatchSplit = 128;
 constexpr int kHugeBatchTokens = 128;
 constexpr int kHugeBatchSplit = 256;
+// Below 32 tokens, contexts beyond 1024 entries take 64-entry splits (two stages per CTA, half
+// the clusters and partials): V2-Lite batch 1 at ctx 2048 416.0 -> 428.5 / 426.1 tok/s, ctx 8192
+// 386.9 -> 396.2, batch 4 752.9 -> 758.7, batch 8 flat; at ctx 512 it lost (441.9 -> 433.0), so
+// shorter contexts keep 32 (H200, run 18 calls 7-8, DEEPINFER_MLA_CLUSTER_SPLIT=64). The bound is
+// the engine's smallest graph context bucket (1024 entries), so a graph and an eager step of the
+// same sequence take the same split below it.
+constexpr int kLongContextEntries = 1024;
+constexpr int kLongContextSplit = 64;
 static_assert(kMlaCluster == 8, "the column slices and weight rows assume 8 CTAs per cluster");
 
 __host__ __device__ inline int align16(int b) {
@@ -621,7 +629,8 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
   const int32_t kSplit = kSplitEnv > 0                                 ? kSplitEnv
                          : by_batch && num_tokens >= kHugeBatchTokens  ? kHugeBatchSplit
                          : by_batch && num_tokens >= kLargeBatchTokens ? kLargeBatchSplit
-                                                                       : kDefaultSplit;
+                         : by_batch && max_kv_len > kLongContextEntries ? kLongContextSplit
+                                                                        : kDefaultSplit;
   MlaClusterDecodePlan plan;
   plan.rows_per_tile = num_heads <= 16 ? 16 : 32;
   plan.head_tiles = (num_heads + plan.rows_per_tile - 1) / plan.rows_per_tile;

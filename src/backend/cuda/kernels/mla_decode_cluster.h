@@ -66,11 +66,12 @@ struct MlaClusterDecodePlan {
 
 bool mla_cluster_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offset,
                                   int32_t dqk, int32_t dv, int32_t entry_size, int32_t num_tokens);
-// Split size: DEEPINFER_MLA_CLUSTER_SPLIT (>= 16, read once) if set, else 32 below 32 decode
-// tokens, 128 from 32 on and 256 from 128 on (mla_cluster_batch_split: a sequence's bits then depend on whether
-// its batch has 32 tokens; DEEPINFER_BATCH_INVARIANT=1 keeps 32 for every batch); doubled only
-// while the last cluster's merge weights would not fit in shared memory (contexts beyond ~150K
-// tokens).
+// Split size: DEEPINFER_MLA_CLUSTER_SPLIT (>= 16, read once) if set, else below 32 decode tokens
+// 32 (64 for contexts beyond 1024 entries), 128 from 32 on and 256 from 128 on
+// (mla_cluster_batch_split: a sequence's bits then depend on whether its batch has 32 tokens and
+// on the batch's longest context; DEEPINFER_BATCH_INVARIANT=1 keeps 32 for every batch); doubled
+// only while the last cluster's merge weights would not fit in shared memory (contexts beyond
+// ~150K tokens).
 bool mla_cluster_batch_split();
 void set_mla_cluster_batch_split_override(int on);  // tests: 1 / 0, -1 back to the env
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
