@@ -998,27 +998,31 @@ class ComposedAttentionBackend final : public ProfilingBackend {
   }
 };
 
+TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 #ifdef DI_HAVE_CUDA
-// Runs every qkv_rope_attention case on the GPU backend and on the composition of its ops;
-// `fused_calls` counts the fused kernel's launches, `expect_fused` says whether a case must take
-// it. Every output must be bit-equal. Returns the cases that took the fused kernel.
-int64_t expect_fused_attention_bitwise(Backend& be, const std::function<int64_t()>& fused_calls,
-                                       const std::function<bool(const TestQkvRopeAttention&)>& expect_fused) {
-  ComposedAttentionBackend composed(be);
-  int64_t checked = 0, fused_cases = 0;
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  auto& cb = static_cast<cuda::CudaBackend&>(*be);
+  // The fused kernel is opt-in (slower on the H200): turn it on for this test.
+  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
+  const bool fusion_on = !(decode_env && std::string(decode_env) == "generic");
+  cb.set_fused_attention(true);
+  // The fused kernel shares the CUDA-core decode kernel's arithmetic; groups that default to the
+  // tensor-core decode kernel are composed instead, so compare with that kernel off.
+  const int saved_mma = cuda::gqa_decode_mma_mode();
+  cuda::set_gqa_decode_mma_mode(0);
+  ComposedAttentionBackend composed(*be);
+  int64_t checked = 0;
   for (const auto& c : all_cases()) {
     const auto* a = dynamic_cast<const TestQkvRopeAttention*>(c.get());
     if (a == nullptr) continue;
-    const int64_t before = fused_calls();
-    const std::vector<Output> fused = c->run(be);
-    const int64_t calls = fused_calls() - before;
+    const int64_t before = cb.fused_attention_calls();
+    const std::vector<Output> fused = c->run(*be);
+    const int64_t fused_calls = cb.fused_attention_calls() - before;
     const std::vector<Output> ref = c->run(composed);
-    EXPECT_EQ(fused_calls() - before, calls) << "the composed run fused";
-    const bool want = expect_fused(*a);
-    EXPECT_EQ(calls, want ? a->calls : 0) << c->name() << ": fused kernel calls";
-    fused_cases += calls > 0;
-    EXPECT_EQ(fused.size(), ref.size()) << c->name();
-    if (fused.size() != ref.size()) continue;
+    EXPECT_EQ(cb.fused_attention_calls() - before, fused_calls) << "the composed run fused";
+    EXPECT_EQ(fused_calls, fusion_on ? a->calls : 0) << c->name() << ": fused kernel calls";
+    ASSERT_EQ(fused.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) {
       int64_t bad = 0;
       double max_ulp = 0.0;  // in bf16 ulps of the larger magnitude
@@ -1029,75 +1033,18 @@ int64_t expect_fused_attention_bitwise(Backend& be, const std::function<int64_t(
         const float ulp = std::ldexp(1.0f, std::ilogb(std::max(std::fabs(x), std::fabs(y))) - 7);
         max_ulp = std::max(max_ulp, static_cast<double>(std::fabs(x - y) / ulp));
       }
-      std::printf("[op] %-60s %-12s fused%s_vs_composed_bits_differ=%lld of %lld max_ulp=%.1f %s\n",
-                  c->name().c_str(), ref[i].name.c_str(), want ? "" : "(off)",
-                  static_cast<long long>(bad), static_cast<long long>(ref[i].value.numel()),
-                  max_ulp, bad == 0 ? "PASS" : "FAIL");
+      std::printf("[op] %-60s %-12s fused_vs_composed_bits_differ=%lld of %lld max_ulp=%.1f %s\n",
+                  c->name().c_str(), ref[i].name.c_str(), static_cast<long long>(bad),
+                  static_cast<long long>(ref[i].value.numel()), max_ulp,
+                  bad == 0 ? "PASS" : "FAIL");
       EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "' (max " << max_ulp
                         << " bf16 ulp)";
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 20);
-  return fused_cases;
-}
-
-bool attention_fusion_on() {  // DEEPINFER_ATTN_DECODE=generic composes every call
-  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
-  return !(decode_env && std::string(decode_env) == "generic");
-}
-#endif
-
-TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
-#ifdef DI_HAVE_CUDA
-  Backend* be = gpu();
-  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
-  auto& cb = static_cast<cuda::CudaBackend&>(*be);
-  // The fused kernel is opt-in (slower on the H200): turn it on for this test.
-  cb.set_fused_attention(true);
-  // The fused kernel shares the CUDA-core decode kernel's arithmetic; groups that default to the
-  // tensor-core decode kernel are composed instead, so compare with that kernel off.
-  const int saved_mma = cuda::gqa_decode_mma_mode();
-  cuda::set_gqa_decode_mma_mode(0);
-  const bool on = attention_fusion_on();
-  expect_fused_attention_bitwise(
-      *be, [&] { return cb.fused_attention_calls(); },
-      [&](const TestQkvRopeAttention&) { return on; });
   cb.set_fused_attention(false);  // back to the default for the tests after this one
   cuda::set_gqa_decode_mma_mode(saved_mma);
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
-}
-
-// The rope/store prologue fused into the tensor-core decode kernel (the default for the groups
-// it takes) against qkv_rope_store + that kernel + the combine: bit-equal outputs, new K/V and
-// pool. With the kernel's default groups (4 and 8 here) and with every group on it (mode 1:
-// groups 1 and 2 too); head dim 256 is never on tensor cores, so those cases compose.
-TEST(FusedQkvRopeAttention, TensorCoreMatchesComposedOnGpuBitwise) {
-#ifdef DI_HAVE_CUDA
-  Backend* be = gpu();
-  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
-  auto& cb = static_cast<cuda::CudaBackend&>(*be);
-  cb.set_fused_attention(false);
-  cb.set_mma_fused_attention(true);
-  const int saved_mma = cuda::gqa_decode_mma_mode();
-  const bool on = attention_fusion_on();
-  for (const int mode : {-1, 1}) {
-    cuda::set_gqa_decode_mma_mode(mode);
-    const int64_t fused = expect_fused_attention_bitwise(
-        *be, [&] { return cb.mma_fused_attention_calls(); },
-        [&](const TestQkvRopeAttention& a) {
-          return on && cuda::gqa_decode_mma_for(a.hq / a.hkv, a.d);
-        });
-    std::printf("[op] qkv_rope_attention on the tensor-core kernel, mode %d: %lld cases fused\n",
-                mode, static_cast<long long>(fused));
-    // Groups >= 4 at head dims 64 / 128: 15 of the 20 cases; mode 1 adds g1, g2 and g1_d64.
-    if (on) {
-      EXPECT_EQ(fused, mode == 1 ? 18 : 15) << "mode " << mode;
-    }
-  }
-  cuda::set_gqa_decode_mma_mode(saved_mma);
+  EXPECT_EQ(checked, 20);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -918,7 +918,7 @@ void CudaBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
 
 bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
                                          const PagedAttentionParams& at) {
-  if (f32_ || !gqa_decode_enabled() || !(fused_attention_ || mma_fused_attention_)) return false;
+  if (f32_ || !fused_attention_ || !gqa_decode_enabled()) return false;
   // Anything the fused kernel does not cover, incl. a malformed call, goes to the composed ops
   // (whose checks name the problem).
   if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
@@ -931,12 +931,10 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
     return false;
   const PagedBatch& b = *st.batch;
   if (b.num_tokens == 0 || b.num_seqs == 0) return false;
-  // Groups the tensor-core decode kernel takes fuse into that kernel (mma_fused_attention_; the
-  // CUDA-core fused kernel would change their bits), the others into the CUDA-core one
-  // (fused_attention_).
-  const bool mma =
-      at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk);
-  if (mma ? !mma_fused_attention_ : !fused_attention_) return false;
+  // Groups the tensor-core decode kernel takes are composed (the fused kernel shares the CUDA-core
+  // kernel's arithmetic, so it would change the bits).
+  if (at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
+    return false;
   check_qkv_rope_store(st, dt_);
   check_paged_attention(at, dt_);
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
@@ -946,13 +944,11 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   QkvRopeAttentionKernelParams k{};
   k.store = store_kernel_params(st, false);
   k.attn = attention_kernel_params(at, false);
-  k.attn.num_sms = num_sms_;
   k.attn.rows_per_tile = plan.rows_per_tile;
   k.attn.max_tiles = plan.max_tiles;
   k.attn.split_size = plan.split_size;
   k.attn.num_splits = plan.num_splits;
-  if (!mma && plan.num_splits > 1 &&
-      !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
+  if (plan.num_splits > 1 && !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
     return false;
   k.counters = attention_counters_;
   Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
@@ -966,12 +962,6 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   // After the workspace: the check requires the partial buffers when there are several splits
   // (checked before them, every multi-split call fell back to the composed ops: GPU run, 29 Nov).
   if (!qkv_rope_attention_supported(k)) return false;
-  if (mma) {
-    if (!launch_qkv_rope_gqa_decode_mma(k, stream_)) return false;
-    CUDA_CHECK_LAUNCH("qkv_rope_attention (tensor-core decode)");
-    ++mma_fused_attention_calls_;
-    return true;
-  }
   CUDA_CHECK(launch_qkv_rope_attention(k, stream_));
   CUDA_CHECK_LAUNCH("qkv_rope_attention");
   ++fused_attention_calls_;

@@ -79,15 +79,11 @@ class CudaBackend final : public Backend {
   // one kernel (kernels/qkv_rope_attention.h) for the bf16 decode batches the decode attention
   // kernel takes. Opt-in: it is bit-equal to the composed ops but slower on the H200 (Llama-3.1-8B
   // batch 1: 205.7 -> 191.4 tok/s; Qwen3-30B-A3B: 242 -> 183; docs/performance.md run 10).
-  // DEEPINFER_ATTN_DECODE=generic always composes. The groups the tensor-core decode kernel takes
-  // (gqa_decode_mma_for: by default 4+ q heads per kv head) take set_mma_fused_attention's path.
+  // DEEPINFER_ATTN_DECODE=generic always composes, and so do the groups the tensor-core decode
+  // kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv head).
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
-  // The groups the tensor-core decode kernel takes fuse the rope/store prologue into that kernel
-  // instead (launch_qkv_rope_gqa_decode_mma; the combine stays a kernel of its own); on unless
-  // DEEPINFER_ATTN_MMA_FUSED=0.
-  void set_mma_fused_attention(bool on) { mma_fused_attention_ = on; }  // tests, benchmarks
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
@@ -179,7 +175,6 @@ class CudaBackend final : public Backend {
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
   // Calls of qkv_rope_attention that ran the fused kernel (tests check the path was taken).
   int64_t fused_attention_calls() const { return fused_attention_calls_; }
-  int64_t mma_fused_attention_calls() const { return mma_fused_attention_calls_; }
   // MLA decode batches (paged_attention with one latent head; bf16 mode): by batch size (kAuto,
   // default) the wide kernel (kernels/mla_decode_wide.h) or the cluster kernel
   // (kernels/mla_decode_cluster.h); or one of them always (env DEEPINFER_MLA_KERNEL=wide |
@@ -236,11 +231,6 @@ class CudaBackend final : public Backend {
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
-  bool mma_fused_attention_ = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_MMA_FUSED");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  int64_t mma_fused_attention_calls_ = 0;
   MlaDecodeKernel mla_decode_kernel_ = [] {
     const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
     if (env != nullptr && std::string(env) == "0") return MlaDecodeKernel::kGeneric;

@@ -117,9 +117,6 @@ int gqa_decode_mma_splits_per_cta();
 void set_gqa_decode_mma_splits_per_cta(int spc);
 // Launches it for a decode call when gqa_decode_mma_for and the layout allow; false otherwise.
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream);
-// combine_splits_kernel (bf16 out) over the decode kernels' partials of p.num_splits > 1 splits,
-// a PDL dependent by DEEPINFER_PDL_DECODE's split-combine bit.
-void launch_split_combine(const PagedAttentionKernelParams& p, cudaStream_t stream);
 
 void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream);
 

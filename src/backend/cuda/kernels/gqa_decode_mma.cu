@@ -31,8 +31,6 @@
 #include "backend/cuda/kernels/attention_prefill_mma_math.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gqa_decode.cuh"
-#include "backend/cuda/kernels/qkv_rope_attention.h"
-#include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
 namespace {
@@ -58,27 +56,14 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-static_assert(kWarps * 32 == kQkvRowThreads,
-              "the fused prologue's norm reduction must run on qkv_rope_store_kernel's threads");
-
-// The split whose CTA writes the new K/V of a token at `pos`: the one that reads that position.
-__device__ __forceinline__ int owner_split(int32_t pos, const PagedAttentionKernelParams& a) {
-  return pos < 0 ? 0 : min(pos / a.split_size, a.num_splits - 1);
-}
-
 // CTA (x, kvh, s): splits x·spc .. x·spc + spc - 1 of kv head kvh of sequence s, one after the
 // other; each warp's first sub-tile of the next split is copied (second buffer) while the current
 // split is computed and merged. A split's arithmetic does not depend on spc (same sub-tiles per
 // warp, same merge order), so neither do its bits.
 // B: K/V buffers per warp (2 when spc > 1, else 1: less shared memory, more CTAs per SM).
-// Store (Backend::qkv_rope_attention on this kernel): the prologue of qkv_rope_store_kernel
-// folded in, from the qkv GEMM output `st.qkv` (qkv_rope_rows.cuh, the same 128 threads, so the
-// same bits): first the new K/V of the sequence's tokens whose position falls into this CTA's
-// splits ([k_norm] + rope, v copied) into the pool (the owner rule: no other CTA reads them),
-// then per token its G q rows ([q_norm] + rope, bf16) in shared memory instead of p.q.
-template <int D, int G, int B, bool Store>
+template <int D, int G, int B>
 __global__ void __launch_bounds__(kWarps * 32, 3)
-    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc, QkvRopeStoreKernelParams st) {
+    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
@@ -97,37 +82,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const float c2 = p.scale * kLog2e;
   const bf16* layer_base = p.pool + p.layer_offset + int64_t{kvh} * p.kv_head_stride;
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  // Store: the prologue's rows in the merge area (free until the first merge; every token's
-  // iteration ends with a barrier): row_s [G][D] f32, scratch [G][32] f32, q_s [G][D] bf16.
-  float* row_s = &sh.o[0][0][0];
-  float* scratch = row_s + G * D;
-  bf16* q_s = reinterpret_cast<bf16*>(scratch + G * 32);
-  static_assert(G * D + G * 32 + G * D / 2 <= kWarps * G * D, "the prologue fits the merge area");
-  const int qkv_heads = st.num_q_heads + 2 * st.num_kv_heads;
-  const RopeCosSin cs{st.cos_sin, st.cos_sin_f32, st.max_pos};
-  if constexpr (Store) {
-    // Every branch depends only on blockIdx and the metadata: the whole CTA takes it together.
-    const bf16* k_norm = static_cast<const bf16*>(st.k_norm);
-    for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
-      const int32_t pos = st.positions[i], slot = st.slot_mapping[i];
-      const int own = owner_split(pos, p);
-      if (own < split0 || own >= split0 + nsp || slot < 0) continue;
-      const int64_t block = slot / st.block_size, off = slot % st.block_size;
-      if (block >= st.num_blocks) continue;
-      bf16* entry = static_cast<bf16*>(st.pool) + block * st.block_stride + st.layer_offset +
-                    off * st.entry_size;
-      const bf16* row = static_cast<const bf16*>(st.qkv) + int64_t{i} * qkv_heads * D;
-      qkv_rope_rows<bf16, 1>(row + int64_t{st.num_q_heads + kvh} * D, entry + int64_t{kvh} * D,
-                             D, k_norm, st.eps, true, pos, cs, row_s, scratch);
-      qkv_rope_rows<bf16, 1>(row + int64_t{st.num_q_heads + st.num_kv_heads + kvh} * D,
-                             entry + int64_t{st.num_kv_heads + kvh} * D, D, nullptr, st.eps, false,
-                             pos, cs, row_s, scratch);
-    }
-    // The rows above are read back below by other threads of this CTA through cp.async (L2):
-    // each writer's fence, then the barrier.
-    __threadfence();
-    __syncthreads();
-  }
   for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
     const int limit = min(seq.kv_len, p.positions[i] + 1);
     // K and V rows [base, base + 16) of this kv head into buffer `buf` (rows past t1 zero-filled);
@@ -165,14 +119,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     uint32_t qa[kKSteps][2 * kHalves];
     {
       const bf16* q0 = p.q + (int64_t{i} * p.num_q_heads + int64_t{kvh} * G) * D;
-      if constexpr (Store) {  // while the first sub-tiles' copies are in flight
-        qkv_rope_rows<bf16, G>(
-            static_cast<const bf16*>(st.qkv) + (int64_t{i} * qkv_heads + int64_t{kvh} * G) * D,
-            q_s, D, static_cast<const bf16*>(st.q_norm), st.eps, true, st.positions[i], cs, row_s,
-            scratch);
-        __syncthreads();  // q_s is written by other threads (rope)
-        q0 = q_s;
-      }
 #pragma unroll
       for (int kc = 0; kc < kKSteps; ++kc) {
         const int col = kc * 16 + 2 * t4;
@@ -273,7 +219,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         __syncwarp();  // every lane's ldmatrix is done before the buffer is refilled
       }
       // Merge the 4 warps (warp order); write the split's partial or, with one split, the output.
-      __syncthreads();  // the previous split's merge reads (and Store's q_s reads) are done
+      __syncthreads();  // the previous split's merge reads are done
 #pragma unroll
       for (int r = 0; r < kHalves; ++r) {
         const int h = g + 8 * r;
@@ -324,70 +270,44 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
 }
 
-// Store (the fused prologue) takes the rope/store kernel's place after the qkv GEMV, so it is a
-// PDL dependent by that kernel's bit of DEEPINFER_PDL_DECODE.
-template <int D, int G, int B, bool Store>
-void launch_dgb(const PagedAttentionKernelParams& p, const QkvRopeStoreKernelParams& st, int spc,
-                cudaStream_t stream) {
+template <int D, int G, int B>
+void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
   constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B>));
-  open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B, Store>), smem);
+  open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(Store ? kPdlRopeStore : kPdlGqaDecode, gqa_decode_mma_kernel<D, G, B, Store>,
-                      grid, dim3(kWarps * 32), smem, stream, p, spc, st);
+  (void)launch_decode(kPdlGqaDecode, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem,
+                      stream, p, spc);
 }
-template <int D, int G, bool Store>
-void launch_dg(const PagedAttentionKernelParams& p, const QkvRopeStoreKernelParams& st, int spc,
-               cudaStream_t stream) {
+template <int D, int G>
+void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
   if (spc == 1)
-    launch_dgb<D, G, 1, Store>(p, st, 1, stream);
+    launch_dgb<D, G, 1>(p, 1, stream);
   else
-    launch_dgb<D, G, 2, Store>(p, st, spc, stream);
+    launch_dgb<D, G, 2>(p, spc, stream);
 }
 
-template <int D, bool Store>
-bool launch_d(const PagedAttentionKernelParams& p, const QkvRopeStoreKernelParams& st, int group,
-              int spc, cudaStream_t stream) {
+template <int D>
+bool launch_d(const PagedAttentionKernelParams& p, int group, int spc, cudaStream_t stream) {
   switch (group) {
     case 1:
-      launch_dg<D, 1, Store>(p, st, spc, stream);
+      launch_dg<D, 1>(p, spc, stream);
       return true;
     case 2:
-      launch_dg<D, 2, Store>(p, st, spc, stream);
+      launch_dg<D, 2>(p, spc, stream);
       return true;
     case 4:
-      launch_dg<D, 4, Store>(p, st, spc, stream);
+      launch_dg<D, 4>(p, spc, stream);
       return true;
     case 8:
-      launch_dg<D, 8, Store>(p, st, spc, stream);
+      launch_dg<D, 8>(p, spc, stream);
       return true;
     case 16:
-      launch_dg<D, 16, Store>(p, st, spc, stream);
+      launch_dg<D, 16>(p, spc, stream);
       return true;
     default:
       return false;
   }
-}
-
-// The layout checks and the splits per CTA of a call the kernel takes; 0 when it does not.
-int mma_splits_per_cta(const PagedAttentionKernelParams& p) {
-  if (!gqa_decode_shape_ok(p)) return 0;
-  const int group = p.num_q_heads / p.num_kv_heads;
-  if (!gqa_decode_mma_for(group, p.head_dim_qk)) return 0;
-  // 16-byte K / V rows (cp.async) and 4-byte q pairs.
-  if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % 8 != 0) return 0;
-  if (p.block_stride % 8 != 0 || p.layer_offset % 8 != 0 ||
-      reinterpret_cast<uintptr_t>(p.pool) % 16 != 0 || reinterpret_cast<uintptr_t>(p.q) % 4 != 0)
-    return 0;
-  // Splits per CTA: 4 (or 2) while the grid keeps at least 3 waves of 2 CTAs per SM, else 1;
-  // forced by set_gqa_decode_mma_splits_per_cta / DEEPINFER_GQA_MMA_SPLITS_PER_CTA (1..8).
-  int spc = gqa_decode_mma_splits_per_cta();
-  if (spc < 1 || spc > 8) {
-    const int64_t units = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
-    const int64_t min_ctas = int64_t{3} * 2 * (p.num_sms > 0 ? p.num_sms : 132);
-    spc = units / 4 >= min_ctas ? 4 : units / 2 >= min_ctas ? 2 : 1;
-  }
-  return std::min(spc, p.num_splits);
 }
 
 std::atomic<int> g_mma_mode{env_int("DEEPINFER_GQA_DECODE_MMA", -1)};
@@ -417,27 +337,25 @@ bool gqa_decode_mma_for(int group, int head_dim) {
 }
 
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream) {
-  const int spc = mma_splits_per_cta(p);
-  if (spc == 0) return false;
+  if (!gqa_decode_shape_ok(p)) return false;
   const int group = p.num_q_heads / p.num_kv_heads;
-  const QkvRopeStoreKernelParams none{};
-  return p.head_dim_qk == 64 ? launch_d<64, false>(p, none, group, spc, stream)
-                             : launch_d<128, false>(p, none, group, spc, stream);
-}
-
-bool launch_qkv_rope_gqa_decode_mma(const QkvRopeAttentionKernelParams& k, cudaStream_t stream) {
-  const PagedAttentionKernelParams& p = k.attn;
-  if (p.num_tokens == 0 || p.num_seqs == 0) return true;
-  if (!qkv_rope_attention_supported(k) || k.store.head_dim != p.head_dim_qk) return false;
-  PagedAttentionKernelParams a = p;
-  if (a.q == nullptr) a.q = a.pool;  // unread (the q rows come from the prologue); aligned
-  const int spc = mma_splits_per_cta(a);
-  if (spc == 0) return false;
-  const int group = a.num_q_heads / a.num_kv_heads;
-  const bool ok = a.head_dim_qk == 64 ? launch_d<64, true>(a, k.store, group, spc, stream)
-                                      : launch_d<128, true>(a, k.store, group, spc, stream);
-  if (ok && a.num_splits > 1) launch_split_combine(a, stream);
-  return ok;
+  if (!gqa_decode_mma_for(group, p.head_dim_qk)) return false;
+  // 16-byte K / V rows (cp.async) and 4-byte q pairs.
+  if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % 8 != 0) return false;
+  if (p.block_stride % 8 != 0 || p.layer_offset % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.pool) % 16 != 0 || reinterpret_cast<uintptr_t>(p.q) % 4 != 0)
+    return false;
+  // Splits per CTA: 4 (or 2) while the grid keeps at least 3 waves of 2 CTAs per SM, else 1;
+  // forced by set_gqa_decode_mma_splits_per_cta / DEEPINFER_GQA_MMA_SPLITS_PER_CTA (1..8).
+  int spc = gqa_decode_mma_splits_per_cta();
+  if (spc < 1 || spc > 8) {
+    const int64_t units = int64_t{p.num_splits} * p.num_kv_heads * p.num_seqs;
+    const int64_t min_ctas = int64_t{3} * 2 * (p.num_sms > 0 ? p.num_sms : 132);
+    spc = units / 4 >= min_ctas ? 4 : units / 2 >= min_ctas ? 2 : 1;
+  }
+  spc = std::min(spc, p.num_splits);
+  return p.head_dim_qk == 64 ? launch_d<64>(p, group, spc, stream)
+                             : launch_d<128>(p, group, spc, stream);
 }
 
 }  // namespace di::cuda

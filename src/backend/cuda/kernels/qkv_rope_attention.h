@@ -44,12 +44,4 @@ bool qkv_rope_attention_supported(const QkvRopeAttentionKernelParams& p);
 // waits (griddepcontrol.wait) before it reads anything, so it may follow the qkv GEMV early.
 cudaError_t launch_qkv_rope_attention(const QkvRopeAttentionKernelParams& p, cudaStream_t stream);
 
-// The same fusion on the tensor-core decode kernel (gqa_decode_mma.cu) for the calls it takes
-// (gqa_decode_mma_for the group and head dim, qkv_rope_attention_supported): the rope/store
-// prologue (steps 1 and 2 above, the same bits as qkv_rope_store_kernel) in the tensor-core
-// kernel, the split merge still in combine_splits_kernel (launch_split_combine; `counters` is
-// unused). Bit-equal to qkv_rope_store + paged_attention on that kernel. False (nothing launched)
-// when the call is not one it takes.
-bool launch_qkv_rope_gqa_decode_mma(const QkvRopeAttentionKernelParams& p, cudaStream_t stream);
-
 }  // namespace di::cuda
