@@ -363,35 +363,41 @@ TEST(MlaDecodePlan, HeadGroups) {
 // only with several clusters.
 TEST(MlaDecodePlan, Clusters) {
   struct Want {
-    int32_t tokens, max_kv, heads, rows, head_tiles, split, clusters;
+    int32_t tokens, max_kv, heads, rows, head_tiles, clusters;
   };
   const Want want[] = {
-      {1, 1, 16, 16, 1, 32, 1},      {1, 256, 16, 16, 1, 32, 1}, {1, 257, 16, 16, 1, 32, 2},
-      {1, 1024, 16, 16, 1, 32, 4},   // the engine's smallest graph context bucket: still 32
-      {1, 1025, 16, 16, 1, 64, 3},   // 17 splits of 64
-      {1, 2112, 16, 16, 1, 64, 5},   // V2-Lite's graph bucket for ctx 2048: 33 splits
-      {31, 2112, 16, 16, 1, 64, 5},  // below 32 tokens
-      {1, 4100, 128, 32, 4, 64, 9},  {3, 100, 20, 32, 1, 32, 1}, {2, 100, 3, 16, 1, 32, 1},
+      {1, 1, 16, 16, 1, 1},     {1, 256, 16, 16, 1, 1}, {1, 257, 16, 16, 1, 2},
+      {1, 1024, 16, 16, 1, 4},  // the longest short context: 32 splits of 32
+      {1, 1025, 16, 16, 1, 4},  // 17 splits of 64 (3 clusters), but a 1024 at 32 needs 4
+      {1, 2112, 16, 16, 1, 5},  // V2-Lite's graph bucket for ctx 2048: 33 splits of 64
+      {31, 2112, 16, 16, 1, 5},  // below 32 tokens
+      {1, 4100, 128, 32, 4, 9},  // 65 splits of 64
+      {3, 100, 20, 32, 1, 1},   {2, 100, 3, 16, 1, 1},
   };
   cuda::set_mla_cluster_batch_split_override(1);
-  // From 32 tokens: 128-entry splits (17 for 2112 entries: 3 clusters), from 128 tokens 256 (9
-  // splits: 2 clusters), unless pinned to 32 (which also pins the long-context split).
+  // From 32 tokens: 128-entry splits for every context (17 for 2112 entries: 3 clusters), from
+  // 128 tokens 256 (9 splits: 2 clusters); unless pinned to 32 (every context, 9 clusters).
   for (const int32_t tokens : {1, 31, 32, 127, 128, 256}) {
     const cuda::MlaClusterDecodePlan big =
         cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);
-    EXPECT_EQ(big.split_size, tokens >= 128 ? 256 : tokens >= 32 ? 128 : 64);
-    EXPECT_EQ(big.num_clusters, tokens >= 128 ? 2 : tokens >= 32 ? 3 : 5);
+    const int32_t want_split = tokens >= 128 ? 256 : tokens >= 32 ? 128 : 32;
+    EXPECT_EQ(big.split_size, want_split) << tokens;
+    EXPECT_EQ(big.long_split_size, tokens >= 32 ? want_split : 64) << tokens;
+    EXPECT_EQ(big.long_split_from, tokens >= 32 ? 0x7fffffff : 1024) << tokens;
+    EXPECT_EQ(big.num_clusters, tokens >= 128 ? 2 : tokens >= 32 ? 3 : 5) << tokens;
     cuda::set_mla_cluster_batch_split_override(0);
     const cuda::MlaClusterDecodePlan pinned =
         cuda::plan_mla_cluster_decode(tokens, 2112, 16, 576, 512);
     EXPECT_EQ(pinned.split_size, 32);
+    EXPECT_EQ(pinned.long_split_size, 32);
     EXPECT_EQ(pinned.num_clusters, 9);
     cuda::set_mla_cluster_batch_split_override(1);
   }
   for (const Want& w : want) {
     const cuda::MlaClusterDecodePlan plan =
         cuda::plan_mla_cluster_decode(w.tokens, w.max_kv, w.heads, 576, 512);
-    EXPECT_EQ(plan.split_size, w.split) << "kv " << w.max_kv;
+    EXPECT_EQ(plan.split_size, 32) << "kv " << w.max_kv;
+    EXPECT_EQ(plan.long_split_size, w.max_kv > 1024 ? 64 : 32) << "kv " << w.max_kv;
     EXPECT_EQ(plan.rows_per_tile, w.rows) << "heads " << w.heads;
     EXPECT_EQ(plan.head_tiles, w.head_tiles) << "heads " << w.heads;
     EXPECT_EQ(plan.num_clusters, w.clusters) << "kv " << w.max_kv;
@@ -399,15 +405,22 @@ TEST(MlaDecodePlan, Clusters) {
     EXPECT_EQ(plan.partial_bytes == 0, w.clusters == 1) << "kv " << w.max_kv;
     EXPECT_LE(plan.smem_bytes, size_t{227} << 10);
   }
-  cuda::set_mla_cluster_batch_split_override(-1);
   // V3's 160K entries at 32 heads per tile and the pinned split of 32: 5120 splits, 640
   // clusters; the last merge's weights (32 x 640 f32) would not fit the stage buffers (74,752 B),
-  // so the split grows.
+  // so the split grows. Unpinned, only the long split may grow: short contexts keep 32.
   cuda::set_mla_cluster_batch_split_override(0);
   const cuda::MlaClusterDecodePlan big = cuda::plan_mla_cluster_decode(1, 163840, 128, 576, 512);
-  cuda::set_mla_cluster_batch_split_override(-1);
+  cuda::set_mla_cluster_batch_split_override(1);
   EXPECT_GT(big.split_size, 32);
+  EXPECT_EQ(big.long_split_size, big.split_size);
   EXPECT_LE(int64_t{32} * big.num_clusters * 4, int64_t{2} * 32 * 584 * 2);
+  for (const int32_t kv : {163840, 1 << 20}) {
+    const cuda::MlaClusterDecodePlan v3 = cuda::plan_mla_cluster_decode(1, kv, 128, 576, 512);
+    EXPECT_EQ(v3.split_size, 32) << kv;
+    EXPECT_GE(v3.long_split_size, 64) << kv;
+    EXPECT_LE(int64_t{32} * v3.num_clusters * 4, int64_t{2} * 32 * 584 * 2) << kv;
+  }
+  cuda::set_mla_cluster_batch_split_override(-1);
 }
 #endif
 
@@ -556,14 +569,15 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
   for (size_t s = 0; s < 4; ++s)
     for (int32_t b = 0; b < (lens[s] + bs - 1) / bs; ++b)
       tables[s].push_back((next++ * 7) % nblocks);
-  auto run = [&](size_t nseq) {
+  // Sequences [first, first + nseq) as one batch.
+  auto run_from = [&](size_t first, size_t nseq) {
     std::vector<int32_t> pos, slots, qo{0}, kv_ptr{0}, kv_idx, last;
     int32_t max_kv = 0;
-    for (size_t s = 0; s < nseq; ++s) {
+    for (size_t s = first; s < first + nseq; ++s) {
       const int32_t p = lens[s] - 1;
       pos.push_back(p);
       slots.push_back(tables[s][static_cast<size_t>(p / bs)] * bs + p % bs);
-      qo.push_back(static_cast<int32_t>(s + 1));
+      qo.push_back(static_cast<int32_t>(s - first + 1));
       kv_idx.insert(kv_idx.end(), tables[s].begin(), tables[s].end());
       kv_ptr.push_back(static_cast<int32_t>(kv_idx.size()));
       last.push_back(lens[s] - (static_cast<int32_t>(tables[s].size()) - 1) * bs);
@@ -579,7 +593,9 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     b.num_seqs = static_cast<int32_t>(nseq);
     b.num_tokens = static_cast<int32_t>(nseq);
     b.max_kv_len = max_kv;
-    Tensor q = act(*be, q_all.slice_rows(0, static_cast<int64_t>(nseq)).clone());
+    Tensor q = act(*be, q_all.slice_rows(static_cast<int64_t>(first),
+                                         static_cast<int64_t>(first + nseq))
+                            .clone());
     Tensor o = be->empty({static_cast<int64_t>(nseq), heads, latent}, be->compute_dtype());
     PagedAttentionParams p;
     p.q = &q;
@@ -596,9 +612,11 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     be->paged_attention(p);
     return be->download(o);
   };
-  auto count_differ = [](const Tensor& x, const Tensor& y) {
+  auto run = [&](size_t nseq) { return run_from(0, nseq); };
+  // x's elements against y's from element `offset` on.
+  auto count_differ = [](const Tensor& x, const Tensor& y, int64_t offset = 0) {
     int64_t differ = 0;
-    for (int64_t i = 0; i < x.numel(); ++i) differ += x.f32()[i] != y.f32()[i];
+    for (int64_t i = 0; i < x.numel(); ++i) differ += x.f32()[i] != y.f32()[offset + i];
     return differ;
   };
   // The cluster kernel: batch 1, batch 4, the grid sized for a graph bucket's 8192-entry context
@@ -618,7 +636,21 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
                 differ == 0 ? "PASS" : "FAIL");
     EXPECT_EQ(differ, 0) << "cluster kernel: sequence A's rows differ between batch 1 / batch 4 / "
                             "a grid for 8192 entries / a repeated call";
-    EXPECT_EQ(cb.mla_cluster_calls() - calls, 5);
+    // Sequence B (2048 entries: the long-context split) alone, alone in the 8192-entry grid, and
+    // as the second row of the batch of 4 (whose grid A's short context also shapes).
+    const int64_t row = int64_t{heads} * latent;
+    const Tensor b1 = run_from(1, 1);
+    cb.set_attention_max_kv_len(8192);
+    const Tensor b8k = run_from(1, 1);
+    cb.set_attention_max_kv_len(0);
+    const int64_t differ_b = count_differ(b1, b, row) + count_differ(b1, d, row) +
+                             count_differ(b1, b8k);
+    std::printf("[mla] batch_invariance kernel=cluster long_context differing=%lld of %lld %s\n",
+                static_cast<long long>(differ_b), static_cast<long long>(b1.numel()),
+                differ_b == 0 ? "PASS" : "FAIL");
+    EXPECT_EQ(differ_b, 0) << "cluster kernel: sequence B's rows differ between alone / batch 4 / "
+                              "a grid for 8192 entries";
+    EXPECT_EQ(cb.mla_cluster_calls() - calls, 7);
   }
   UseMlaKernel use(cuda::MlaDecodeKernel::kTile);
   // Under the auto head split batch 1 and batch 4 use different head groups (4 and 1 on 132

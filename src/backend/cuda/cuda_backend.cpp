@@ -767,6 +767,8 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
   k.rows_per_tile = plan.rows_per_tile;
   k.head_tiles = plan.head_tiles;
   k.split_size = plan.split_size;
+  k.long_split_size = plan.long_split_size;
+  k.long_split_from = plan.long_split_from;
   k.num_clusters = plan.num_clusters;
   k.counters = attention_counters_;
   Tensor ws;  // the clusters' partial states; none with one cluster

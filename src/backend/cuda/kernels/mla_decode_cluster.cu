@@ -15,6 +15,7 @@
 //   C (16 x 8):  c0,c1 = C[g][2t..+1]  c2,c3 = C[g+8][2t..+1]
 // Shared rows are padded by 8 bf16 (16 bytes): the row stride in words is 4 mod 8 (576 + 8 =
 // 584 bf16 = 292 words), so fragment loads and ldmatrix rows hit distinct banks.
+#include <algorithm>
 #include <cfloat>
 #include <cstdlib>
 
@@ -41,12 +42,12 @@ constexpr int kLargeBatchTokens = 32;
 constexpr int kLargeBatchSplit = 128;
 constexpr int kHugeBatchTokens = 128;
 constexpr int kHugeBatchSplit = 256;
-// Below 32 tokens, contexts beyond 1024 entries take 64-entry splits (two stages per CTA, half
-// the clusters and partials): V2-Lite batch 1 at ctx 2048 416.0 -> 428.5 / 426.1 tok/s, ctx 8192
-// 386.9 -> 396.2, batch 4 752.9 -> 758.7, batch 8 flat; at ctx 512 it lost (441.9 -> 433.0), so
-// shorter contexts keep 32 (H200, run 18 calls 7-8, DEEPINFER_MLA_CLUSTER_SPLIT=64). The bound is
-// the engine's smallest graph context bucket (1024 entries), so a graph and an eager step of the
-// same sequence take the same split below it.
+// Below 32 tokens, a token whose context is longer than 1024 entries takes 64-entry splits (two
+// stages per CTA, half the clusters and partials): V2-Lite batch 1 at ctx 2048 416.0 -> 428.5 /
+// 426.1 tok/s, ctx 8192 386.9 -> 396.2, batch 4 752.9 -> 758.7, batch 8 flat, with every token
+// at 64 (DEEPINFER_MLA_CLUSTER_SPLIT=64, H200 run 18 calls 7-8); at ctx 512 that lost (441.9 ->
+// 433.0), so shorter contexts keep 32. Chosen per token from its own context, not the launch's
+// longest, so that a sequence's bits do not depend on its batch or the graph's context bucket.
 constexpr int kLongContextEntries = 1024;
 constexpr int kLongContextSplit = 64;
 static_assert(kMlaCluster == 8, "the column slices and weight rows assume 8 CTAs per cluster");
@@ -171,16 +172,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // 1. Sequence and context.
   const MlaTokenContext ctx = mla_token_context(p, t);
   const int kv_first = ctx.kv_first, n_kv = ctx.n_kv, old_end = ctx.old_end;
-  const int own_splits = (n_kv + p.split_size - 1) / p.split_size;
+  const int split_size = n_kv > p.long_split_from ? p.long_split_size : p.split_size;
+  const int own_splits = (n_kv + split_size - 1) / split_size;
   const int own_clusters = max(1, (own_splits + kMlaCluster - 1) / kMlaCluster);
   if (cluster_idx >= own_clusters) return;  // the whole cluster: same token, same inputs
 
   const int h0 = tile * kRows, nr = min(kRows, p.num_heads - h0);
-  const int kv_begin = split * p.split_size, kv_end = min(n_kv, kv_begin + p.split_size);
+  const int kv_begin = split * split_size, kv_end = min(n_kv, kv_begin + split_size);
   const int nstages = kv_end > kv_begin ? (kv_end - kv_begin + kTok - 1) / kTok : 0;
 
   const int dqk = p.dqk, dv = p.dv, dpad = pad16(dqk), ld = dpad + 8, chunks = dpad / 8;
-  const ClusterSmem L = cluster_smem(kRows, dqk, dv, p.split_size);
+  const ClusterSmem L = cluster_smem(kRows, dqk, dv, p.long_split_size);  // the launch's layout
   bf16* q_s = reinterpret_cast<bf16*>(smem + L.q_off);
   bf16* kv_s = reinterpret_cast<bf16*>(smem + L.kv_off);
   float* s_s = reinterpret_cast<float*>(smem + L.s_off);
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
 
-  const int first_blk = kv_begin / p.block_size, nbuf = stage_buffers(p.split_size);
+  const int first_blk = kv_begin / p.block_size, nbuf = stage_buffers(split_size);
   // Stage i -> buffer i % nbuf: its entries in [lo, hi) (the split's are [kv0, kv0 + n)); with
   // `pad` also the rows >= n as zeros, like the padding columns (P is 0 there, but 0 x garbage
   // could be NaN in the P·V product). A warp per entry, lanes over its 16-byte chunks: the
@@ -560,7 +562,7 @@ int min_blocks_setting() {
 template <int kMt, int kNt, int kMinBlocks>
 cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream) {
   auto* kernel = &mla_cluster_decode_kernel<kMt, kNt, kMinBlocks>;
-  const int smem = cluster_smem(16 * kMt, p.dqk, p.dv, p.split_size).total;
+  const int smem = cluster_smem(16 * kMt, p.dqk, p.dv, p.long_split_size).total;
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t cfg{};
@@ -626,25 +628,40 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
     return v >= 16 ? v : 0;
   }();
   const bool by_batch = kSplitEnv == 0 && mla_cluster_batch_split();
+  const bool small_batch = by_batch && num_tokens < kLargeBatchTokens;
   const int32_t kSplit = kSplitEnv > 0                                 ? kSplitEnv
                          : by_batch && num_tokens >= kHugeBatchTokens  ? kHugeBatchSplit
                          : by_batch && num_tokens >= kLargeBatchTokens ? kLargeBatchSplit
-                         : by_batch && max_kv_len > kLongContextEntries ? kLongContextSplit
-                                                                        : kDefaultSplit;
+                                                                       : kDefaultSplit;
   MlaClusterDecodePlan plan;
   plan.rows_per_tile = num_heads <= 16 ? 16 : 32;
   plan.head_tiles = (num_heads + plan.rows_per_tile - 1) / plan.rows_per_tile;
   const int64_t kv = max_kv_len > 0 ? max_kv_len : 1;
-  int64_t split = kSplit;
-  auto clusters = [&](int64_t sp) {
-    return ((kv + sp - 1) / sp + kMlaCluster - 1) / kMlaCluster;
+  // The long split only when some token may need it (its shared-memory layout has two stages).
+  const bool long_ctx = small_batch && kv > kLongContextEntries;
+  int64_t split = kSplit, long_split = long_ctx ? kLongContextSplit : kSplit;
+  auto clusters = [&](int64_t n, int64_t sp) {
+    return ((n + sp - 1) / sp + kMlaCluster - 1) / kMlaCluster;
   };
-  // The last cluster's merge keeps one weight per (row, cluster) in the stage buffers.
-  while (plan.rows_per_tile * clusters(split) * 4 >
-         cluster_smem(plan.rows_per_tile, dqk, dv, static_cast<int>(split)).kv_bytes)
-    split *= 2;
+  // The most clusters any token of the launch needs: one with a context of up to
+  // kLongContextEntries at `split`, or the longest at `long_split`.
+  auto grid_clusters = [&] {
+    const int64_t short_kv = small_batch ? std::min<int64_t>(kv, kLongContextEntries) : kv;
+    const int64_t c = clusters(short_kv, split);
+    return long_ctx ? std::max(c, clusters(kv, long_split)) : c;
+  };
+  // The last cluster's merge keeps one weight per (row, cluster) in the stage buffers. Small
+  // batches grow only the long split (contexts up to kLongContextEntries need at most 4 clusters
+  // at 32), so a short context's split never depends on its batch.
+  while (plan.rows_per_tile * grid_clusters() * 4 >
+         cluster_smem(plan.rows_per_tile, dqk, dv, static_cast<int>(long_split)).kv_bytes) {
+    if (!small_batch) split *= 2;
+    long_split *= 2;
+  }
   plan.split_size = static_cast<int32_t>(split);
-  plan.num_clusters = static_cast<int32_t>(clusters(split));
+  plan.long_split_size = static_cast<int32_t>(long_split);
+  plan.long_split_from = small_batch ? kLongContextEntries : 0x7fffffff;
+  plan.num_clusters = static_cast<int32_t>(grid_clusters());
   plan.num_counters = int64_t{num_tokens} * plan.head_tiles * kMlaCluster;
   if (plan.num_clusters > 1) {
     const size_t rows = static_cast<size_t>(num_tokens) * num_heads;
@@ -652,7 +669,7 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
                          (static_cast<size_t>(dv) + 2 * kMlaCluster) * sizeof(float);
   }
   plan.smem_bytes =
-      static_cast<size_t>(cluster_smem(plan.rows_per_tile, dqk, dv, plan.split_size).total);
+      static_cast<size_t>(cluster_smem(plan.rows_per_tile, dqk, dv, plan.long_split_size).total);
   return plan;
 }
 

@@ -16,7 +16,8 @@
 //   4. one cluster (context <= 8 splits): writes out. Several clusters: writes its columns'
 //      partial (o, max, sum) to global memory; the last cluster to arrive (per token, head tile
 //      and column slice: an atomic counter, reset to 0 by that CTA) merges them in cluster order.
-// A token's bits depend only on its own context length, position and split_size (fixed): padding
+// A token's bits depend only on its own context length, position and split size (split_size, or
+// long_split_size for contexts longer than long_split_from: fixed per launch plan): padding
 // CTAs contribute exact zeros and the merge order is fixed, so results are batch invariant and
 // equal whether the grid was sized for this batch or a graph's longest context.
 //
@@ -44,8 +45,11 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   // plan (plan_mla_cluster_decode)
   int32_t rows_per_tile;  // 16 or 32 (kernel instantiation): heads per CTA
   int32_t head_tiles;     // grid.y = ceil(num_heads / rows_per_tile)
-  int32_t split_size;     // cache entries per CTA (>= 16)
-  int32_t num_clusters;   // grid.x / 8: clusters for the longest context of the launch
+  int32_t split_size;       // cache entries per CTA (>= 16) of tokens with n_kv <= long_split_from
+  int32_t long_split_size;  // (>= split_size) of tokens with a longer context; the shared-memory
+                            // layout is this split's
+  int32_t long_split_from;  // context length (cache entries) above which long_split_size applies
+  int32_t num_clusters;     // grid.x / 8: clusters of the launch's most (see the planner)
   // num_clusters > 1 only: [num_clusters][num_tokens * num_heads][dv] and
   // [num_clusters][num_tokens * num_heads][8 column slices][max, sum]
   float* partial_o;
@@ -58,6 +62,8 @@ struct MlaClusterDecodePlan {
   int32_t rows_per_tile = 16;
   int32_t head_tiles = 1;
   int32_t split_size = 32;
+  int32_t long_split_size = 32;
+  int32_t long_split_from = 0x7fffffff;
   int32_t num_clusters = 1;
   int64_t num_counters = 0;
   size_t partial_bytes = 0;  // partial_o + partial_ml (0 with one cluster)
@@ -67,11 +73,11 @@ struct MlaClusterDecodePlan {
 bool mla_cluster_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v_offset,
                                   int32_t dqk, int32_t dv, int32_t entry_size, int32_t num_tokens);
 // Split size: DEEPINFER_MLA_CLUSTER_SPLIT (>= 16, read once) if set, else below 32 decode tokens
-// 32 (64 for contexts beyond 1024 entries), 128 from 32 on and 256 from 128 on
-// (mla_cluster_batch_split: a sequence's bits then depend on whether its batch has 32 tokens and
-// on the batch's longest context; DEEPINFER_BATCH_INVARIANT=1 keeps 32 for every batch); doubled
-// only while the last cluster's merge weights would not fit in shared memory (contexts beyond
-// ~150K tokens).
+// 32 (64 for a token whose context is longer than 1024 entries: long_split_size; by the token's
+// own context, so its bits do not depend on its batch), 128 from 32 tokens on and 256 from 128
+// on (mla_cluster_batch_split: a sequence's bits then depend on whether its batch has 32 tokens;
+// DEEPINFER_BATCH_INVARIANT=1 keeps 32 for every batch and context); doubled only while the last
+// cluster's merge weights would not fit in shared memory (contexts beyond ~150K tokens).
 bool mla_cluster_batch_split();
 void set_mla_cluster_batch_split_override(int on);  // tests: 1 / 0, -1 back to the env
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,

@@ -559,12 +559,32 @@ struct T1DownRow {
   const uint4* row;
   float weight;
 };
-__device__ __forceinline__ T1DownRow t1_down_row(const MoeDecodeT1Params& p, int slot, int n) {
+// The routed slots' ids and weights, lane j holding slot j (j < 32; later slots are loaded when
+// used): one round of L2 loads (__ldcg) at the start of the down kernels instead of one before
+// each slot pair's weight loads. Through L2 because with early_rows they are read before
+// griddepcontrol.wait, when this SM's L1 may still hold an earlier layer's router output at the
+// same address.
+struct T1Slots {
+  int e = -1;
+  float w = 0.0f;
+};
+__device__ __forceinline__ T1Slots t1_load_slots(const MoeDecodeT1Params& p, int lane) {
+  T1Slots s;
+  if (lane < p.top_k) {
+    s.e = __ldcg(p.topk_ids + lane);
+    s.w = __ldcg(p.topk_weights + lane);
+  }
+  return s;
+}
+// Every lane calls it with the same slot (the shuffles).
+__device__ __forceinline__ T1DownRow t1_down_row(const MoeDecodeT1Params& p, const T1Slots& sl,
+                                                 int slot, int n) {
   if (slot < p.top_k) {
-    const int e = p.topk_ids[slot];
+    const bool held = slot < 32;  // warp-uniform
+    const int e = held ? __shfl_sync(0xffffffffu, sl.e, slot) : __ldcg(p.topk_ids + slot);
+    const float w = held ? __shfl_sync(0xffffffffu, sl.w, slot) : __ldcg(p.topk_weights + slot);
     if (e < 0 || e >= p.num_experts) return {nullptr, 0.0f};
-    return {reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * p.inter),
-            p.topk_weights[slot]};
+    return {reinterpret_cast<const uint4*>(p.down + (int64_t{e} * p.hidden + n) * p.inter), w};
   }
   const int q = slot - p.top_k;
   if (q >= p.shared_slots) return {nullptr, 0.0f};
@@ -591,8 +611,9 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
   if (p.early_trigger) pdl_trigger();
-  pdl_wait();
+  pdl_wait();  // (early_rows is the pipelined kernel's: this one runs as a plain launch)
   if (n >= p.hidden) return;  // warp-uniform
+  const T1Slots sl = t1_load_slots(p, lane);
   const int chunks = p.inter / 8;
   const int slots = p.top_k + p.shared_slots;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -602,7 +623,7 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
     const float4* ar[2];
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      r[q] = t1_down_row(p, s0 + q, n);  // warp-uniform
+      r[q] = t1_down_row(p, sl, s0 + q, n);  // warp-uniform
       ar[q] = reinterpret_cast<const float4*>(p.act + int64_t{min(s0 + q, slots - 1)} * p.inter);
     }
     float acc[2] = {0.0f, 0.0f};
@@ -654,12 +675,12 @@ struct T1DownPair {
 };
 
 template <int U>
-__device__ __forceinline__ void t1_down_load(const MoeDecodeT1Params& p, int s0, int n, int lane,
-                                             T1DownPair<U>& b) {
+__device__ __forceinline__ void t1_down_load(const MoeDecodeT1Params& p, const T1Slots& sl, int s0,
+                                             int n, int lane, T1DownPair<U>& b) {
   const int chunks = p.inter / 8;
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    b.r[q] = t1_down_row(p, s0 + q, n);
+    b.r[q] = t1_down_row(p, sl, s0 + q, n);
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int c = lane + 32 * i;
@@ -702,16 +723,24 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
   if (p.early_trigger) pdl_trigger();
-  pdl_wait();
-  if (n >= p.hidden) return;  // warp-uniform
+  // early_rows: the ids and the first pair's weight loads before the wait (the router that wrote
+  // the ids has completed: launch_moe_decode_t1); act, gate_up's output, only after it.
+  const bool live = n < p.hidden;  // warp-uniform
+  T1Slots sl;
+  T1DownPair<U> b0, b1;
+  if (!p.early_rows) pdl_wait();
+  if (live) {
+    sl = t1_load_slots(p, lane);
+    t1_down_load(p, sl, 0, n, lane, b0);
+  }
+  if (p.early_rows) pdl_wait();
+  if (!live) return;
   const int slots = p.top_k + p.shared_slots;
   float out = 0.0f;           // the combine sum (every lane holds it; lane 0 stores)
-  T1DownPair<U> b0, b1;
-  t1_down_load(p, 0, n, lane, b0);
   for (int s0 = 0; s0 < slots; s0 += 4) {
-    t1_down_load(p, s0 + 2, n, lane, b1);  // slots past the last load nothing
+    t1_down_load(p, sl, s0 + 2, n, lane, b1);  // slots past the last load nothing
     t1_down_sum(p, s0, lane, b0, out);
-    t1_down_load(p, s0 + 4, n, lane, b0);
+    t1_down_load(p, sl, s0 + 4, n, lane, b0);
     t1_down_sum(p, s0 + 2, lane, b1, out);
   }
   if (lane == 0) t1_store(p, n, out);
@@ -924,11 +953,13 @@ MoeT1DownImpl moe_t1_down_impl() {
 // batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
 // 311.8 tok/s (run 18 call 7; flat in run 17 before the down trigger and the PDL mask); with
 // them down loses as a dependent — V2-Lite 417 -> 407 (run 18), 380.2 -> 370.2 (run 17).
+bool t1_pdl(const MoeDecodeT1Params& p) {
+  static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
+  return forced >= 0 ? forced != 0 : p.shared_slots == 0;
+}
 cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, cudaStream_t stream,
                       const MoeDecodeT1Params& p) {
-  static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
-  const bool pdl = forced >= 0 ? forced != 0 : p.shared_slots == 0;
-  return launch_dependent_if(pdl, kernel, grid, block, 0, stream, p);
+  return launch_dependent_if(t1_pdl(p), kernel, grid, block, 0, stream, p);
 }
 
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t stream) {
@@ -944,9 +975,9 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
   p.early_trigger = early_trigger;
   p.shared_early = p.shared_early && shared_early_on && p.shared_slots > 0 && p.norm_x != nullptr &&
                    p.norm_w != nullptr && pdl_enabled();
-  // Both kernels wait (griddepcontrol.wait) before reading the router's or gate_up's outputs,
-  // so they are correct under either launch (launch_t1); gate_up's shared-expert CTAs issue their
-  // first weight loads before the wait.
+  // gate_up waits (griddepcontrol.wait) before reading the router's outputs and down before
+  // reading act, so both are correct under either launch (launch_t1); gate_up's shared-expert
+  // CTAs issue their first weight loads before the wait, and so does down with early_rows.
   const dim3 gu_grid(ceil_div(p.inter, kDecodeWarps),
                      static_cast<unsigned>(p.top_k + p.shared_slots));
   static const int gu_variant = [] {  // DEEPINFER_MOE_T1_GU=4x4 | 2x6 | 2x8 (U x CTAs per SM)
@@ -968,6 +999,14 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
     err = launch_t1(gate_up, gu_grid, dim3(kDecodeThreads), stream, p);
   }
   if (err != cudaSuccess) return err;
+  // The pipelined down kernel as a PDL dependent loads the router's ids and its first slot pair's
+  // weight rows before griddepcontrol.wait (DEEPINFER_MOE_T1_DOWN_EARLY=0: after it). Safe: down
+  // can start only once every gate_up CTA has triggered or exited, and gate_up's routed CTAs
+  // (top_k >= 1 of its slots) trigger only after their own wait, i.e. once the kernel that
+  // wrote topk_ids / topk_weights has completed. H200 run 19 call 1 (Qwen3-30B-A3B batch 1):
+  // 309.7 -> 314.6 tok/s.
+  static const bool down_early_env = env_int("DEEPINFER_MOE_T1_DOWN_EARLY", 1) != 0;
+  p.early_rows = down_early_env && t1_pdl(p) && pdl_enabled();
   const dim3 grid(ceil_div(p.hidden, kT1DownWarps));
   const dim3 down_threads(kT1DownWarps * 32);
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x

@@ -110,6 +110,10 @@ struct MoeDecodeT1Params {
   // as soon as every down CTA runs, so its first weight loads overlap down's tail. Set by
   // launch_moe_decode_t1 from DEEPINFER_MOE_T1_TRIGGER (default on; 0 off: the A/B switch).
   bool early_trigger = false;
+  // The pipelined down kernel loads the ids and its first slot pair's weight rows before
+  // griddepcontrol.wait (set by launch_moe_decode_t1 when down is a PDL dependent of gate_up: see
+  // there why that is safe).
+  bool early_rows = false;
   // Shared slots start before the router ends (shared_early; launch_moe_decode_t1 then launches
   // gate_up as a PDL dependent of the router): their CTAs come first in the grid, recompute x =
   // rms_norm(norm_x) · norm_w (bitwise the rms_norm kernel's h) into shared memory and never wait;
