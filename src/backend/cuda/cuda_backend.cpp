@@ -142,8 +142,8 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
     attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
   // Sized up front so that a decode graph captured later never needs to grow it.
   reserve_attention_counters(kInitialAttentionCounters);
-  CUDA_CHECK(cudaMalloc(&moe_route_counter_, 2 * sizeof(unsigned)));  // counter, ready flag
-  CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, 2 * sizeof(unsigned), stream_));
+  CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
+  CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, sizeof(unsigned), stream_));
   CUDA_CHECK(
       cudaMalloc(&moe_route_logits_, sizeof(float) * kNormRouteMaxTokens * kMaxRouterExperts));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -1087,7 +1087,6 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
 
 void CudaBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                             Tensor& topk_weights) {
-  route_ready_ids_ = nullptr;  // these ids come with no ready flag
   check_dev(logits, DType::kF32, "moe_route", "logits");
   check_dev(topk_ids, DType::kI32, "moe_route", "topk_ids");
   check_dev(topk_weights, DType::kF32, "moe_route", "topk_weights");
@@ -1158,7 +1157,6 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
       // 16-byte vector accesses: x and h rows, gate rows, norm weights
       aligned16(*p.gate) && aligned16(*p.x) && aligned16(*p.h) && aligned16(*p.norm_w) &&
       (r.correction_bias == nullptr || r.correction_bias->numel() == e);
-  route_ready_ids_ = nullptr;
   if (!moe_fused_enabled(true) || !shapes_ok) {
     moe_norm_route_composed(*this, p);
     return;
@@ -1180,11 +1178,6 @@ void CudaBackend::moe_norm_route(const MoeNormRouteParams& p) {
   q.eps = p.eps;
   q.tokens = static_cast<int32_t>(t);
   q.hidden = static_cast<int32_t>(hidden);
-  // The ready flag for a one-token expert block that consumes these ids next (moe_residual).
-  if (moe_route_flag_ && t == 1) {
-    q.ready = moe_route_counter_ + 1;
-    route_ready_ids_ = q.route.topk_ids;
-  }
   CUDA_CHECK(launch_moe_norm_route(q, stream_));
   CUDA_CHECK_LAUNCH("moe_norm_route");
   ++moe_fused_route_calls_;
@@ -1242,13 +1235,6 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
     q.shared_slots = static_cast<int32_t>(shared_slots);
   }
   q.residual = cptr<bf16_t>(*p.residual);
-  // The ids straight from the fused router's last launch: its flag (set again by every launch)
-  // tells gate_up they are written.
-  if (route_ready_ids_ != nullptr && q.topk_ids == route_ready_ids_) {
-    q.route_ready = moe_route_counter_ + 1;
-    ++moe_route_flag_calls_;
-  }
-  route_ready_ids_ = nullptr;
   // The caller's norm: the shared slots recompute x from the residual and start during the
   // router (moe_grouped.h, shared_early).
   if (shared_slots > 0 && p.norm_w != nullptr && p.norm_w->dtype() == dt_ &&

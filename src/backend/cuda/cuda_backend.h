@@ -111,8 +111,6 @@ class CudaBackend final : public Backend {
   // Tests, benchmarks: 1 = both fused MoE paths where they apply, 0 = composed, 2 = the router
   // only, 3 = the residual kernels only, -1 = the env (DEEPINFER_MOE_FUSED=1|0|route|residual).
   void set_moe_fused(int on) { moe_fused_override_ = on; }
-  void set_moe_route_flag(bool on) { moe_route_flag_ = on; }  // tests, benchmarks
-  int64_t moe_route_flag_calls() const { return moe_route_flag_calls_; }
   void moe_count_experts(const Tensor& topk_ids, Tensor& counts) override;
   void moe_map_replicas(const Tensor& topk_ids, const Tensor& replica_indptr,
                         const Tensor& replica_slots, Tensor& phys_ids) override;
@@ -259,17 +257,7 @@ class CudaBackend final : public Backend {
   int64_t moe_norm_route_max_elems_ = 4096;
   int64_t moe_fused_route_calls_ = 0;
   int64_t moe_fused_residual_calls_ = 0;
-  // The fused router's arrival counter (zero at rest), then its ready flag (MoeNormRouteKernelParams).
-  unsigned* moe_route_counter_ = nullptr;
-  // DEEPINFER_MOE_ROUTE_FLAG=1: the one-token gate_up reads the fused router's ids on its ready
-  // flag instead of after griddepcontrol.wait (MoeDecodeT1Params::route_ready).
-  bool moe_route_flag_ = [] {
-    const char* env = std::getenv("DEEPINFER_MOE_ROUTE_FLAG");
-    return env != nullptr && std::string(env) == "1";
-  }();
-  // The topk_ids of the last fused router launch that set its flag, until an op consumes them.
-  const int32_t* route_ready_ids_ = nullptr;
-  int64_t moe_route_flag_calls_ = 0;  // moe_residual calls on the router's flag
+  unsigned* moe_route_counter_ = nullptr;  // the fused router's arrival counter (zero at rest)
   float* moe_route_logits_ = nullptr;      // the fused router's logits when the caller passes none
   bool moe_grouped_gemm_ = false;
   bool attention_prefill_mma_ = true;

@@ -206,17 +206,6 @@ __device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned* ptr, unsign
   return old;
 }
 
-// A flag between grids that run at once: st.release / ld.acquire at GPU scope (the writer's
-// earlier writes, and those it observed, are visible to a reader that sees the value).
-__device__ __forceinline__ void st_release_gpu(unsigned* ptr, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* ptr) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-
 // cp.async groups: close the copies this thread issued so far into one group; wait until at most
 // N of its groups are in flight (the copies of the others are then visible to this thread).
 __device__ __forceinline__ void cp_async_commit() {

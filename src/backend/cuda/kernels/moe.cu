@@ -360,12 +360,6 @@ __global__ void __launch_bounds__(kNormRouteWarps * 32)
         c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_w) + c) : make_uint4(0, 0, 0, 0);
   }
   pdl_wait();
-  // ready = 0 is visible GPU-wide (the fence) before this CTA lets the next grid start, and that
-  // grid starts only once every CTA has triggered: it cannot see a 1 left by an earlier launch.
-  if (p.ready != nullptr && blockIdx.x == 0 && tid == 0) {
-    *p.ready = 0u;
-    __threadfence();
-  }
   pdl_trigger();
   {  // the tokens' rows of x into shared memory (16-byte loads)
     const uint4* xg = reinterpret_cast<const uint4*>(p.x);
@@ -407,10 +401,6 @@ __global__ void __launch_bounds__(kNormRouteWarps * 32)
   if (warp < p.tokens) {
     route_token_warp(p.route, warp, p.logits + int64_t{warp} * p.route.num_experts, lane,
                      scratch[warp]);
-  }
-  if (p.ready != nullptr) {
-    __syncthreads();  // every routing warp's ids and weights before the release
-    if (tid == 0) st_release_gpu(p.ready, 1u);
   }
   if (tid == 0) *p.counter = 0;  // for the next launch (stream order)
 }

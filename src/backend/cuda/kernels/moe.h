@@ -54,11 +54,6 @@ struct MoeNormRouteKernelParams {
   __nv_bfloat16* h;             // [tokens, hidden]
   float* logits;                // [tokens, num_experts] (route.logits is this)
   unsigned* counter;
-  // Optional (null: none): set to 0 by CTA 0 before any CTA lets the next grid start, then to 1
-  // (st.release) by the last CTA once the routing is written, so a one-token expert kernel
-  // launched as its PDL dependent may read the ids on seeing 1 instead of waiting for this grid
-  // to end (MoeDecodeT1Params::route_ready).
-  unsigned* ready = nullptr;
   MoeRouteParams route;  // route.tokens == tokens
   float eps;
   int32_t tokens;

@@ -498,26 +498,10 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
   __shared__ float red[33];
   const __nv_bfloat16* gate_row;
   const __nv_bfloat16* up_row;
-  // A routed CTA that went on the router's flag still waits before it ends (owe_wait), so that
-  // this grid's completion implies the router's, as after a plain wait.
-  bool owe_wait = false;
   if (routed) {
-    // The ids (and x = the router's h) are the router's: after its flag (a bounded spin, then
-    // the wait as usual), else after griddepcontrol.wait. The ids through L2 (__ldcg): this SM's
-    // L1 may hold an earlier layer's. x keeps __ldg: no CTA of this grid reads it before the
-    // flag (the shared slots' CTAs read their own copy or wait), so no line of it is stale.
-    if (p.route_ready != nullptr) {
-      for (int i = 0; i < (1 << 16) && !owe_wait; ++i) {
-        owe_wait = ld_acquire_gpu(p.route_ready) != 0u;
-        if (!owe_wait) __nanosleep(32);
-      }
-    }
-    if (!owe_wait) pdl_wait();
-    const int e = __ldcg(p.topk_ids + slot);
-    if (e < 0 || e >= p.num_experts) {  // skipped slot (the combine skips it too)
-      if (owe_wait) pdl_wait();
-      return;
-    }
+    pdl_wait();  // the ids are the router's
+    const int e = p.topk_ids[slot];
+    if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
     gate_row = p.gate_up + (int64_t{e} * 2 * p.inter + j) * h;
     up_row = p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h;
   } else {  // shared expert columns: weights known before the router ends
@@ -529,10 +513,7 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
   // own_x never waits: norm_x (written before the router ran) is read through L2; the router
   // writes nothing this CTA reads.
   if (own_x) t1_norm_x(p, x_own, red);
-  if (j >= p.inter) {  // warp-uniform
-    if (owe_wait) pdl_wait();
-    return;
-  }
+  if (j >= p.inter) return;  // warp-uniform
   const uint4* wg = reinterpret_cast<const uint4*>(gate_row);
   const uint4* wu = reinterpret_cast<const uint4*>(up_row);
   const uint4* xr = reinterpret_cast<const uint4*>(own_x ? x_own : p.x);
@@ -569,7 +550,6 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     const float silu = gs / (1.0f + expf(-gs));
     p.act[int64_t{slot} * p.inter + j] = silu * us;
   }
-  if (owe_wait) pdl_wait();
 }
 
 // Slot s of the down kernels: its down row n (null when skipped) and weight. Routed slots s <

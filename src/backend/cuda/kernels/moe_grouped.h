@@ -110,10 +110,6 @@ struct MoeDecodeT1Params {
   // as soon as every down CTA runs, so its first weight loads overlap down's tail. Set by
   // launch_moe_decode_t1 from DEEPINFER_MOE_T1_TRIGGER (default on; 0 off: the A/B switch).
   bool early_trigger = false;
-  // The router's flag (MoeNormRouteKernelParams::ready; null: none): gate_up's routed CTAs read
-  // the ids once it is 1 instead of after griddepcontrol.wait (they still wait before they end,
-  // so this grid's completion implies the router's).
-  const unsigned* route_ready = nullptr;
   // The pipelined down kernel loads the ids and its first slot pair's weight rows before
   // griddepcontrol.wait (set by launch_moe_decode_t1 when down is a PDL dependent of gate_up: see
   // there why that is safe).
