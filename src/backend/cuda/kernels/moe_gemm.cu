@@ -483,11 +483,7 @@ __device__ void t1_norm_x(const MoeDecodeT1Params& p, __nv_bfloat16* hs, float* 
   __syncthreads();
 }
 
-// C: intermediate columns per warp (grid x = ⌈I / (8 C)⌉): C = 2 halves the CTAs, for
-// V2-Lite's 8 slots x 1408 columns (1,408 CTAs: 1.8 waves at 6 per SM; 704 at C = 2). Each
-// column's sum is the C = 1 kernel's (its lane chunks in order, then warp_sum), so the bits do
-// not depend on C.
-template <int U, int MinBlocks, int C>
+template <int U, int MinBlocks>
 __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
   // shared_early: the shared slots' CTAs first (scheduled first under PDL), routed slots after.
@@ -496,57 +492,41 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
   const bool routed = slot < p.top_k;
   const bool own_x = p.shared_early && !routed;  // CTA-uniform
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int j0 = (static_cast<int>(blockIdx.x) * kDecodeWarps + warp) * C;  // the warp's first
+  const int j = static_cast<int>(blockIdx.x) * kDecodeWarps + warp;
   const int64_t h = p.hidden;
   extern __shared__ __align__(16) __nv_bfloat16 x_own[];  // [hidden] when own_x
   __shared__ float red[33];
-  // The warp's gate and up rows: columns j0 + c (past the end: j0's, not loaded).
-  const uint4* wg[C];
-  const uint4* wu[C];
-  bool col_ok[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) col_ok[c] = c == 0 || j0 + c < p.inter;  // warp-uniform
+  const __nv_bfloat16* gate_row;
+  const __nv_bfloat16* up_row;
   if (routed) {
     pdl_wait();  // the ids are the router's
     const int e = p.topk_ids[slot];
     if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int j = col_ok[c] ? j0 + c : j0;
-      wg[c] = reinterpret_cast<const uint4*>(p.gate_up + (int64_t{e} * 2 * p.inter + j) * h);
-      wu[c] = reinterpret_cast<const uint4*>(p.gate_up +
-                                             (int64_t{e} * 2 * p.inter + p.inter + j) * h);
-    }
+    gate_row = p.gate_up + (int64_t{e} * 2 * p.inter + j) * h;
+    up_row = p.gate_up + (int64_t{e} * 2 * p.inter + p.inter + j) * h;
   } else {  // shared expert columns: weights known before the router ends
     const int64_t q = slot - p.top_k, cols = int64_t{p.shared_slots} * p.inter;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int j = col_ok[c] ? j0 + c : j0;
-      wg[c] = reinterpret_cast<const uint4*>(p.shared_gate_up + (q * p.inter + j) * h);
-      wu[c] = reinterpret_cast<const uint4*>(p.shared_gate_up + (cols + q * p.inter + j) * h);
-    }
+    gate_row = p.shared_gate_up + (q * p.inter + j) * h;
+    up_row = p.shared_gate_up + (cols + q * p.inter + j) * h;
   }
   pdl_trigger();
   // own_x never waits: norm_x (written before the router ran) is read through L2; the router
   // writes nothing this CTA reads.
   if (own_x) t1_norm_x(p, x_own, red);
-  if (j0 >= p.inter) return;  // warp-uniform
+  if (j >= p.inter) return;  // warp-uniform
+  const uint4* wg = reinterpret_cast<const uint4*>(gate_row);
+  const uint4* wu = reinterpret_cast<const uint4*>(up_row);
   const uint4* xr = reinterpret_cast<const uint4*>(own_x ? x_own : p.x);
   const int chunks = p.hidden / 8;
-  float ag[C], au[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) ag[c] = au[c] = 0.0f;
+  float ag = 0.0f, au = 0.0f;
   bool waited = routed || own_x;
   for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
-    uint4 g[C][U], u[C][U];
+    uint4 g[U], u[U];
 #pragma unroll
     for (int i = 0; i < U; ++i) {
-      const int ch = c0 + 32 * i;
-#pragma unroll
-      for (int c = 0; c < C; ++c) {
-        g[c][i] = col_ok[c] && ch < chunks ? ld_stream(wg[c] + ch) : make_uint4(0, 0, 0, 0);
-        u[c][i] = col_ok[c] && ch < chunks ? ld_stream(wu[c] + ch) : make_uint4(0, 0, 0, 0);
-      }
+      const int c = c0 + 32 * i;
+      g[i] = c < chunks ? ld_stream(wg + c) : make_uint4(0, 0, 0, 0);
+      u[i] = c < chunks ? ld_stream(wu + c) : make_uint4(0, 0, 0, 0);
     }
     if (!waited) {  // x is the router's output
       pdl_wait();
@@ -554,28 +534,21 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     }
 #pragma unroll
     for (int i = 0; i < U; ++i) {
-      const int ch = c0 + 32 * i;
-      if (ch < chunks) {
-        float xv[8];
-        unpack8(own_x ? xr[ch] : __ldg(xr + ch), xv);
-#pragma unroll
-        for (int c = 0; c < C; ++c) {
-          float gf[8], uf[8];
-          unpack8(g[c][i], gf);
-          unpack8(u[c][i], uf);
-          ag[c] = dot8(gf, xv, ag[c]);
-          au[c] = dot8(uf, xv, au[c]);
-        }
+      const int c = c0 + 32 * i;
+      if (c < chunks) {
+        float xv[8], gf[8], uf[8];
+        unpack8(own_x ? xr[c] : __ldg(xr + c), xv);
+        unpack8(g[i], gf);
+        unpack8(u[i], uf);
+        ag = dot8(gf, xv, ag);
+        au = dot8(uf, xv, au);
       }
     }
   }
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    const float gs = warp_sum(ag[c]), us = warp_sum(au[c]);
-    if (lane == 0 && col_ok[c]) {
-      const float silu = gs / (1.0f + expf(-gs));
-      p.act[int64_t{slot} * p.inter + j0 + c] = silu * us;
-    }
+  const float gs = warp_sum(ag), us = warp_sum(au);
+  if (lane == 0) {
+    const float silu = gs / (1.0f + expf(-gs));
+    p.act[int64_t{slot} * p.inter + j] = silu * us;
   }
 }
 
@@ -1005,20 +978,17 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
   // gate_up waits (griddepcontrol.wait) before reading the router's outputs and down before
   // reading act, so both are correct under either launch (launch_t1); gate_up's shared-expert
   // CTAs issue their first weight loads before the wait, and so does down with early_rows.
-  static const int gu_variant = [] {  // DEEPINFER_MOE_T1_GU=4x4 | 2x6 | 2x8 | 2x4c2
-    const char* v = std::getenv("DEEPINFER_MOE_T1_GU");  // (U x CTAs per SM [x columns])
+  const dim3 gu_grid(ceil_div(p.inter, kDecodeWarps),
+                     static_cast<unsigned>(p.top_k + p.shared_slots));
+  static const int gu_variant = [] {  // DEEPINFER_MOE_T1_GU=4x4 | 2x6 | 2x8 (U x CTAs per SM)
+    const char* v = std::getenv("DEEPINFER_MOE_T1_GU");
     if (v != nullptr && std::strcmp(v, "4x4") == 0) return 0;
     if (v != nullptr && std::strcmp(v, "2x8") == 0) return 2;
-    if (v != nullptr && std::strcmp(v, "2x4c2") == 0) return 3;
     return 1;
   }();
-  const int cols = gu_variant == 3 ? 2 : 1;  // per warp
-  const dim3 gu_grid(ceil_div(p.inter, kDecodeWarps * cols),
-                     static_cast<unsigned>(p.top_k + p.shared_slots));
-  void (*gate_up)(MoeDecodeT1Params) = gu_variant == 0   ? moe_gate_up_t1_kernel<4, 1, 1>
-                                       : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6, 1>
-                                       : gu_variant == 2 ? moe_gate_up_t1_kernel<2, 8, 1>
-                                                         : moe_gate_up_t1_kernel<2, 4, 2>;
+  void (*gate_up)(MoeDecodeT1Params) = gu_variant == 0   ? moe_gate_up_t1_kernel<4, 1>
+                                       : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6>
+                                                         : moe_gate_up_t1_kernel<2, 8>;
   cudaError_t err;
   if (p.shared_early) {  // a PDL dependent of the router: the shared slots run during it
     const int smem = p.hidden * 2;
