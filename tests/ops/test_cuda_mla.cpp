@@ -367,9 +367,9 @@ TEST(MlaDecodePlan, Clusters) {
   };
   const Want want[] = {
       {1, 1, 16, 16, 1, 1},     {1, 256, 16, 16, 1, 1}, {1, 257, 16, 16, 1, 2},
-      {1, 1024, 16, 16, 1, 4},  // the longest short context: 32 splits of 32
-      {1, 1025, 16, 16, 1, 4},  // 17 splits of 64 (3 clusters), but a 1024 at 32 needs 4
-      {1, 2112, 16, 16, 1, 5},  // V2-Lite's graph bucket for ctx 2048: 33 splits of 64
+      {1, 1024, 16, 16, 1, 4},   // the longest short context: 32 splits of 32
+      {1, 1025, 16, 16, 1, 4},   // 17 splits of 64 (3 clusters), but a 1024 at 32 needs 4
+      {1, 2112, 16, 16, 1, 5},   // V2-Lite's graph bucket for ctx 2048: 33 splits of 64
       {31, 2112, 16, 16, 1, 5},  // below 32 tokens
       {1, 4100, 128, 32, 4, 9},  // 65 splits of 64
       {3, 100, 20, 32, 1, 1},   {2, 100, 3, 16, 1, 1},
@@ -593,9 +593,9 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     b.num_seqs = static_cast<int32_t>(nseq);
     b.num_tokens = static_cast<int32_t>(nseq);
     b.max_kv_len = max_kv;
-    Tensor q = act(*be, q_all.slice_rows(static_cast<int64_t>(first),
-                                         static_cast<int64_t>(first + nseq))
-                            .clone());
+    Tensor q = act(
+        *be,
+        q_all.slice_rows(static_cast<int64_t>(first), static_cast<int64_t>(first + nseq)).clone());
     Tensor o = be->empty({static_cast<int64_t>(nseq), heads, latent}, be->compute_dtype());
     PagedAttentionParams p;
     p.q = &q;
@@ -643,8 +643,8 @@ TEST(MlaDecodeInvariance, SameRowsAloneAndInABatch) {
     cb.set_attention_max_kv_len(8192);
     const Tensor b8k = run_from(1, 1);
     cb.set_attention_max_kv_len(0);
-    const int64_t differ_b = count_differ(b1, b, row) + count_differ(b1, d, row) +
-                             count_differ(b1, b8k);
+    const int64_t differ_b =
+        count_differ(b1, b, row) + count_differ(b1, d, row) + count_differ(b1, b8k);
     std::printf("[mla] batch_invariance kernel=cluster long_context differing=%lld of %lld %s\n",
                 static_cast<long long>(differ_b), static_cast<long long>(b1.numel()),
                 differ_b == 0 ? "PASS" : "FAIL");

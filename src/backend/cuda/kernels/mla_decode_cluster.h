@@ -45,7 +45,7 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   // plan (plan_mla_cluster_decode)
   int32_t rows_per_tile;  // 16 or 32 (kernel instantiation): heads per CTA
   int32_t head_tiles;     // grid.y = ceil(num_heads / rows_per_tile)
-  int32_t split_size;       // cache entries per CTA (>= 16) of tokens with n_kv <= long_split_from
+  int32_t split_size;     // cache entries per CTA (>= 16) of tokens with n_kv <= long_split_from
   int32_t long_split_size;  // (>= split_size) of tokens with a longer context; the shared-memory
                             // layout is this split's
   int32_t long_split_from;  // context length (cache entries) above which long_split_size applies

@@ -736,7 +736,7 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
   if (p.early_rows) pdl_wait();
   if (!live) return;
   const int slots = p.top_k + p.shared_slots;
-  float out = 0.0f;           // the combine sum (every lane holds it; lane 0 stores)
+  float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
   for (int s0 = 0; s0 < slots; s0 += 4) {
     t1_down_load(p, sl, s0 + 2, n, lane, b1);  // slots past the last load nothing
     t1_down_sum(p, s0, lane, b0, out);
