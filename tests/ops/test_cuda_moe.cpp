@@ -566,7 +566,9 @@ struct RouteCase {
 
 // The warp router vs the serial kernel (bitwise: ids and weights) and vs the CPU op (ids exact,
 // weights within 1e-5): softmax / sigmoid, bias, group limits (max / top-two sum), renormalised
-// and scaled weights, E up to 256, T = 1 .. 300, and all-equal logits (ties: lower id first).
+// and scaled weights, E up to 256, T = 1 .. 300, and all-equal logits (ties: lower id first);
+// renormalised softmax without bias or groups takes the softmax over the k largest logits in all
+// three (moe_route_top_k_softmax): Qwen3's shape, ties, odd E, k = 32 of 512.
 TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
@@ -583,6 +585,10 @@ TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
     v.push_back({t, 512, 32, 64, 5, true, true, true, true, false});    // the kernel's limits
     v.push_back({t, 64, 6, 8, 3, false, false, false, true, true});     // ties
     v.push_back({t, 256, 8, 8, 4, true, true, false, true, true});
+    // Softmax over the k largest logits (moe_route_top_k_softmax): ties, odd E, the top-k limit.
+    v.push_back({t, 64, 6, 1, 1, false, false, false, true, true});
+    v.push_back({t, 33, 3, 1, 1, false, false, false, true, false});
+    v.push_back({t, 512, 32, 1, 1, false, false, false, true, false});
   }
   int bad = 0, n = 0;
   for (const RouteCase& c : v) {

@@ -353,8 +353,25 @@ void CpuBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tens
   std::vector<float> score(static_cast<size_t>(e)), choice(static_cast<size_t>(e));
   std::vector<float> group_score(static_cast<size_t>(p.num_groups));
   std::vector<int32_t> order(static_cast<size_t>(std::max<int64_t>(e, p.num_groups)));
+  const bool top_k_softmax = moe_route_top_k_softmax(p);
   for (int64_t r = 0; r < t; ++r) {
     const float* l = logits.f32() + r * e;
+    if (top_k_softmax) {  // softmax over the k largest logits (backend.h)
+      std::iota(order.begin(), order.begin() + e, 0);
+      std::stable_sort(order.begin(), order.begin() + e,
+                       [&](int32_t a, int32_t b2) { return l[a] > l[b2]; });
+      const float mx = l[order[0]];
+      double sum = 0.0;
+      for (int64_t j = 0; j < k; ++j)
+        sum += std::exp(static_cast<double>(l[order[static_cast<size_t>(j)]] - mx));
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t id = order[static_cast<size_t>(j)];
+        const float wgt = static_cast<float>(std::exp(static_cast<double>(l[id] - mx)) / sum);
+        topk_ids.data<int32_t>()[r * k + j] = id;
+        topk_weights.f32()[r * k + j] = wgt * p.scaling;
+      }
+      continue;
+    }
     if (p.scoring == MoeRoutingParams::Scoring::kSoftmax) {
       float mx = *std::max_element(l, l + e);
       double sum = 0.0;

@@ -95,7 +95,8 @@ MoeRouteParams route_kernel_params(const MoeRoutingParams& r, const float* logit
                         r.group_score == MoeRoutingParams::GroupScore::kTopTwoSum,
                         r.renormalize,
                         r.renorm_eps,
-                        r.scaling};
+                        r.scaling,
+                        moe_route_top_k_softmax(r)};
 }
 
 }  // namespace

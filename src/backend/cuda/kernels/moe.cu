@@ -22,6 +22,27 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
   if (t >= p.tokens) return;
   const int e = p.num_experts;
   const float* l = p.logits + t * e;
+  if (route_top_k_softmax(p)) {  // the k largest logits, softmax over them (moe.h)
+    int32_t ids[kMaxRouterExperts];
+    bool taken[kMaxRouterExperts];
+    for (int i = 0; i < e; ++i) taken[i] = false;
+    for (int j = 0; j < p.top_k; ++j) {
+      int best = -1;
+      for (int i = 0; i < e; ++i)
+        if (!taken[i] && (best < 0 || l[i] > l[best])) best = i;
+      ids[j] = best;
+      taken[best] = true;
+    }
+    const float mx = l[ids[0]];
+    double sum = 0.0;
+    for (int j = 0; j < p.top_k; ++j) sum += exp(static_cast<double>(l[ids[j]] - mx));
+    for (int j = 0; j < p.top_k; ++j) {
+      p.topk_ids[t * p.top_k + j] = ids[j];
+      p.topk_weights[t * p.top_k + j] =
+          static_cast<float>(exp(static_cast<double>(l[ids[j]] - mx)) / sum) * p.scaling;
+    }
+    return;
+  }
   float score[kMaxRouterExperts], choice[kMaxRouterExperts];
   if (!p.sigmoid) {
     float mx = l[0];
@@ -117,7 +138,19 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
                                  RouteWarpScratch& sm) {
   const int e = p.num_experts;
   float score[kRoutePerLane], choice[kRoutePerLane];
-  if (!p.sigmoid) {
+  // route_top_k_softmax: the logits are the scores and the choices (no softmax over E, no bias,
+  // no groups); the weights come after the top-k rounds.
+  const bool top_k_softmax = route_top_k_softmax(p);
+  if (top_k_softmax) {
+#pragma unroll
+    for (int s = 0; s < kRoutePerLane; ++s) {
+      score[s] = -INFINITY;
+      if (32 * s < e) {  // warp-uniform
+        const int i = lane + 32 * s;
+        if (i < e) score[s] = __ldcg(l + i);
+      }
+    }
+  } else if (!p.sigmoid) {
     float lg[kRoutePerLane];
     float mx = -INFINITY;
 #pragma unroll
@@ -174,7 +207,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     choice[s] = 0.0f;
     if (32 * s < e && i < e) choice[s] = score[s] + (p.bias ? p.bias[i] : 0.0f);
   }
-  if (p.num_groups > 1 && p.topk_groups < p.num_groups) {
+  if (!top_k_softmax && p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
     float* ch = sm.choice;
 #pragma unroll
@@ -252,6 +285,17 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       my_score = best_score;
     }
     sum += best_score;  // j ascending, as the serial kernel
+  }
+  if (top_k_softmax) {  // my_score: the logit of slot `lane`; slot 0 holds the largest
+    const float mx = __shfl_sync(0xffffffffu, my_score, 0);
+    const double ex = lane < p.top_k ? exp(static_cast<double>(my_score - mx)) : 0.0;
+    double total = 0.0;
+    for (int j = 0; j < p.top_k; ++j) total += __shfl_sync(0xffffffffu, ex, j);  // slot order
+    if (lane < p.top_k) {
+      p.topk_ids[t * p.top_k + lane] = my_id;
+      p.topk_weights[t * p.top_k + lane] = static_cast<float>(ex / total) * p.scaling;
+    }
+    return;
   }
   if (lane < p.top_k) {
     float w = my_score;

@@ -31,7 +31,16 @@ struct MoeRouteParams {
   bool renormalize;
   float renorm_eps;
   float scaling;
+  // false: never route_top_k_softmax (the host's moe_route_top_k_softmax said no: its switch)
+  bool allow_top_k_softmax = true;
 };
+// moe_route_top_k_softmax (backend.h) on the kernel's params: such routers select on the logits
+// and take the softmax over the k selected only.
+__host__ __device__ inline bool route_top_k_softmax(const MoeRouteParams& p) {
+  return p.allow_top_k_softmax && !p.sigmoid && p.renormalize && p.renorm_eps <= 1e-12f &&
+         p.bias == nullptr &&
+         (p.num_groups <= 1 || p.topk_groups >= p.num_groups);
+}
 // kAuto: the warp-per-token kernel unless DEEPINFER_MOE_ROUTE=serial (read once); both give the
 // same bits. The warp kernel needs top_k <= 32 (else the serial one runs).
 enum class MoeRouteImpl { kAuto, kSerial, kWarp };
