@@ -6,6 +6,8 @@
 //     element-wise steps in parallel, the softmax's double sum still in expert order (every lane
 //     sums the shared-memory exps serially), top-k as k rounds of a warp arg-max that orders
 //     (value descending, id ascending) like the CPU's stable sort.
+// Renormalised softmax without bias or group limit (route_top_k_softmax, moe.h): both select on
+// the logits and take the softmax over the k selected only, as the CPU op does.
 #include <cfloat>
 #include <climits>
 #include <cstdlib>

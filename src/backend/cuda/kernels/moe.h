@@ -15,7 +15,8 @@ inline constexpr int kMaxRouterGroups = 64;
 // The CPU backend's algorithm step for step (moe.cu: one thread or one warp per token): softmax (double sum) or
 // sigmoid scores; selection on score + bias; group limit (best topk_groups groups by their max or
 // top-two sum; other experts' choice set to 0); top-k by repeated arg-max, lower id first on
-// ties (= a stable descending sort); weights = unbiased scores, renormalised, scaled.
+// ties (= a stable descending sort); weights = unbiased scores, renormalised, scaled. A
+// renormalised softmax without bias or groups takes the top-k softmax (route_top_k_softmax).
 struct MoeRouteParams {
   const float* logits;       // [tokens, num_experts] f32
   const float* bias;         // [num_experts] f32 or null (DeepSeek-V3 e_score_correction_bias)
