@@ -7,12 +7,10 @@
 // batch; weights of linear layers are [out_features, in_features] as in Hugging Face checkpoints.
 // Integer metadata (positions, block tables) are i32 tensors on the backend's device.
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -151,18 +149,10 @@ struct MoeRoutingParams {
 // logits — ids: the k largest logits (the lower id first on ties); w_j = exp(l_j - max) / Σ_s
 // exp(l_s - max), exps and sum in double, the sum in slot order, then · scaling. The general
 // formula's value up to rounding, without E exps and an E-long sum (renorm_eps <= 1e-12 is below
-// a float's resolution of the top-k sum, which is >= k / E). The CUDA kernels' copy of this test
-// is route_top_k_softmax (kernels/moe.h). DEEPINFER_MOE_ROUTE_TOPK_SOFTMAX=0 (read once) turns it
-// off on every backend (the A/B against the general formula).
-inline bool moe_route_top_k_softmax(const MoeRoutingParams& p) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_TOPK_SOFTMAX");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
-  return enabled && p.scoring == MoeRoutingParams::Scoring::kSoftmax && p.renormalize &&
-         p.renorm_eps <= 1e-12f && p.correction_bias == nullptr &&
-         (p.num_groups <= 1 || p.topk_groups >= p.num_groups);
-}
+// a float's resolution of the top-k sum, which is >= k / E). The CUDA router kernels take the
+// answer as MoeRouteParams::top_k_softmax (kernels/moe.h). DEEPINFER_MOE_ROUTE_TOPK_SOFTMAX=0
+// (read once) turns it off on every backend (the A/B against the general formula).
+bool moe_route_top_k_softmax(const MoeRoutingParams& p);
 
 // One linear layer with its elementwise neighbours (Backend::fused_linear; the decode path of
 // issue #5 runs it as one kernel for a few rows):

@@ -1,11 +1,24 @@
-// Reference compositions of fused ops out of the basic ones (backend.h). A library of its own so
-// that both the CPU backend and the CUDA backend (which falls back to them) can link it.
+// Reference compositions of fused ops out of the basic ones (backend.h), and the routing rule
+// every backend shares (moe_route_top_k_softmax). A library of its own so that both the CPU
+// backend and the CUDA backend (which falls back to them) can link it.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/backend.h"
 #include "core/error.h"
 
 namespace di {
+
+bool moe_route_top_k_softmax(const MoeRoutingParams& p) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_TOPK_SOFTMAX");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled && p.scoring == MoeRoutingParams::Scoring::kSoftmax && p.renormalize &&
+         p.renorm_eps <= 1e-12f && p.correction_bias == nullptr &&
+         (p.num_groups <= 1 || p.topk_groups >= p.num_groups);
+}
 
 void fused_linear_composed(Backend& be, const FusedLinearParams& p) {
   DI_CHECK(p.x && p.w && (p.y || p.residual), "fused_linear: missing x, w or an output");

@@ -625,6 +625,7 @@ TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
                              static_cast<int32_t*>(ids.raw()), static_cast<float*>(w.raw()), c.tokens,
                              c.experts, c.top_k, c.groups, c.topk_groups, c.sigmoid, c.top_two, c.renorm,
                              rp.renorm_eps, rp.scaling};
+      p.top_k_softmax = moe_route_top_k_softmax(rp);  // as the backend sets it
       cuda::launch_moe_route(p, be->stream(), impls[i]);
       CUDA_CHECK(cudaGetLastError());
       be->synchronize();

@@ -6,7 +6,7 @@
 //     element-wise steps in parallel, the softmax's double sum still in expert order (every lane
 //     sums the shared-memory exps serially), top-k as k rounds of a warp arg-max that orders
 //     (value descending, id ascending) like the CPU's stable sort.
-// Renormalised softmax without bias or group limit (route_top_k_softmax, moe.h): both select on
+// Renormalised softmax without bias or group limit (MoeRouteParams::top_k_softmax): both select on
 // the logits and take the softmax over the k selected only, as the CPU op does.
 #include <cfloat>
 #include <climits>
@@ -24,29 +24,10 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
   if (t >= p.tokens) return;
   const int e = p.num_experts;
   const float* l = p.logits + t * e;
-  if (route_top_k_softmax(p)) {  // the k largest logits, softmax over them (moe.h)
-    int32_t ids[kMaxRouterExperts];
-    bool taken[kMaxRouterExperts];
-    for (int i = 0; i < e; ++i) taken[i] = false;
-    for (int j = 0; j < p.top_k; ++j) {
-      int best = -1;
-      for (int i = 0; i < e; ++i)
-        if (!taken[i] && (best < 0 || l[i] > l[best])) best = i;
-      ids[j] = best;
-      taken[best] = true;
-    }
-    const float mx = l[ids[0]];
-    double sum = 0.0;
-    for (int j = 0; j < p.top_k; ++j) sum += exp(static_cast<double>(l[ids[j]] - mx));
-    for (int j = 0; j < p.top_k; ++j) {
-      p.topk_ids[t * p.top_k + j] = ids[j];
-      p.topk_weights[t * p.top_k + j] =
-          static_cast<float>(exp(static_cast<double>(l[ids[j]] - mx)) / sum) * p.scaling;
-    }
-    return;
-  }
   float score[kMaxRouterExperts], choice[kMaxRouterExperts];
-  if (!p.sigmoid) {
+  if (p.top_k_softmax) {  // the logits are the scores (no bias): the weights after the top k
+    for (int i = 0; i < e; ++i) score[i] = l[i];
+  } else if (!p.sigmoid) {
     float mx = l[0];
     for (int i = 1; i < e; ++i) mx = fmaxf(mx, l[i]);
     double sum = 0.0;
@@ -56,7 +37,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
     for (int i = 0; i < e; ++i) score[i] = 1.0f / (1.0f + expf(-l[i]));
   }
   for (int i = 0; i < e; ++i) choice[i] = score[i] + (p.bias ? p.bias[i] : 0.0f);
-  if (p.num_groups > 1 && p.topk_groups < p.num_groups) {
+  if (!p.top_k_softmax && p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
     float gscore[kMaxRouterGroups];
     for (int g = 0; g < p.num_groups; ++g) {
@@ -102,6 +83,17 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
     taken[best] = true;
     sum += score[best];
   }
+  if (p.top_k_softmax) {  // softmax over the k selected logits, the sum in slot order
+    const float mx = score[ids[0]];
+    double total = 0.0;
+    for (int j = 0; j < p.top_k; ++j) total += exp(static_cast<double>(score[ids[j]] - mx));
+    for (int j = 0; j < p.top_k; ++j) {
+      p.topk_ids[t * p.top_k + j] = ids[j];
+      p.topk_weights[t * p.top_k + j] =
+          static_cast<float>(exp(static_cast<double>(score[ids[j]] - mx)) / total) * p.scaling;
+    }
+    return;
+  }
   for (int j = 0; j < p.top_k; ++j) {
     float w = score[ids[j]];
     if (p.renormalize) w /= (sum + p.renorm_eps);
@@ -140,9 +132,9 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
                                  RouteWarpScratch& sm) {
   const int e = p.num_experts;
   float score[kRoutePerLane], choice[kRoutePerLane];
-  // route_top_k_softmax: the logits are the scores and the choices (no softmax over E, no bias,
-  // no groups); the weights come after the top-k rounds.
-  const bool top_k_softmax = route_top_k_softmax(p);
+  // top_k_softmax: the logits are the scores and the choices (no softmax over E, no bias, no
+  // groups); the weights come after the top-k rounds.
+  const bool top_k_softmax = p.top_k_softmax;
   if (top_k_softmax) {
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {

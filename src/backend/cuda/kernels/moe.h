@@ -12,11 +12,11 @@ namespace di::cuda {
 inline constexpr int kMaxRouterExperts = 512;
 inline constexpr int kMaxRouterGroups = 64;
 
-// The CPU backend's algorithm step for step (moe.cu: one thread or one warp per token): softmax (double sum) or
-// sigmoid scores; selection on score + bias; group limit (best topk_groups groups by their max or
-// top-two sum; other experts' choice set to 0); top-k by repeated arg-max, lower id first on
-// ties (= a stable descending sort); weights = unbiased scores, renormalised, scaled. A
-// renormalised softmax without bias or groups takes the top-k softmax (route_top_k_softmax).
+// The CPU backend's algorithm step for step (moe.cu: one thread or one warp per token): softmax
+// (double sum) or sigmoid scores; selection on score + bias; group limit (best topk_groups groups
+// by their max or top-two sum; other experts' choice set to 0); top-k by repeated arg-max, lower id
+// first on ties (= a stable descending sort); weights = unbiased scores, renormalised, scaled. A
+// renormalised softmax without bias or groups takes the top-k softmax (top_k_softmax).
 struct MoeRouteParams {
   const float* logits;       // [tokens, num_experts] f32
   const float* bias;         // [num_experts] f32 or null (DeepSeek-V3 e_score_correction_bias)
@@ -32,16 +32,10 @@ struct MoeRouteParams {
   bool renormalize;
   float renorm_eps;
   float scaling;
-  // false: never route_top_k_softmax (the host's moe_route_top_k_softmax said no: its switch)
-  bool allow_top_k_softmax = true;
+  // The host's moe_route_top_k_softmax (backend.h): select on the logits and take the softmax
+  // over the k selected only (set only without bias and group limit).
+  bool top_k_softmax = false;
 };
-// moe_route_top_k_softmax (backend.h) on the kernel's params: such routers select on the logits
-// and take the softmax over the k selected only.
-__host__ __device__ inline bool route_top_k_softmax(const MoeRouteParams& p) {
-  return p.allow_top_k_softmax && !p.sigmoid && p.renormalize && p.renorm_eps <= 1e-12f &&
-         p.bias == nullptr &&
-         (p.num_groups <= 1 || p.topk_groups >= p.num_groups);
-}
 // kAuto: the warp-per-token kernel unless DEEPINFER_MOE_ROUTE=serial (read once); both give the
 // same bits. The warp kernel needs top_k <= 32 (else the serial one runs).
 enum class MoeRouteImpl { kAuto, kSerial, kWarp };
