@@ -144,15 +144,25 @@ struct MoeRoutingParams {
   float scaling = 1.0f;      // routed_scaling_factor, applied after renormalisation
 };
 
-// Softmax scores renormalised over the top k, with no bias and no group limit (Qwen3-MoE): the
-// softmax's denominator cancels, so every backend routes these as a softmax over the k largest
-// logits — ids: the k largest logits (the lower id first on ties); w_j = exp(l_j - max) / Σ_s
-// exp(l_s - max), exps and sum in double, the sum in slot order, then · scaling. The general
-// formula's value up to rounding, without E exps and an E-long sum (renorm_eps <= 1e-12 is below
-// a float's resolution of the top-k sum, which is >= k / E). The CUDA router kernels take the
-// answer as MoeRouteParams::top_k_softmax (kernels/moe.h). DEEPINFER_MOE_ROUTE_TOPK_SOFTMAX=0
-// (read once) turns it off on every backend (the A/B against the general formula).
-bool moe_route_top_k_softmax(const MoeRoutingParams& p);
+// A softmax router with no bias and no group limit (Qwen3-MoE, DeepSeek-V2-Lite) selects on the
+// logits (softmax is monotonic): ids = the k largest logits, the lower id first on ties. Weights,
+// exps and sums in double, then · scaling:
+//   renormalised (Qwen3-MoE): w_j = exp(l_j - max) / Σ_s exp(l_s - max), the sum over the k slots
+//     in slot order (the denominator over all E cancels; renorm_eps <= 1e-12 is below a float's
+//     resolution of the top-k sum, which is >= k / E);
+//   not renormalised (V2-Lite): w_j = exp(l_j - max) / moe_softmax_denominator(l).
+// The general formula's values up to rounding, with no per-expert division and no selection
+// waiting for the softmax. The CUDA router kernels take the answer as MoeRouteParams::on_logits
+// (kernels/moe.h). DEEPINFER_MOE_ROUTE_ON_LOGITS=0 (read once) turns it off on every backend
+// (the A/B against the general formula).
+bool moe_route_on_logits(const MoeRoutingParams& p);
+
+// Σ_i exp(l_i - mx) over e logits in double, in the order every backend uses (the CUDA router's
+// warp reduction): "lane" j < 32 sums exp(l_{j + 32 s} - mx) for s ascending; then five butterfly
+// rounds, for o = 16, 8, 4, 2, 1: v_j = v_j + v_{j xor o}; the result is v_0 (every v_j is equal).
+// The exps are std::exp here and CUDA's exp on the GPU (the same value except for rare last-bit
+// differences).
+double moe_softmax_denominator(const float* l, int64_t e, float mx);
 
 // One linear layer with its elementwise neighbours (Backend::fused_linear; the decode path of
 // issue #5 runs it as one kernel for a few rows):

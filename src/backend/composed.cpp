@@ -1,7 +1,8 @@
 // Reference compositions of fused ops out of the basic ones (backend.h), and the routing rule
-// every backend shares (moe_route_top_k_softmax). A library of its own so that both the CPU
+// every backend shares (moe_route_on_logits, moe_softmax_denominator). A library of its own so that both the CPU
 // backend and the CUDA backend (which falls back to them) can link it.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 
@@ -10,14 +11,28 @@
 
 namespace di {
 
-bool moe_route_top_k_softmax(const MoeRoutingParams& p) {
+bool moe_route_on_logits(const MoeRoutingParams& p) {
   static const bool enabled = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_TOPK_SOFTMAX");
+    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_ON_LOGITS");
     return v == nullptr || std::string_view(v) != "0";
   }();
-  return enabled && p.scoring == MoeRoutingParams::Scoring::kSoftmax && p.renormalize &&
-         p.renorm_eps <= 1e-12f && p.correction_bias == nullptr &&
+  return enabled && p.scoring == MoeRoutingParams::Scoring::kSoftmax &&
+         (!p.renormalize || p.renorm_eps <= 1e-12f) && p.correction_bias == nullptr &&
          (p.num_groups <= 1 || p.topk_groups >= p.num_groups);
+}
+
+double moe_softmax_denominator(const float* l, int64_t e, float mx) {
+  double v[32];
+  for (int64_t j = 0; j < 32; ++j) {
+    v[j] = 0.0;
+    for (int64_t i = j; i < e; i += 32) v[j] += std::exp(static_cast<double>(l[i] - mx));
+  }
+  for (int o = 16; o >= 1; o /= 2) {
+    double next[32];
+    for (int j = 0; j < 32; ++j) next[j] = v[j] + v[j ^ o];
+    std::copy(next, next + 32, v);
+  }
+  return v[0];
 }
 
 void fused_linear_composed(Backend& be, const FusedLinearParams& p) {

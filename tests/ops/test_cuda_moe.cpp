@@ -567,8 +567,8 @@ struct RouteCase {
 // The warp router vs the serial kernel (bitwise: ids and weights) and vs the CPU op (ids exact,
 // weights within 1e-5): softmax / sigmoid, bias, group limits (max / top-two sum), renormalised
 // and scaled weights, E up to 256, T = 1 .. 300, and all-equal logits (ties: lower id first);
-// renormalised softmax without bias or groups takes the softmax over the k largest logits in all
-// three (moe_route_top_k_softmax): Qwen3's shape, ties, odd E, k = 32 of 512.
+// a softmax without bias or groups selects on the logits in all three (moe_route_on_logits):
+// renormalised (Qwen3's shape) or not (V2-Lite's, V2's 160), with ties, odd E, k = 32 of 512.
 TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
@@ -585,10 +585,14 @@ TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
     v.push_back({t, 512, 32, 64, 5, true, true, true, true, false});    // the kernel's limits
     v.push_back({t, 64, 6, 8, 3, false, false, false, true, true});     // ties
     v.push_back({t, 256, 8, 8, 4, true, true, false, true, true});
-    // Softmax over the k largest logits (moe_route_top_k_softmax): ties, odd E, the top-k limit.
+    // Selection on the logits (moe_route_on_logits): ties, odd E, the top-k limit, renormalised
+    // or not.
     v.push_back({t, 64, 6, 1, 1, false, false, false, true, true});
     v.push_back({t, 33, 3, 1, 1, false, false, false, true, false});
     v.push_back({t, 512, 32, 1, 1, false, false, false, true, false});
+    v.push_back({t, 64, 6, 1, 1, false, false, false, false, true});
+    v.push_back({t, 512, 32, 1, 1, false, false, false, false, false});
+    v.push_back({t, 40, 4, 1, 1, false, false, false, false, false});
   }
   int bad = 0, n = 0;
   for (const RouteCase& c : v) {
@@ -625,7 +629,7 @@ TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
                              static_cast<int32_t*>(ids.raw()), static_cast<float*>(w.raw()), c.tokens,
                              c.experts, c.top_k, c.groups, c.topk_groups, c.sigmoid, c.top_two, c.renorm,
                              rp.renorm_eps, rp.scaling};
-      p.top_k_softmax = moe_route_top_k_softmax(rp);  // as the backend sets it
+      p.on_logits = moe_route_on_logits(rp);  // as the backend sets it
       cuda::launch_moe_route(p, be->stream(), impls[i]);
       CUDA_CHECK(cudaGetLastError());
       be->synchronize();

@@ -353,17 +353,21 @@ void CpuBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tens
   std::vector<float> score(static_cast<size_t>(e)), choice(static_cast<size_t>(e));
   std::vector<float> group_score(static_cast<size_t>(p.num_groups));
   std::vector<int32_t> order(static_cast<size_t>(std::max<int64_t>(e, p.num_groups)));
-  const bool top_k_softmax = moe_route_top_k_softmax(p);
+  const bool on_logits = moe_route_on_logits(p);
   for (int64_t r = 0; r < t; ++r) {
     const float* l = logits.f32() + r * e;
-    if (top_k_softmax) {  // softmax over the k largest logits (backend.h)
+    if (on_logits) {  // selection on the logits (backend.h)
       std::iota(order.begin(), order.begin() + e, 0);
       std::stable_sort(order.begin(), order.begin() + e,
                        [&](int32_t a, int32_t b2) { return l[a] > l[b2]; });
       const float mx = l[order[0]];
-      double sum = 0.0;
-      for (int64_t j = 0; j < k; ++j)
-        sum += std::exp(static_cast<double>(l[order[static_cast<size_t>(j)]] - mx));
+      double sum = 0.0;  // renormalised: over the k slots in slot order; else over all E
+      if (p.renormalize) {
+        for (int64_t j = 0; j < k; ++j)
+          sum += std::exp(static_cast<double>(l[order[static_cast<size_t>(j)]] - mx));
+      } else {
+        sum = moe_softmax_denominator(l, e, mx);
+      }
       for (int64_t j = 0; j < k; ++j) {
         const int32_t id = order[static_cast<size_t>(j)];
         const float wgt = static_cast<float>(std::exp(static_cast<double>(l[id] - mx)) / sum);
@@ -373,9 +377,8 @@ void CpuBackend::moe_route(const Tensor& logits, const MoeRoutingParams& p, Tens
       continue;
     }
     if (p.scoring == MoeRoutingParams::Scoring::kSoftmax) {
-      float mx = *std::max_element(l, l + e);
-      double sum = 0.0;
-      for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(l[i] - mx));
+      const float mx = *std::max_element(l, l + e);
+      const double sum = moe_softmax_denominator(l, e, mx);
       for (int64_t i = 0; i < e; ++i)
         score[static_cast<size_t>(i)] = static_cast<float>(std::exp(static_cast<double>(l[i] - mx)) / sum);
     } else {

@@ -96,7 +96,7 @@ MoeRouteParams route_kernel_params(const MoeRoutingParams& r, const float* logit
                         r.renormalize,
                         r.renorm_eps,
                         r.scaling,
-                        moe_route_top_k_softmax(r)};
+                        moe_route_on_logits(r)};
 }
 
 }  // namespace

@@ -3,11 +3,11 @@
 // the CPU op except on exact float ties produced by different exp() roundings):
 //   serial: one thread per token, the CPU algorithm step for step (DEEPINFER_MOE_ROUTE=serial);
 //   warp (default): one warp per token, experts spread over the lanes (expert i on lane i % 32),
-//     element-wise steps in parallel, the softmax's double sum still in expert order (every lane
-//     sums the shared-memory exps serially), top-k as k rounds of a warp arg-max that orders
-//     (value descending, id ascending) like the CPU's stable sort.
-// Renormalised softmax without bias or group limit (MoeRouteParams::top_k_softmax): both select on
-// the logits and take the softmax over the k selected only, as the CPU op does.
+//     element-wise steps in parallel, the softmax's double sum in the warp's reduction order
+//     (moe_softmax_denominator, backend.h: lane sums, then a butterfly), top-k as k rounds of a
+//     warp arg-max that orders (value descending, id ascending) like the CPU's stable sort.
+// A softmax without bias or group limit (MoeRouteParams::on_logits) selects on the logits and
+// computes only the k selected weights, as the CPU op does.
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
@@ -19,25 +19,39 @@
 namespace di::cuda {
 namespace {
 
+// moe_softmax_denominator (backend.h) by one thread: 32 lane sums, then the butterfly.
+__device__ double softmax_denominator_serial(const float* l, int e, float mx) {
+  double v[32];
+  for (int j = 0; j < 32; ++j) {
+    v[j] = 0.0;
+    for (int i = j; i < e; i += 32) v[j] += exp(static_cast<double>(l[i] - mx));
+  }
+  for (int o = 16; o >= 1; o /= 2) {
+    double next[32];
+    for (int j = 0; j < 32; ++j) next[j] = v[j] + v[j ^ o];
+    for (int j = 0; j < 32; ++j) v[j] = next[j];
+  }
+  return v[0];
+}
+
 __global__ void moe_route_kernel(MoeRouteParams p) {
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (t >= p.tokens) return;
   const int e = p.num_experts;
   const float* l = p.logits + t * e;
   float score[kMaxRouterExperts], choice[kMaxRouterExperts];
-  if (p.top_k_softmax) {  // the logits are the scores (no bias): the weights after the top k
+  if (p.on_logits) {  // the logits are the scores (no bias): the weights after the top k
     for (int i = 0; i < e; ++i) score[i] = l[i];
   } else if (!p.sigmoid) {
     float mx = l[0];
     for (int i = 1; i < e; ++i) mx = fmaxf(mx, l[i]);
-    double sum = 0.0;
-    for (int i = 0; i < e; ++i) sum += exp(static_cast<double>(l[i] - mx));
+    const double sum = softmax_denominator_serial(l, e, mx);
     for (int i = 0; i < e; ++i) score[i] = static_cast<float>(exp(static_cast<double>(l[i] - mx)) / sum);
   } else {
     for (int i = 0; i < e; ++i) score[i] = 1.0f / (1.0f + expf(-l[i]));
   }
   for (int i = 0; i < e; ++i) choice[i] = score[i] + (p.bias ? p.bias[i] : 0.0f);
-  if (!p.top_k_softmax && p.num_groups > 1 && p.topk_groups < p.num_groups) {
+  if (!p.on_logits && p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
     float gscore[kMaxRouterGroups];
     for (int g = 0; g < p.num_groups; ++g) {
@@ -83,10 +97,14 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
     taken[best] = true;
     sum += score[best];
   }
-  if (p.top_k_softmax) {  // softmax over the k selected logits, the sum in slot order
+  if (p.on_logits) {  // renormalised: over the k selected (slot order), else over all E
     const float mx = score[ids[0]];
     double total = 0.0;
-    for (int j = 0; j < p.top_k; ++j) total += exp(static_cast<double>(score[ids[j]] - mx));
+    if (p.renormalize) {
+      for (int j = 0; j < p.top_k; ++j) total += exp(static_cast<double>(score[ids[j]] - mx));
+    } else {
+      total = softmax_denominator_serial(l, e, mx);
+    }
     for (int j = 0; j < p.top_k; ++j) {
       p.topk_ids[t * p.top_k + j] = ids[j];
       p.topk_weights[t * p.top_k + j] =
@@ -106,10 +124,8 @@ constexpr int kRouteWarps = 4;  // tokens per block of the warp router
 
 constexpr int kRoutePerLane = kMaxRouterExperts / 32;  // expert lane + 32·s in slot s
 
-// Shared-memory scratch of one warp's routing (the softmax's exps for the serial sum; the
-// choices for the group limit).
+// Shared-memory scratch of one warp's routing (the choices and group scores of the group limit).
 struct RouteWarpScratch {
-  double exp[kMaxRouterExperts];
   float choice[kMaxRouterExperts];
   float gscore[kMaxRouterGroups];
   int keep[kMaxRouterGroups];
@@ -122,27 +138,51 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// The softmax denominator from the lanes' exps (expert lane + 32·s in slot s, zero past E): the
+// lane's sum in slot order, then the butterfly (moe_softmax_denominator, backend.h); every lane
+// gets the result.
+__device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kRoutePerLane],
+                                                           int e) {
+  double v = 0.0;
+#pragma unroll
+  for (int s = 0; s < kRoutePerLane; ++s)
+    if (32 * s < e) v += ex[s];  // warp-uniform; ex is 0 past E (v + 0 = v)
+#pragma unroll
+  for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 // Token t's routing by one warp from its logits row l (read through L2: the fused router's last
 // CTA reads rows other CTAs wrote). Every lane of the warp calls it. Expert i = lane + 32·s is
 // held by lane i % 32 in register slot s (score, choice); slots past the experts are skipped by
-// warp-uniform branches. The softmax's double sum runs in expert order over shared memory (the
-// CPU's order), loads unrolled ahead of the adds. Each top-k round is two warp reductions
-// (redux.sync): the largest choice key, then the lowest id holding it.
+// warp-uniform branches. Each top-k round is two warp reductions (redux.sync): the largest choice
+// key, then the lowest id holding it.
 __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float* l, int lane,
                                  RouteWarpScratch& sm) {
   const int e = p.num_experts;
   float score[kRoutePerLane], choice[kRoutePerLane];
-  // top_k_softmax: the logits are the scores and the choices (no softmax over E, no bias, no
-  // groups); the weights come after the top-k rounds.
-  const bool top_k_softmax = p.top_k_softmax;
-  if (top_k_softmax) {
+  // on_logits: the logits are the scores and the choices (no bias, no groups); the weights come
+  // after the top-k rounds, from the full softmax's denominator unless renormalised.
+  const bool on_logits = p.on_logits;
+  double denom = 0.0;
+  if (on_logits) {
+    float mx = -INFINITY;
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
       score[s] = -INFINITY;
       if (32 * s < e) {  // warp-uniform
         const int i = lane + 32 * s;
         if (i < e) score[s] = __ldcg(l + i);
+        mx = fmaxf(mx, score[s]);
       }
+    }
+    if (!p.renormalize) {
+      mx = warp_max(mx);
+      double ex[kRoutePerLane];
+#pragma unroll
+      for (int s = 0; s < kRoutePerLane; ++s)
+        ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(score[s] - mx)) : 0.0;
+      denom = softmax_denominator_warp(ex, e);
     }
   } else if (!p.sigmoid) {
     float lg[kRoutePerLane];
@@ -159,27 +199,9 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     mx = warp_max(mx);
     double ex[kRoutePerLane];
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
-      ex[s] = 0.0;
-      if (32 * s < e) {
-        const int i = lane + 32 * s;
-        if (i < e) {
-          ex[s] = exp(static_cast<double>(lg[s] - mx));
-          sm.exp[i] = ex[s];
-        }
-      }
-    }
-    __syncwarp();
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 8 <= e; i += 8) {  // expert order, as the CPU (broadcast reads, 8 in flight)
-      double v[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = sm.exp[i + u];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) sum += v[u];
-    }
-    for (; i < e; ++i) sum += sm.exp[i];
+    for (int s = 0; s < kRoutePerLane; ++s)
+      ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(lg[s] - mx)) : 0.0;
+    const double sum = softmax_denominator_warp(ex, e);
 #pragma unroll
     for (int s = 0; s < kRoutePerLane; ++s) {
       score[s] = 0.0f;
@@ -201,7 +223,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     choice[s] = 0.0f;
     if (32 * s < e && i < e) choice[s] = score[s] + (p.bias ? p.bias[i] : 0.0f);
   }
-  if (!top_k_softmax && p.num_groups > 1 && p.topk_groups < p.num_groups) {
+  if (!on_logits && p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
     float* ch = sm.choice;
 #pragma unroll
@@ -280,11 +302,14 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     }
     sum += best_score;  // j ascending, as the serial kernel
   }
-  if (top_k_softmax) {  // my_score: the logit of slot `lane`; slot 0 holds the largest
+  if (on_logits) {  // my_score: the logit of slot `lane`; slot 0 holds the largest
     const float mx = __shfl_sync(0xffffffffu, my_score, 0);
     const double ex = lane < p.top_k ? exp(static_cast<double>(my_score - mx)) : 0.0;
-    double total = 0.0;
-    for (int j = 0; j < p.top_k; ++j) total += __shfl_sync(0xffffffffu, ex, j);  // slot order
+    double total = denom;
+    if (p.renormalize) {
+      total = 0.0;
+      for (int j = 0; j < p.top_k; ++j) total += __shfl_sync(0xffffffffu, ex, j);  // slot order
+    }
     if (lane < p.top_k) {
       p.topk_ids[t * p.top_k + lane] = my_id;
       p.topk_weights[t * p.top_k + lane] = static_cast<float>(ex / total) * p.scaling;

@@ -16,7 +16,8 @@ inline constexpr int kMaxRouterGroups = 64;
 // (double sum) or sigmoid scores; selection on score + bias; group limit (best topk_groups groups
 // by their max or top-two sum; other experts' choice set to 0); top-k by repeated arg-max, lower id
 // first on ties (= a stable descending sort); weights = unbiased scores, renormalised, scaled. A
-// renormalised softmax without bias or groups takes the top-k softmax (top_k_softmax).
+// softmax without bias or groups selects on the logits (on_logits). The softmax's denominator is
+// summed in moe_softmax_denominator's order (backend.h).
 struct MoeRouteParams {
   const float* logits;       // [tokens, num_experts] f32
   const float* bias;         // [num_experts] f32 or null (DeepSeek-V3 e_score_correction_bias)
@@ -32,9 +33,9 @@ struct MoeRouteParams {
   bool renormalize;
   float renorm_eps;
   float scaling;
-  // The host's moe_route_top_k_softmax (backend.h): select on the logits and take the softmax
-  // over the k selected only (set only without bias and group limit).
-  bool top_k_softmax = false;
+  // The host's moe_route_on_logits (backend.h): select on the logits, then compute the k
+  // selected weights only (set only for a softmax without bias and group limit).
+  bool on_logits = false;
 };
 // kAuto: the warp-per-token kernel unless DEEPINFER_MOE_ROUTE=serial (read once); both give the
 // same bits. The warp kernel needs top_k <= 32 (else the serial one runs).
