@@ -168,9 +168,9 @@ void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
 void ProfilingBackend::mla_rope_store(const MlaRopeStoreParams& p) {
   timed(
       [&] {
-        return std::string(fmt::format("mla_rope_store T={} heads {} d {}+{} latent {}",
+        return std::string(fmt::format("mla_rope_store T={} heads {} d {}+{} latent {}{}",
                                        p.batch->num_tokens, p.num_heads, p.nope_dim, p.rope_dim,
-                                       p.latent_dim));
+                                       p.latent_dim, p.w_uk_t != nullptr ? " +W_UK" : ""));
       },
       [&] { inner_.mla_rope_store(p); });
 }

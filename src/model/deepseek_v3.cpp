@@ -205,8 +205,8 @@ class MlaModel final : public Model {
   }
 
   // Decode at batch 1 is launch-bound, so the block is few kernels (docs/cuda_backend.md):
-  //   linear [q | kv_a] -> (q_lora: rms_norm, q_b) -> mla_rope_store -> head_linear W_UK ->
-  //   paged_attention (q = q_lat, q_rope = q_pe) -> head_linear W_UV -> linear o_proj
+  //   linear [q | kv_a] -> (q_lora: rms_norm, q_b) -> mla_rope_store with W_UK (one kernel on
+  //   CUDA) -> paged_attention (q = q_lat, q_rope = q_pe) -> head_linear W_UV -> linear o_proj
   // x += o_proj(MLA(norm(x))). h: [T, hidden] scratch for norm(x) when the q and kv_a
   // projections are two GEMMs (the fused one reads x and normalises on the way).
   void attention(const MlaLayer& L, int32_t layer, Tensor& x, float eps, Tensor& h,
@@ -265,11 +265,12 @@ class MlaModel final : public Model {
     rp.cos_sin = &cos_sin_;
     rp.interleaved = c.rope_interleave;
     rp.batch = &batch;
-    be.mla_rope_store(rp);
-    // Absorb W_UK into the query: q_lat[t, h] = W_UK,hᵀ q_nope[t, h]; attention reads the query
-    // [q_lat | q_pe] from the two tensors.
+    // W_UK absorbed into the query in the same op: q_lat[t, h] = W_UK,hᵀ q_nope[t, h]; attention
+    // reads the query [q_lat | q_pe] from the two tensors.
     Tensor q_lat = be.empty({t, hq, lat}, dt);
-    be.head_linear(q_nope, L.w_uk_t, q_lat);
+    rp.w_uk_t = &L.w_uk_t;
+    rp.q_lat = &q_lat;
+    be.mla_rope_store(rp);
     Tensor o_lat = be.empty({t, hq, lat}, dt);
     PagedAttentionParams ap;
     ap.q = &q_lat;

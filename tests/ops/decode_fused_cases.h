@@ -63,14 +63,16 @@ struct TestQkvRopeStore : OpCase {
 //   kOffsets:  one buffer [T, 3 + lat + dr + hq·(dn+dr) + 1], kv_a at column 3, q after it
 // Batches: T = 1 / 3 / 33 new tokens over block sizes 1 / 16 / 64; T > 1 ends with a padding row
 // (slot -1, a sequence without blocks) that must write no KV. Outputs: q_nope (a copy: exact),
-// q_pe, the new tokens' pool entries, and the rest of the pool (untouched: exact).
+// q_pe, the new tokens' pool entries, and the rest of the pool (untouched: exact); with `absorb`
+// also q_lat = head_linear(q_nope, w_uk_t) (one kernel with the rest on CUDA where it applies).
 struct TestMlaRopeStore : OpCase {
   enum class Src { kFused, kSeparate, kOffsets };
   int32_t block_size, hq, dn, dr, lat, num_new;
   bool interleaved;
   Src src;
+  bool absorb;
   TestMlaRopeStore(int32_t bs, int32_t q, int32_t nope, int32_t rope, int32_t latent, int32_t t,
-                   bool il, Src where)
+                   bool il, Src where, bool with_uk = false)
       : block_size(bs),
         hq(q),
         dn(nope),
@@ -78,14 +80,16 @@ struct TestMlaRopeStore : OpCase {
         lat(latent),
         num_new(t),
         interleaved(il),
-        src(where) {}
+        src(where),
+        absorb(with_uk) {}
   std::string name() const override {
     const char* where = src == Src::kFused      ? "fused"
                         : src == Src::kSeparate ? "separate"
                                                 : "offsets";
     return "mla_rope_store_bs" + std::to_string(block_size) + "_hq" + std::to_string(hq) + "_d" +
            std::to_string(dn) + "+" + std::to_string(dr) + "_lat" + std::to_string(lat) + "_t" +
-           std::to_string(num_new) + (interleaved ? "_interleaved" : "_half") + "_" + where;
+           std::to_string(num_new) + (interleaved ? "_interleaved" : "_half") + "_" + where +
+           (absorb ? "_uk" : "");
   }
   std::vector<Output> run(Backend& be) const override {
     const int32_t entry = lat + dr, layers = 3, max_pos = 300, dqk = dn + dr;
@@ -147,6 +151,13 @@ struct TestMlaRopeStore : OpCase {
     p.cos_sin = &cos_sin;
     p.interleaved = interleaved;
     p.batch = &b;
+    Tensor w_uk, q_lat;
+    if (absorb) {
+      w_uk = act(be, host_random({hq, lat, dn}, 46, 0.2f));
+      q_lat = be.empty({t, hq, lat}, be.compute_dtype());
+      p.w_uk_t = &w_uk;
+      p.q_lat = &q_lat;
+    }
     be.mla_rope_store(p);
     // The new tokens' entries apart from the rest of the pool (which must be untouched).
     Tensor rest = be.download(pool);
@@ -161,8 +172,12 @@ struct TestMlaRopeStore : OpCase {
       std::copy(e, e + entry, entries.f32() + row++ * entry);
       std::fill(e, e + entry, 0.0f);
     }
-    return {out(be, "q_nope", q_nope, Check::kExact), out(be, "q_pe", q_pe, Check::kBf16),
-            Output{"entries", entries, Check::kBf16}, Output{"pool_rest", rest, Check::kExact}};
+    std::vector<Output> outs = {out(be, "q_nope", q_nope, Check::kExact),
+                                out(be, "q_pe", q_pe, Check::kBf16),
+                                Output{"entries", entries, Check::kBf16},
+                                Output{"pool_rest", rest, Check::kExact}};
+    if (absorb) outs.push_back(out(be, "q_lat", q_lat, Check::kBf16));
+    return outs;
   }
 };
 
@@ -331,6 +346,15 @@ void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestMlaRopeStore(1, 9, 7, 6, 33, 3, false, Src::kOffsets));
   c.emplace_back(new TestMlaRopeStore(64, 5, 24, 10, 47, 33, true, Src::kOffsets));
   c.emplace_back(new TestMlaRopeStore(16, 5, 24, 10, 47, 1, false, Src::kSeparate));
+  // With the absorbed query (W_UK): V2-Lite at 1 / 3 / 33 tokens, V3's 128 heads, the goldens'
+  // dims; odd dims (nope 7, latent 47) and a q part at column 3 + entry (rows not 16-byte
+  // aligned) take the two-kernel path on CUDA.
+  for (int32_t t : {1, 3, 33})
+    c.emplace_back(new TestMlaRopeStore(16, 16, 128, 64, 512, t, true, Src::kFused, true));
+  c.emplace_back(new TestMlaRopeStore(64, 128, 128, 64, 512, 3, true, Src::kSeparate, true));
+  c.emplace_back(new TestMlaRopeStore(16, 3, 16, 8, 32, 33, true, Src::kFused, true));
+  c.emplace_back(new TestMlaRopeStore(1, 9, 7, 6, 33, 3, false, Src::kOffsets, true));
+  c.emplace_back(new TestMlaRopeStore(64, 5, 24, 10, 48, 3, true, Src::kOffsets, true));
   add_qkv_rope_attention_cases(c);
 }
 

@@ -600,6 +600,10 @@ void mla_rope_store_composed(Backend& be, const MlaRopeStoreParams& p) {
   be.rope(k_pe, 0, static_cast<int32_t>(dr), b.positions, *p.cos_sin, p.interleaved);
   be.store_kv(latent, *p.pool, p.layout, p.layer, 0, b);
   be.store_kv(k_pe, *p.pool, p.layout, p.layer, static_cast<int32_t>(lat), b);
+  if (p.w_uk_t != nullptr) {
+    DI_CHECK(p.q_lat != nullptr, "mla_rope_store: w_uk_t without q_lat");
+    be.head_linear(*p.q_nope, *p.w_uk_t, *p.q_lat);
+  }
 }
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

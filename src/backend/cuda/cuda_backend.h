@@ -87,7 +87,12 @@ class CudaBackend final : public Backend {
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
+  // With w_uk_t (the absorbed query), one kernel for both where launch_mla_rope_store_uk applies
+  // (kernels/decode_fused.h), unless DEEPINFER_MLA_FUSED_UK=0; else mla_rope_store, head_linear.
   void mla_rope_store(const MlaRopeStoreParams& p) override;
+  // Tests: 1 / 0 force the one-kernel absorbed query on / off, -1 = the env.
+  void set_mla_fused_uk_override(int v) { mla_fused_uk_override_ = v; }
+  int64_t mla_fused_uk_calls() const { return mla_fused_uk_calls_; }
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;
   void moe_route(const Tensor& logits, const MoeRoutingParams& p, Tensor& topk_ids,
                  Tensor& topk_weights) override;
@@ -254,6 +259,8 @@ class CudaBackend final : public Backend {
   // weights' shapes already checked, `slots` = top_k (the routed slots).
   bool moe_t1_applies(const Tensor& x, const ExpertWeights& w, int64_t slots) const;
   int moe_fused_override_ = -1;
+  int mla_fused_uk_override_ = -1;
+  int64_t mla_fused_uk_calls_ = 0;
   int64_t moe_norm_route_max_elems_ = 4096;
   int64_t moe_fused_route_calls_ = 0;
   int64_t moe_fused_residual_calls_ = 0;

@@ -8,6 +8,7 @@
 // write_columns (11 launches); fused it is one (3 CTAs per token: the entry + 2 x 8 q heads).
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/decode_fused.h"
+#include "backend/cuda/kernels/head_linear.cuh"
 #include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
@@ -89,16 +90,15 @@ __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int
   }
 }
 
+// Token t's part y of the MLA prologue (y = 0: the cache entry, y >= 1: q heads) by the CTA's
+// kMlaThreads threads. Every branch depends only on (t, y): the CTA takes it together.
 template <typename T>
-__global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStoreKernelParams p) {
-  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
-  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
+__device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t, int y) {
   __shared__ float scratch[32];
-  const int64_t t = blockIdx.x;
   const int32_t pos = p.positions[t];
   const int dn = p.nope_dim, dr = p.rope_dim, dqk = dn + dr;
   const RopeTable rt{p.cos_sin, p.cos_sin_f32, p.max_pos, p.interleaved};
-  if (blockIdx.y == 0) {
+  if (y == 0) {
     // The cache entry. Every branch depends only on blockIdx: the CTA takes it together.
     const int32_t slot = p.slot_mapping[t];
     if (slot < 0) return;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStor
     return;
   }
   // q heads [h0, h1): the nope part copied, the rope part rotated.
-  const int h0 = (static_cast<int>(blockIdx.y) - 1) * kMlaHeadsPerCta;
+  const int h0 = (y - 1) * kMlaHeadsPerCta;
   const int nh = min(kMlaHeadsPerCta, p.num_heads - h0);
   const T* q = static_cast<const T*>(p.q) + t * p.q_ld + p.q_col + int64_t{h0} * dqk;
   T* q_nope = static_cast<T*>(p.q_nope) + (t * p.num_heads + h0) * dn;
@@ -136,6 +136,33 @@ __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStor
     const int h = i / half;
     rope_row(q + h * dqk + dn, q_pe + h * dr, dr, pos, rt, i % half, half);  // one pair
   }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStoreKernelParams p) {
+  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
+  mla_rope_store_part<T>(p, blockIdx.x, static_cast<int>(blockIdx.y));
+}
+
+// The prologue and the absorbed query in one launch (launch_mla_rope_store_uk): CTAs
+// [0, rope_ctas) are mla_rope_store_kernel's (token, part) pairs, the rest each run two
+// head_linear column groups (warps 0-3 and 4-7) over the q rows in place.
+__global__ void __launch_bounds__(kMlaThreads)
+    mla_rope_store_uk_kernel(MlaRopeStoreKernelParams p, HeadLinearParams uk, int32_t parts,
+                             int32_t col_ctas) {
+  pdl_trigger();
+  const int b = static_cast<int>(blockIdx.x);
+  const int rope_ctas = static_cast<int>(p.tokens) * parts;
+  if (b < rope_ctas) {  // CTA-uniform
+    pdl_wait();
+    mla_rope_store_part<bf16>(p, b / parts, b % parts);
+    return;
+  }
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int j = b - rope_ctas, h = j / col_ctas, group = static_cast<int>(threadIdx.x) >> 7;
+  const int col0 = (2 * (j % col_ctas) + group) * kHeadLinearCols;
+  head_linear_cols(uk, col0, h, smem + group * head_linear_smem_bytes(uk.t, uk.k));
 }
 
 __global__ void moe_combine_f32_out_kernel(MoeCombineF32OutParams p) {
@@ -170,6 +197,39 @@ void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t strea
                                stream, p)
                : launch_decode(kPdlRopeStore, mla_rope_store_kernel<bf16>, grid, kMlaThreads, 0,
                                stream, p));
+}
+
+bool mla_rope_store_uk_supported(const MlaRopeStoreKernelParams& p, int64_t lat) {
+  const int64_t dqk = int64_t{p.nope_dim} + p.rope_dim;
+  return !p.f32 && head_linear_small_supported(p.tokens, p.num_heads, p.nope_dim, lat) &&
+         p.q_ld % 8 == 0 && p.q_col % 8 == 0 && dqk % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
+         2 * head_linear_smem_bytes(static_cast<int>(p.tokens), p.nope_dim) <= 160 * 1024;
+}
+
+cudaError_t launch_mla_rope_store_uk(const MlaRopeStoreKernelParams& p, const void* w_uk_t,
+                                     void* q_lat, int32_t lat, cudaStream_t stream) {
+  if (p.tokens == 0) return cudaSuccess;
+  const int32_t dqk = p.nope_dim + p.rope_dim;
+  const HeadLinearParams uk{static_cast<const bf16*>(p.q) + p.q_col,
+                            w_uk_t,
+                            q_lat,
+                            static_cast<int32_t>(p.tokens),
+                            p.num_heads,
+                            p.nope_dim,
+                            lat,
+                            p.q_ld,
+                            dqk};
+  const int32_t parts = 1 + ceil_div(p.num_heads, kMlaHeadsPerCta);
+  const int32_t col_ctas = ceil_div(lat, 2 * kHeadLinearCols);
+  const auto grid =
+      static_cast<unsigned>(p.tokens * parts + int64_t{p.num_heads} * col_ctas);
+  const int smem = 2 * head_linear_smem_bytes(uk.t, uk.k);
+  const cudaError_t err =
+      open_dynamic_smem(reinterpret_cast<const void*>(&mla_rope_store_uk_kernel), smem);
+  if (err != cudaSuccess) return err;
+  return launch_decode(kPdlRopeStore, mla_rope_store_uk_kernel, grid, kMlaThreads,
+                       static_cast<size_t>(smem), stream, p, uk, parts, col_ctas);
 }
 
 void launch_moe_combine_f32_out(const MoeCombineF32OutParams& p, cudaStream_t stream) {

@@ -85,6 +85,17 @@ struct MlaRopeStoreKernelParams {
 };
 void launch_mla_rope_store(const MlaRopeStoreKernelParams& p, cudaStream_t stream);
 
+// mla_rope_store and the absorbed query q_lat[t, h] = W_UK,hᵀ q_nope[t, h] (head_linear.h, with
+// w_uk_t [num_heads, lat, nope_dim]) in one launch: the head_linear CTAs read the nope parts from
+// the q rows in place (the values mla_rope_store copies to q_nope), so the two have no order
+// between them and q_lat is bitwise the head_linear op's on q_nope. grid = the rope/store CTAs
+// (tokens x parts, first) + num_heads x ceil(lat / 32) CTAs of two 16-column head_linear groups;
+// 256 threads. Supported (mla_rope_store_uk_supported): bf16, head_linear_small's shapes
+// (tokens <= 64, nope_dim % 8, lat % 8), q rows and head strides 16-byte aligned.
+bool mla_rope_store_uk_supported(const MlaRopeStoreKernelParams& p, int64_t lat);
+cudaError_t launch_mla_rope_store_uk(const MlaRopeStoreKernelParams& p, const void* w_uk_t,
+                                     void* q_lat, int32_t lat, cudaStream_t stream);
+
 // fp32 mode's MoE combine: out[t, :] = sum_j topk_weights[t, j] * y[slot_row[t * top_k + j], :],
 // j ascending, f32 (the bf16 version is launch_moe_combine in moe.h).
 struct MoeCombineF32OutParams {

@@ -22,10 +22,11 @@ namespace di::cuda {
 inline constexpr int32_t kHeadLinearMaxTokens = 64;
 
 struct HeadLinearParams {
-  const void* x;  // bf16 [t, heads, k]
+  const void* x;  // bf16: row (t, h) at x + t·x_ld + h·x_hs (contiguous [t, heads, k]: heads·k, k)
   const void* w;  // bf16 [heads, n, k]
   void* y;        // bf16 [t, heads, n]
   int32_t t, heads, k, n;
+  int64_t x_ld, x_hs;  // multiples of 8 (16-byte aligned rows)
 };
 
 bool head_linear_small_supported(int64_t t, int64_t heads, int64_t k, int64_t n);

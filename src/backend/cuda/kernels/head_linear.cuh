@@ -1,0 +1,118 @@
+#pragma once
+// The per-head linear of few tokens as a device function (head_linear.h): one group of 4 warps
+// computes y[:, h, col0 .. col0 + 16). head_linear_small_kernel runs one group per CTA; the MLA
+// prologue with the absorbed query (decode_fused.cu) runs two per CTA next to its rope/store CTAs.
+#include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/head_linear.h"
+
+namespace di::cuda {
+
+inline constexpr int kHeadLinearCols = 16;  // output columns per group: two n8 tiles
+inline constexpr int kHeadLinearWarps = 4;  // a group's warps, split over k
+inline constexpr int kHeadLinearThreads = kHeadLinearWarps * 32;
+inline constexpr int kHeadLinearMaxK = 1024;
+
+// Shared memory of one group: the weight rows [kCols][ld], the token rows [tpad][ld]
+// (ld = kpad + 8), the warps' partial sums [kWarps][tpad][kCols] f32.
+__host__ __device__ inline int head_linear_smem_bytes(int t, int k) {
+  const int ld = pad16(k) + 8, tpad = pad16(t);
+  return (kHeadLinearCols + tpad) * ld * 2 + kHeadLinearWarps * tpad * kHeadLinearCols * 4;
+}
+
+// Columns [col0, col0 + 16) of head h by the group of threads threadIdx.x / 128 (its own `smem`,
+// head_linear_smem_bytes): the group's weight rows are copied before griddepcontrol.wait, the
+// token rows (x + r·x_ld + h·x_hs) after it. Contains one __syncthreads: every thread of the CTA
+// must call it (each group with its own columns and smem).
+__device__ inline void head_linear_cols(const HeadLinearParams& p, int col0, int h,
+                                        unsigned char* smem) {
+  constexpr int kMaxMt = kHeadLinearMaxTokens / 16;
+  const int tid = static_cast<int>(threadIdx.x) % kHeadLinearThreads, lane = tid & 31,
+            warp = tid >> 5;
+  const int k = p.k, kpad = pad16(k), ld = kpad + 8;
+  const int tpad = pad16(p.t), mtiles = tpad / 16;
+  bf16* w_s = reinterpret_cast<bf16*>(smem);                  // [kCols][ld]
+  bf16* x_s = w_s + kHeadLinearCols * ld;                     // [tpad][ld]
+  float* part_s = reinterpret_cast<float*>(x_s + tpad * ld);  // [kWarps][tpad][kCols]
+  const bf16* w = static_cast<const bf16*>(p.w) + (int64_t{h} * p.n + col0) * k;
+  const bf16* x = static_cast<const bf16*>(p.x) + int64_t{h} * p.x_hs;
+  const int64_t ldx = p.x_ld;
+
+  // This warp's k steps [s0, s1): its slices of the weight and token rows are its own (copied,
+  // waited for and read by this warp alone until the partial sums).
+  const int nsteps = kpad / 16, s0 = warp * nsteps / kHeadLinearWarps,
+            s1 = (warp + 1) * nsteps / kHeadLinearWarps;
+  const int cpr = 2 * (s1 - s0);                            // 16-byte chunks per row of the slice
+  for (int i = lane; i < kHeadLinearCols * cpr; i += 32) {  // the weights: before pdl_wait
+    const int r = i / cpr, c = 2 * s0 + i % cpr;
+    const bool valid = col0 + r < p.n && c * 8 < k;
+    cp_async16(w_s + r * ld + c * 8, valid ? w + int64_t{r} * k + c * 8 : p.w, valid ? 16 : 0);
+  }
+  pdl_wait();
+  for (int i = lane; i < tpad * cpr; i += 32) {
+    const int r = i / cpr, c = 2 * s0 + i % cpr;
+    const bool valid = r < p.t && c * 8 < k;
+    cp_async16(x_s + r * ld + c * 8, valid ? x + r * ldx + c * 8 : p.x, valid ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncwarp();
+
+  float acc[kMaxMt][2][4];
+#pragma unroll
+  for (int mt = 0; mt < kMaxMt; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
+  // Weight rows are the n index: lane L gives row (L & 7) + 8 (L >> 4), column 8 ((L >> 3) & 1):
+  // b0, b1 of n-tiles 0 and 1 for one k step.
+  const bf16* wb = w_s + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
+  for (int ks = s0; ks < s1; ++ks) {
+    uint32_t b[4];
+    ldsm_x4(b, wb + ks * 16);
+#pragma unroll
+    for (int mt = 0; mt < kMaxMt; ++mt) {
+      if (mt < mtiles) {
+        uint32_t a[4];
+        ldsm_x4(a, x_s + (mt * 16 + frag_row) * ld + frag_col + ks * 16);
+        mma_bf16_16816(acc[mt][0], a, b[0], b[1]);
+        mma_bf16_16816(acc[mt][1], a, b[2], b[3]);
+      }
+    }
+  }
+  const int g = lane >> 2, t4 = lane & 3;
+  float* mine = part_s + warp * tpad * kHeadLinearCols;
+#pragma unroll
+  for (int mt = 0; mt < kMaxMt; ++mt) {
+    if (mt >= mtiles) break;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int r = mt * 16 + g, c = nt * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(mine + r * kHeadLinearCols + c) =
+          make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+      *reinterpret_cast<float2*>(mine + (r + 8) * kHeadLinearCols + c) =
+          make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  }
+  __syncthreads();
+  // The warps' partial sums in warp order, rounded once to bf16 (as the cuBLAS path).
+  bf16* y = static_cast<bf16*>(p.y);
+  const int64_t ldy = int64_t{p.heads} * p.n;
+  for (int i = tid; i < p.t * (kHeadLinearCols / 2); i += kHeadLinearThreads) {
+    const int r = i / (kHeadLinearCols / 2), c = 2 * (i % (kHeadLinearCols / 2));
+    if (col0 + c >= p.n) continue;
+    float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kHeadLinearWarps; ++wi) {
+      const float2 v =
+          *reinterpret_cast<const float2*>(part_s + (wi * tpad + r) * kHeadLinearCols + c);
+      v0 += v.x;
+      v1 += v.y;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(y + r * ldy + int64_t{h} * p.n + col0 + c) =
+        __floats2bfloat162_rn(v0, v1);
+  }
+}
+
+}  // namespace di::cuda
