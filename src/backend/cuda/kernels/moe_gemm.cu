@@ -592,19 +592,6 @@ __device__ __forceinline__ T1DownRow t1_down_row(const MoeDecodeT1Params& p, con
   return {reinterpret_cast<const uint4*>(p.shared_down + n * cols + int64_t{q} * p.inter), 1.0f};
 }
 
-// Pulls the act rows (all slots, f32) into this SM's L1 after the wait: every warp of the down
-// kernels reads them all, and without it each chunk-iteration's act loads went to L2 (the SM's
-// warps run in step, so all of them missed on the same lines at once): ncu (run 20) put a third
-// of V2-Lite's down kernel in those waits. One 128-byte line per thread and step; weights are
-// streamed past L1 (ld_stream), so the lines stay.
-__device__ __forceinline__ void t1_prefetch_act(const MoeDecodeT1Params& p) {
-  if (!p.act_prefetch) return;
-  const int64_t lines = (int64_t{p.top_k + p.shared_slots} * p.inter * 4 + 127) / 128;
-  const char* base = reinterpret_cast<const char*>(p.act);
-  for (int64_t i = threadIdx.x; i < lines; i += blockDim.x)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(base + i * 128));
-}
-
 // The down kernels' store: the combine sum in bf16, or added to the residual (the add kernel).
 __device__ __forceinline__ void t1_store(const MoeDecodeT1Params& p, int n, float sum) {
   const __nv_bfloat16 y = __float2bfloat16_rn(sum);
@@ -625,7 +612,6 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
   if (p.early_trigger) pdl_trigger();
   pdl_wait();  // (early_rows is the pipelined kernel's: this one runs as a plain launch)
-  t1_prefetch_act(p);
   if (n >= p.hidden) return;  // warp-uniform
   const T1Slots sl = t1_load_slots(p, lane);
   const int chunks = p.inter / 8;
@@ -748,7 +734,6 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
     t1_down_load(p, sl, 0, n, lane, b0);
   }
   if (p.early_rows) pdl_wait();
-  t1_prefetch_act(p);
   if (!live) return;
   const int slots = p.top_k + p.shared_slots;
   float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
@@ -1022,8 +1007,6 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
   // 309.7 -> 314.6 tok/s.
   static const bool down_early_env = env_int("DEEPINFER_MOE_T1_DOWN_EARLY", 1) != 0;
   p.early_rows = down_early_env && t1_pdl(p) && pdl_enabled();
-  static const bool act_prefetch_env = env_int("DEEPINFER_MOE_T1_ACT_PREFETCH", 1) != 0;
-  p.act_prefetch = act_prefetch_env;
   const dim3 grid(ceil_div(p.hidden, kT1DownWarps));
   const dim3 down_threads(kT1DownWarps * 32);
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x

@@ -114,9 +114,6 @@ struct MoeDecodeT1Params {
   // griddepcontrol.wait (set by launch_moe_decode_t1 when down is a PDL dependent of gate_up: see
   // there why that is safe).
   bool early_rows = false;
-  // down: pull the act rows into L1 after the wait (t1_prefetch_act; DEEPINFER_MOE_T1_ACT_PREFETCH=0
-  // off). Same bits either way.
-  bool act_prefetch = false;
   // Shared slots start before the router ends (shared_early; launch_moe_decode_t1 then launches
   // gate_up as a PDL dependent of the router): their CTAs come first in the grid, recompute x =
   // rms_norm(norm_x) · norm_w (bitwise the rms_norm kernel's h) into shared memory and never wait;
