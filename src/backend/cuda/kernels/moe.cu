@@ -122,7 +122,22 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
 
 constexpr int kRouteWarps = 4;  // tokens per block of the warp router
 
-constexpr int kRoutePerLane = kMaxRouterExperts / 32;  // expert lane + 32·s in slot s
+// Register slots per lane (expert lane + 32·s in slot s): the kernels are instantiated for 2 / 4 /
+// 8 / 16 slots (E <= 64 / 128 / 256 / 512, route_slots) so that a small router's code is short:
+// the 16-slot routing was ~7,200 SASS instructions in the fused router, whose first run on each
+// SM waits on instruction fetch (ncu run 20: 18 % of V2-Lite's fused-router stall samples). The
+// slots past E are skipped by warp-uniform branches either way, so every instance gives the
+// same bits. DEEPINFER_MOE_ROUTE_SLOTS=16 (read once) takes the 16-slot instance for every E
+// (the code before run 20).
+constexpr int kRoutePerLane = kMaxRouterExperts / 32;
+inline int route_slots(int experts) {
+  static const bool all16 = [] {
+    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_SLOTS");
+    return v != nullptr && std::strcmp(v, "16") == 0;
+  }();
+  if (all16) return kRoutePerLane;
+  return experts <= 64 ? 2 : experts <= 128 ? 4 : experts <= 256 ? 8 : kRoutePerLane;
+}
 
 // Shared-memory scratch of one warp's routing (the choices and group scores of the group limit).
 struct RouteWarpScratch {
@@ -141,11 +156,12 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
 // The softmax denominator from the lanes' exps (expert lane + 32·s in slot s, zero past E): the
 // lane's sum in slot order, then the butterfly (moe_softmax_denominator, backend.h); every lane
 // gets the result.
-__device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kRoutePerLane],
+template <int kSlots>
+__device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kSlots],
                                                            int e) {
   double v = 0.0;
 #pragma unroll
-  for (int s = 0; s < kRoutePerLane; ++s)
+  for (int s = 0; s < kSlots; ++s)
     if (32 * s < e) v += ex[s];  // warp-uniform; ex is 0 past E (v + 0 = v)
 #pragma unroll
   for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -157,10 +173,11 @@ __device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kR
 // held by lane i % 32 in register slot s (score, choice); slots past the experts are skipped by
 // warp-uniform branches. Each top-k round is two warp reductions (redux.sync): the largest choice
 // key, then the lowest id holding it.
+template <int kSlots>
 __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float* l, int lane,
                                  RouteWarpScratch& sm) {
   const int e = p.num_experts;
-  float score[kRoutePerLane], choice[kRoutePerLane];
+  float score[kSlots], choice[kSlots];
   // on_logits: the logits are the scores and the choices (no bias, no groups); the weights come
   // after the top-k rounds, from the full softmax's denominator unless renormalised.
   const bool on_logits = p.on_logits;
@@ -168,7 +185,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   if (on_logits) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       score[s] = -INFINITY;
       if (32 * s < e) {  // warp-uniform
         const int i = lane + 32 * s;
@@ -178,17 +195,17 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     }
     if (!p.renormalize) {
       mx = warp_max(mx);
-      double ex[kRoutePerLane];
+      double ex[kSlots];
 #pragma unroll
-      for (int s = 0; s < kRoutePerLane; ++s)
+      for (int s = 0; s < kSlots; ++s)
         ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(score[s] - mx)) : 0.0;
       denom = softmax_denominator_warp(ex, e);
     }
   } else if (!p.sigmoid) {
-    float lg[kRoutePerLane];
+    float lg[kSlots];
     float mx = -INFINITY;
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       lg[s] = -INFINITY;
       if (32 * s < e) {  // warp-uniform
         const int i = lane + 32 * s;
@@ -197,19 +214,19 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       }
     }
     mx = warp_max(mx);
-    double ex[kRoutePerLane];
+    double ex[kSlots];
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s)
+    for (int s = 0; s < kSlots; ++s)
       ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(lg[s] - mx)) : 0.0;
     const double sum = softmax_denominator_warp(ex, e);
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       score[s] = 0.0f;
       if (32 * s < e) score[s] = static_cast<float>(ex[s] / sum);
     }
   } else {
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       score[s] = 0.0f;
       if (32 * s < e) {
         const int i = lane + 32 * s;
@@ -218,7 +235,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     }
   }
 #pragma unroll
-  for (int s = 0; s < kRoutePerLane; ++s) {
+  for (int s = 0; s < kSlots; ++s) {
     const int i = lane + 32 * s;
     choice[s] = 0.0f;
     if (32 * s < e && i < e) choice[s] = score[s] + (p.bias ? p.bias[i] : 0.0f);
@@ -227,7 +244,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     const int per_group = e / p.num_groups;
     float* ch = sm.choice;
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s)
+    for (int s = 0; s < kSlots; ++s)
       if (32 * s < e && lane + 32 * s < e) ch[lane + 32 * s] = choice[s];
     __syncwarp();
     float* gscore = sm.gscore;
@@ -263,7 +280,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     }
     __syncwarp();
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       const int i = lane + 32 * s;
       if (32 * s < e && i < e && !keep[i / per_group]) choice[s] = 0.0f;
     }
@@ -278,7 +295,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     float bs = 0.0f;
     int bi = INT_MAX;
 #pragma unroll
-    for (int s = 0; s < kRoutePerLane; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
       if (32 * s < e) {
         const int i = lane + 32 * s;
         const unsigned k = ordered_key(choice[s]);
@@ -324,12 +341,13 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   }
 }
 
+template <int kSlots>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_warp_kernel(MoeRouteParams p) {
   __shared__ RouteWarpScratch s[kRouteWarps];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t t = int64_t{blockIdx.x} * kRouteWarps + warp;
   if (t >= p.tokens) return;  // warp-uniform; only __syncwarp inside
-  route_token_warp(p, t, p.logits + t * p.num_experts, lane, s[warp]);
+  route_token_warp<kSlots>(p, t, p.logits + t * p.num_experts, lane, s[warp]);
 }
 
 // ---- the fused router of a decode step: rms_norm, gate GEMV, routing (moe.h) ----
@@ -392,6 +410,7 @@ __device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, 
   }
 }
 
+template <int kSlots>
 __global__ void __launch_bounds__(kNormRouteWarps * 32)
     moe_norm_route_kernel(MoeNormRouteKernelParams p) {
   // The rows while the logits are computed, then (last CTA) the routing scratch.
@@ -462,8 +481,8 @@ __global__ void __launch_bounds__(kNormRouteWarps * 32)
   __syncthreads();
   if (!is_last) return;
   if (warp < p.tokens) {
-    route_token_warp(p.route, warp, p.logits + int64_t{warp} * p.route.num_experts, lane,
-                     scratch[warp]);
+    route_token_warp<kSlots>(p.route, warp, p.logits + int64_t{warp} * p.route.num_experts, lane,
+                             scratch[warp]);
   }
   if (tid == 0) *p.counter = 0;  // for the next launch (stream order)
 }
@@ -495,14 +514,24 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream, MoeRouteImpl
                        p.top_k <= 32 && p.top_k <= p.num_experts && p.num_groups >= 1 &&
                        p.num_groups <= kMaxRouterGroups;
   if (impl == MoeRouteImpl::kWarp && warp_ok) {
-    moe_route_warp_kernel<<<ceil_div(p.tokens, kRouteWarps), kRouteWarps * 32, 0, stream>>>(p);
+    const int slots = route_slots(p.num_experts);
+    void (*kernel)(MoeRouteParams) = slots == 2   ? moe_route_warp_kernel<2>
+                                     : slots == 4 ? moe_route_warp_kernel<4>
+                                     : slots == 8 ? moe_route_warp_kernel<8>
+                                                  : moe_route_warp_kernel<kRoutePerLane>;
+    kernel<<<ceil_div(p.tokens, kRouteWarps), kRouteWarps * 32, 0, stream>>>(p);
   } else {
     moe_route_kernel<<<ceil_div(p.tokens, 64), 64, 0, stream>>>(p);
   }
 }
 
 cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_t stream) {
-  return launch_pdl(moe_norm_route_kernel, dim3(ceil_div(p.route.num_experts, kNormRouteWarps)),
+  const int slots = route_slots(p.route.num_experts);
+  void (*kernel)(MoeNormRouteKernelParams) = slots == 2   ? moe_norm_route_kernel<2>
+                                             : slots == 4 ? moe_norm_route_kernel<4>
+                                             : slots == 8 ? moe_norm_route_kernel<8>
+                                                          : moe_norm_route_kernel<kRoutePerLane>;
+  return launch_pdl(kernel, dim3(ceil_div(p.route.num_experts, kNormRouteWarps)),
                     dim3(kNormRouteWarps * 32), 0, stream, p);
 }
 
