@@ -105,7 +105,8 @@ struct QkvRopeStoreParams {
 //   pool entry of token t in layer `layer`, elements [0, latent_dim + rope_dim):
 //                      [rms_norm(latent) · kv_a_norm (eps) | rope(k_pe)]
 //   q_lat (optional, with w_uk_t): head_linear(q_nope, w_uk_t)   [T, num_heads, latent_dim]
-//                      the absorbed query W_UK,hᵀ q_nope[t, h] (CUDA computes it in the same launch)
+//                      the absorbed query W_UK,hᵀ q_nope[t, h] (CUDA computes it in the same
+//                      launch)
 // rope as Backend::rope over the rope_dim values (pairs (2i, 2i+1) when interleaved, else
 // (i, i + rope_dim/2)) at batch->positions[t]. Tokens with a negative slot (padding) write no KV.
 // Each step rounds to the storage dtype like the composed ops do (mla_rope_store_composed).

@@ -1,6 +1,6 @@
 // Reference compositions of fused ops out of the basic ones (backend.h), and the routing rule
-// every backend shares (moe_route_on_logits, moe_softmax_denominator). A library of its own so that both the CPU
-// backend and the CUDA backend (which falls back to them) can link it.
+// every backend shares (moe_route_on_logits, moe_softmax_denominator). A library of its own so that
+// both the CPU backend and the CUDA backend (which falls back to them) can link it.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

@@ -172,10 +172,9 @@ struct TestMlaRopeStore : OpCase {
       std::copy(e, e + entry, entries.f32() + row++ * entry);
       std::fill(e, e + entry, 0.0f);
     }
-    std::vector<Output> outs = {out(be, "q_nope", q_nope, Check::kExact),
-                                out(be, "q_pe", q_pe, Check::kBf16),
-                                Output{"entries", entries, Check::kBf16},
-                                Output{"pool_rest", rest, Check::kExact}};
+    std::vector<Output> outs = {
+        out(be, "q_nope", q_nope, Check::kExact), out(be, "q_pe", q_pe, Check::kBf16),
+        Output{"entries", entries, Check::kBf16}, Output{"pool_rest", rest, Check::kExact}};
     if (absorb) outs.push_back(out(be, "q_lat", q_lat, Check::kBf16));
     return outs;
   }

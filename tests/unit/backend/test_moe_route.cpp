@@ -10,9 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"

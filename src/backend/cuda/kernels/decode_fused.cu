@@ -222,8 +222,7 @@ cudaError_t launch_mla_rope_store_uk(const MlaRopeStoreKernelParams& p, const vo
                             dqk};
   const int32_t parts = 1 + ceil_div(p.num_heads, kMlaHeadsPerCta);
   const int32_t col_ctas = ceil_div(lat, 2 * kHeadLinearCols);
-  const auto grid =
-      static_cast<unsigned>(p.tokens * parts + int64_t{p.num_heads} * col_ctas);
+  const auto grid = static_cast<unsigned>(p.tokens * parts + int64_t{p.num_heads} * col_ctas);
   const int smem = 2 * head_linear_smem_bytes(uk.t, uk.k);
   const cudaError_t err =
       open_dynamic_smem(reinterpret_cast<const void*>(&mla_rope_store_uk_kernel), smem);

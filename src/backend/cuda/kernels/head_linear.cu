@@ -40,11 +40,10 @@ cudaError_t launch_head_linear_small(const HeadLinearParams& p, cudaStream_t str
   cudaError_t err =
       open_dynamic_smem(reinterpret_cast<const void*>(&head_linear_small_kernel), smem);
   if (err != cudaSuccess) return err;
-  return launch_pdl(
-      &head_linear_small_kernel,
-      dim3(static_cast<unsigned>((p.n + kHeadLinearCols - 1) / kHeadLinearCols),
-           static_cast<unsigned>(p.heads)),
-      dim3(kHeadLinearThreads), static_cast<size_t>(smem), stream, p);
+  return launch_pdl(&head_linear_small_kernel,
+                    dim3(static_cast<unsigned>((p.n + kHeadLinearCols - 1) / kHeadLinearCols),
+                         static_cast<unsigned>(p.heads)),
+                    dim3(kHeadLinearThreads), static_cast<size_t>(smem), stream, p);
 }
 
 }  // namespace di::cuda

@@ -157,8 +157,7 @@ __device__ __forceinline__ unsigned ordered_key(float f) {
 // lane's sum in slot order, then the butterfly (moe_softmax_denominator, backend.h); every lane
 // gets the result.
 template <int kSlots>
-__device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kSlots],
-                                                           int e) {
+__device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kSlots], int e) {
   double v = 0.0;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s)
