@@ -99,7 +99,7 @@ __device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t
   const int dn = p.nope_dim, dr = p.rope_dim, dqk = dn + dr;
   const RopeTable rt{p.cos_sin, p.cos_sin_f32, p.max_pos, p.interleaved};
   if (y == 0) {
-    // The cache entry. Every branch depends only on blockIdx: the CTA takes it together.
+    // The cache entry.
     const int32_t slot = p.slot_mapping[t];
     if (slot < 0) return;
     const int64_t block = slot / p.block_size, off = slot % p.block_size;
