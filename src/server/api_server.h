@@ -30,7 +30,7 @@ struct ServerConfig {
   size_t max_request_bytes = 32u << 20;  // larger bodies: 413
   int max_concurrent_requests = 512;     // generation requests in flight; more: 429
   int http_threads = 0;                  // 0 = max_concurrent_requests + 16 (one per open stream)
-  int listen_backlog = 1024;             // cpp-httplib's own is 5, too few for bursts of clients
+  int listen_backlog = 1024;  // at least http_threads; cpp-httplib's own is 5, too few for bursts
   int shutdown_grace_ms = 30000;         // how long shutdown() waits for in-flight requests
   protocol::ParseLimits parse_limits;
 };
