@@ -2,11 +2,11 @@
 // every backend shares (moe_route_on_logits, moe_softmax_denominator). A library of its own so that
 // both the CPU backend and the CUDA backend (which falls back to them) can link it.
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <string_view>
 
 #include "backend/backend.h"
+#include "backend/moe_softmax_denominator.h"
 #include "core/error.h"
 
 namespace di {
@@ -22,17 +22,7 @@ bool moe_route_on_logits(const MoeRoutingParams& p) {
 }
 
 double moe_softmax_denominator(const float* l, int64_t e, float mx) {
-  double v[32];
-  for (int64_t j = 0; j < 32; ++j) {
-    v[j] = 0.0;
-    for (int64_t i = j; i < e; i += 32) v[j] += std::exp(static_cast<double>(l[i] - mx));
-  }
-  for (int o = 16; o >= 1; o /= 2) {
-    double next[32];
-    for (int j = 0; j < 32; ++j) next[j] = v[j] + v[j ^ o];
-    std::copy(next, next + 32, v);
-  }
-  return v[0];
+  return softmax_denominator_lanes(l, e, mx);
 }
 
 void fused_linear_composed(Backend& be, const FusedLinearParams& p) {

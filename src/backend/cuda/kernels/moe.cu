@@ -15,24 +15,10 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe.h"
+#include "backend/moe_softmax_denominator.h"
 
 namespace di::cuda {
 namespace {
-
-// moe_softmax_denominator (backend.h) by one thread: 32 lane sums, then the butterfly.
-__device__ double softmax_denominator_serial(const float* l, int e, float mx) {
-  double v[32];
-  for (int j = 0; j < 32; ++j) {
-    v[j] = 0.0;
-    for (int i = j; i < e; i += 32) v[j] += exp(static_cast<double>(l[i] - mx));
-  }
-  for (int o = 16; o >= 1; o /= 2) {
-    double next[32];
-    for (int j = 0; j < 32; ++j) next[j] = v[j] + v[j ^ o];
-    for (int j = 0; j < 32; ++j) v[j] = next[j];
-  }
-  return v[0];
-}
 
 __global__ void moe_route_kernel(MoeRouteParams p) {
   const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
@@ -45,7 +31,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
   } else if (!p.sigmoid) {
     float mx = l[0];
     for (int i = 1; i < e; ++i) mx = fmaxf(mx, l[i]);
-    const double sum = softmax_denominator_serial(l, e, mx);
+    const double sum = softmax_denominator_lanes(l, e, mx);
     for (int i = 0; i < e; ++i) score[i] = static_cast<float>(exp(static_cast<double>(l[i] - mx)) / sum);
   } else {
     for (int i = 0; i < e; ++i) score[i] = 1.0f / (1.0f + expf(-l[i]));
@@ -103,7 +89,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
     if (p.renormalize) {
       for (int j = 0; j < p.top_k; ++j) total += exp(static_cast<double>(score[ids[j]] - mx));
     } else {
-      total = softmax_denominator_serial(l, e, mx);
+      total = softmax_denominator_lanes(l, e, mx);
     }
     for (int j = 0; j < p.top_k; ++j) {
       p.topk_ids[t * p.top_k + j] = ids[j];
@@ -177,30 +163,11 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
                                  RouteWarpScratch& sm) {
   const int e = p.num_experts;
   float score[kSlots], choice[kSlots];
-  // on_logits: the logits are the scores and the choices (no bias, no groups); the weights come
-  // after the top-k rounds, from the full softmax's denominator unless renormalised.
+  // on_logits (a softmax without bias or groups): the logits are the scores and the choices; the
+  // weights come after the top-k rounds, from the full softmax's denominator unless renormalised.
   const bool on_logits = p.on_logits;
   double denom = 0.0;
-  if (on_logits) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      score[s] = -INFINITY;
-      if (32 * s < e) {  // warp-uniform
-        const int i = lane + 32 * s;
-        if (i < e) score[s] = __ldcg(l + i);
-        mx = fmaxf(mx, score[s]);
-      }
-    }
-    if (!p.renormalize) {
-      mx = warp_max(mx);
-      double ex[kSlots];
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s)
-        ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(score[s] - mx)) : 0.0;
-      denom = softmax_denominator_warp(ex, e);
-    }
-  } else if (!p.sigmoid) {
+  if (on_logits || !p.sigmoid) {
     float lg[kSlots];
     float mx = -INFINITY;
 #pragma unroll
@@ -212,16 +179,22 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
         mx = fmaxf(mx, lg[s]);
       }
     }
-    mx = warp_max(mx);
-    double ex[kSlots];
+    double ex[kSlots] = {};
+    if (!on_logits || !p.renormalize) {  // the full softmax's denominator
+      mx = warp_max(mx);
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s)
-      ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(lg[s] - mx)) : 0.0;
-    const double sum = softmax_denominator_warp(ex, e);
+      for (int s = 0; s < kSlots; ++s)
+        ex[s] = 32 * s < e && lane + 32 * s < e ? exp(static_cast<double>(lg[s] - mx)) : 0.0;
+      denom = softmax_denominator_warp(ex, e);
+    }
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-      score[s] = 0.0f;
-      if (32 * s < e) score[s] = static_cast<float>(ex[s] / sum);
+      if (on_logits) {
+        score[s] = lg[s];
+      } else {
+        score[s] = 0.0f;
+        if (32 * s < e) score[s] = static_cast<float>(ex[s] / denom);
+      }
     }
   } else {
 #pragma unroll
