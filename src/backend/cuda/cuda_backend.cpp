@@ -1044,39 +1044,36 @@ void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {
   k.eps = p.eps;
   k.interleaved = p.interleaved;
   k.f32 = f32_;
-  if (p.w_uk_t == nullptr) {
-    launch_mla_rope_store(k, stream_);
-    CUDA_CHECK_LAUNCH("mla_rope_store");
-    return;
-  }
-  DI_CHECK(p.q_lat != nullptr, "cuda mla_rope_store: w_uk_t without q_lat");
-  check_dev(*p.w_uk_t, dt_, "mla_rope_store", "w_uk_t");
-  check_dev(*p.q_lat, dt_, "mla_rope_store", "q_lat");
-  DI_CHECK(p.w_uk_t->dim() == 3 && p.w_uk_t->size(0) == hq && p.w_uk_t->size(1) == lat &&
-               p.w_uk_t->size(2) == dn && p.q_lat->numel() == t * hq * lat,
-           "cuda mla_rope_store: w_uk_t {} / q_lat {} for {} heads, latent {}, nope {}",
-           p.w_uk_t->describe(), p.q_lat->describe(), hq, lat, dn);
-  // One launch for both (kernels/decode_fused.h), unless off or DEEPINFER_HEAD_LINEAR=cublas
-  // (whose A/B keeps W_UK on cuBLAS).
-  static const bool kEnvOn = [] {
-    const char* uk = std::getenv("DEEPINFER_MLA_FUSED_UK");
-    const char* hl = std::getenv("DEEPINFER_HEAD_LINEAR");
-    return !(uk != nullptr && std::string(uk) == "0") &&
-           !(hl != nullptr && std::string(hl) == "cublas");
-  }();
-  const bool on = mla_fused_uk_override_ >= 0 ? mla_fused_uk_override_ == 1 : kEnvOn;
-  if (on && mla_rope_store_uk_supported(k, lat) &&
-      reinterpret_cast<uintptr_t>(p.w_uk_t->raw()) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.q_lat->raw()) % 4 == 0) {
-    CUDA_CHECK(launch_mla_rope_store_uk(k, p.w_uk_t->raw(), p.q_lat->raw(),
-                                        static_cast<int32_t>(lat), stream_));
-    CUDA_CHECK_LAUNCH("mla_rope_store_uk");
-    ++mla_fused_uk_calls_;
-    return;
+  if (p.w_uk_t != nullptr) {
+    DI_CHECK(p.q_lat != nullptr, "cuda mla_rope_store: w_uk_t without q_lat");
+    check_dev(*p.w_uk_t, dt_, "mla_rope_store", "w_uk_t");
+    check_dev(*p.q_lat, dt_, "mla_rope_store", "q_lat");
+    DI_CHECK(p.w_uk_t->dim() == 3 && p.w_uk_t->size(0) == hq && p.w_uk_t->size(1) == lat &&
+                 p.w_uk_t->size(2) == dn && p.q_lat->numel() == t * hq * lat,
+             "cuda mla_rope_store: w_uk_t {} / q_lat {} for {} heads, latent {}, nope {}",
+             p.w_uk_t->describe(), p.q_lat->describe(), hq, lat, dn);
+    // One launch for both (kernels/decode_fused.h), unless off or DEEPINFER_HEAD_LINEAR=cublas
+    // (whose A/B keeps W_UK on cuBLAS).
+    static const bool kEnvOn = [] {
+      const char* uk = std::getenv("DEEPINFER_MLA_FUSED_UK");
+      const char* hl = std::getenv("DEEPINFER_HEAD_LINEAR");
+      return !(uk != nullptr && std::string(uk) == "0") &&
+             !(hl != nullptr && std::string(hl) == "cublas");
+    }();
+    const bool on = mla_fused_uk_override_ >= 0 ? mla_fused_uk_override_ == 1 : kEnvOn;
+    if (on && mla_rope_store_uk_supported(k, lat) &&
+        reinterpret_cast<uintptr_t>(p.w_uk_t->raw()) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(p.q_lat->raw()) % 4 == 0) {
+      CUDA_CHECK(launch_mla_rope_store_uk(k, p.w_uk_t->raw(), p.q_lat->raw(),
+                                          static_cast<int32_t>(lat), stream_));
+      CUDA_CHECK_LAUNCH("mla_rope_store_uk");
+      ++mla_fused_uk_calls_;
+      return;
+    }
   }
   launch_mla_rope_store(k, stream_);
   CUDA_CHECK_LAUNCH("mla_rope_store");
-  head_linear(*p.q_nope, *p.w_uk_t, *p.q_lat);
+  if (p.w_uk_t != nullptr) head_linear(*p.q_nope, *p.w_uk_t, *p.q_lat);
 }
 
 void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
