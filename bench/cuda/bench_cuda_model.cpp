@@ -44,6 +44,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "bench_timing.h"
 #include "backend/profiling_backend.h"
 #include "model/config.h"
@@ -69,6 +70,7 @@ struct Args {
   std::string dup;             // --dup: ops to issue twice (ProfilingBackend::set_duplicate)
   bool profile = false;        // after timing, one eager step op by op (ProfilingBackend)
   bool ncu = false;            // after timing, one step inside a profiler range (see header)
+  bool mla_timing = false;     // after timing, the MLA cluster kernel's phases in one replay
 };
 
 std::string arch_of(const std::string& preset) {
@@ -143,6 +145,8 @@ Args parse(int argc, char** argv) {
       a.profile = true;
     } else if (!std::strcmp(argv[i], "--ncu")) {
       a.ncu = true;
+    } else if (!std::strcmp(argv[i], "--mla-timing")) {
+      a.mla_timing = true;
     } else if (!std::strcmp(argv[i], "--roofline-only")) {
       a.roofline_only = true;
     } else {
@@ -151,6 +155,58 @@ Args parse(int argc, char** argv) {
     }
   }
   return a;
+}
+
+// The MLA cluster kernel's phases (MlaClusterDecodeParams::timing) of one launch: per CTA that
+// ran, its start and end on the GPU-wide timer relative to the launch's first start, and each
+// mark's time since the CTA's own start (SM cycles scaled by the CTA's cycles per ns); then the
+// median of each mark over the CTAs that passed it.
+void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
+  constexpr int kSlots = cuda::kMlaTimingSlots;
+  static const char* const kNames[] = {"prewait", "waited", "stage0", "stages",
+                                       "cluster1", "merged", "voted", "end"};
+  const size_t ctas = h.size() / kSlots;
+  unsigned long long t0 = ~0ull, t1 = 0;
+  for (size_t c = 0; c < ctas; ++c)
+    if (h[c * kSlots] != 0) {
+      t0 = std::min(t0, h[c * kSlots]);
+      t1 = std::max(t1, h[c * kSlots + 1]);
+    }
+  if (t1 == 0) {
+    std::printf("[mla-timing] conc=%d: no cluster-kernel launch recorded\n", conc);
+    return;
+  }
+  std::vector<std::vector<double>> at(cuda::kMlaMarks);
+  for (size_t c = 0; c < ctas; ++c) {
+    const unsigned long long* r = &h[c * kSlots];
+    if (r[0] == 0) continue;
+    const double cycles_end = static_cast<double>(r[2 + cuda::kMlaEnd]);
+    const double ns_per_cycle = cycles_end > 0 ? static_cast<double>(r[1] - r[0]) / cycles_end : 0;
+    std::string line;
+    for (int m = 0; m < cuda::kMlaMarks; ++m) {
+      if (r[2 + m] == 0) continue;
+      const double ns = static_cast<double>(r[2 + m]) * ns_per_cycle;
+      at[static_cast<size_t>(m)].push_back(ns);
+      char part[48];
+      std::snprintf(part, sizeof part, " %s=%d", kNames[m], static_cast<int>(ns));
+      line += part;
+    }
+    std::printf(
+        "[mla-timing] conc=%d cta=%zu (cluster %zu rank %zu) start=+%llu end=+%llu ns:%s\n",
+                conc, c, c / 8, c % 8, r[0] - t0, r[1] - t0, line.c_str());
+  }
+  std::string med;
+  for (int m = 0; m < cuda::kMlaMarks; ++m) {
+    std::vector<double>& v = at[static_cast<size_t>(m)];
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    char part[64];
+    std::snprintf(part, sizeof part, " %s=%d(%zu)", kNames[m], static_cast<int>(v[v.size() / 2]),
+                  v.size());
+    med += part;
+  }
+  std::printf("[mla-timing] conc=%d launch span %llu ns; median ns since CTA start (CTAs):%s\n",
+              conc, t1 - t0, med.c_str());
 }
 
 int run(const Args& args) {
@@ -215,6 +271,15 @@ int run(const Args& args) {
   std::fflush(stdout);
   const double kv_token_bytes = 2.0 * layout.entry_size * static_cast<double>(layout.num_layers);
 
+  // --mla-timing: every MLA cluster launch records its phases (the last layer's stays).
+  constexpr int64_t kTimingCtas = 4096;
+  unsigned long long* timing = nullptr;
+  if (args.mla_timing) {
+    const size_t n = sizeof(unsigned long long) * kTimingCtas * cuda::kMlaTimingSlots;
+    CUDA_CHECK(cudaMalloc(&timing, n));
+    CUDA_CHECK(cudaMemset(timing, 0, n));
+    be.set_mla_timing(timing, kTimingCtas);
+  }
   int failures = 0;
   for (int32_t conc : args.conc) {
     try {
@@ -260,6 +325,21 @@ int run(const Args& args) {
         }
         be.synchronize();
         CUDA_CHECK(cudaProfilerStop());
+      }
+      if (timing != nullptr) {  // one more step; its last MLA launch's phases
+        be.synchronize();
+        const size_t n = static_cast<size_t>(kTimingCtas) * cuda::kMlaTimingSlots;
+        CUDA_CHECK(cudaMemset(timing, 0, n * sizeof(unsigned long long)));
+        if (graphed) {
+          graph.replay();
+        } else {
+          (void)graph.run_eager(in);
+        }
+        be.synchronize();
+        std::vector<unsigned long long> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), timing, n * sizeof(unsigned long long),
+                              cudaMemcpyDeviceToHost));
+        print_mla_timing(h, conc);
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op
         (void)graph.run_eager(in);

@@ -522,19 +522,21 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
       };
       const Tensor pipe = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPipelined);
       const Tensor pairs = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPairs);
+      const Tensor smem = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kSmem);
       const Tensor v1 =
           run(cuda::MoeDecodeImpl::kV1, cuda::MoeT1DownImpl::kAuto);  // align + 3 kernels
-      int64_t vs_pairs = 0, vs_v1 = 0;
+      int64_t vs_pairs = 0, vs_v1 = 0, vs_smem = 0;
       for (int64_t i = 0; i < h; ++i) {
         vs_pairs += pipe.f32()[i] != pairs.f32()[i];
         vs_v1 += pipe.f32()[i] != v1.f32()[i];
+        vs_smem += pipe.f32()[i] != smem.f32()[i];
       }
       std::string label("t1_i");
       label += std::to_string(inter);
       label += "_k";
       label += std::to_string(kk);
       if (all_invalid) label += "_all_skipped";
-      bool ok = vs_pairs == 0 && vs_v1 == 0;
+      bool ok = vs_pairs == 0 && vs_v1 == 0 && vs_smem == 0;
       if (all_invalid) {
         double max_abs = 0.0;
         for (int64_t i = 0; i < h; ++i)
@@ -546,8 +548,11 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
       ++n;
       if (!ok) {
         ++bad;
-        std::printf("[moe-op] %s pipelined_vs_pairs_differing=%lld vs_v1_differing=%lld FAIL\n",
-                    label.c_str(), static_cast<long long>(vs_pairs), static_cast<long long>(vs_v1));
+        std::printf(
+            "[moe-op] %s pipelined_vs_pairs_differing=%lld vs_v1_differing=%lld "
+            "vs_smem_differing=%lld FAIL\n",
+            label.c_str(), static_cast<long long>(vs_pairs), static_cast<long long>(vs_v1),
+            static_cast<long long>(vs_smem));
       }
     }
   }
@@ -753,7 +758,10 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
   };
   const std::vector<Case> cases = {{2048, 768, 16, 8, 0, false}, {2048, 768, 16, 8, 0, true},
                                    {2048, 1408, 8, 6, 2, false}, {2048, 1408, 8, 6, 2, true},
-                                   {1024, 512, 8, 3, 1, false},  {1024, 2056, 4, 2, 1, false}};
+                                   {1024, 512, 8, 3, 1, false},  {1024, 2056, 4, 2, 1, false},
+                                   // more columns than 16 per SM: the smem down kernel's
+                                   // warps take several columns each
+                                   {4096, 256, 4, 2, 1, true}};
   int bad = 0;
   for (const Case& c : cases) {
     const int64_t h = c.hidden, in = c.inter, e = c.experts, k = c.top_k, si = c.shared_mult * in;
@@ -788,12 +796,15 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     const bool took = be->moe_fused_residual_calls() == calls + 1;
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kPairs);
     const Tensor fused_pairs = run(1);  // the pair down kernel: the same bits
+    cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kSmem);
+    const Tensor fused_smem = run(1);  // act in shared memory: the same bits
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kAuto);
     const Tensor composed = run(0);
     int64_t differing = 0, vs_pairs = 0;
     for (int64_t i = 0; i < h; ++i) {
       differing += fused.f32()[i] != composed.f32()[i];
       vs_pairs += fused.f32()[i] != fused_pairs.f32()[i];
+      vs_pairs += fused.f32()[i] != fused_smem.f32()[i];
     }
     std::string label = "residual_h" + std::to_string(h) + "_i" + std::to_string(in) + "_k" +
                         std::to_string(k) + "_shared" + std::to_string(c.shared_mult) +

@@ -780,6 +780,9 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
     k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_clusters), rows,
                                  static_cast<size_t>(p.head_dim_v));
   }
+  if (mla_timing_ != nullptr &&
+      int64_t{8} * plan.num_clusters * plan.head_tiles * b.num_tokens <= mla_timing_ctas_)
+    k.timing = mla_timing_;
   CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_cluster_decode");
   ++mla_cluster_calls_;

@@ -189,6 +189,13 @@ class CudaBackend final : public Backend {
   MlaDecodeKernel mla_decode_kernel() const { return mla_decode_kernel_; }
   // Calls of paged_attention that ran the cluster / wide kernel (tests check the path taken).
   int64_t mla_cluster_calls() const { return mla_cluster_calls_; }
+  // Benchmarks: the cluster kernel launches from now on (graph captures included) record phase
+  // timestamps into `buf` (device memory, kMlaTimingSlots words per CTA, kernels/
+  // mla_decode_cluster.h) when their grid has at most `ctas` CTAs; null turns it off.
+  void set_mla_timing(unsigned long long* buf, int64_t ctas) {
+    mla_timing_ = buf;
+    mla_timing_ctas_ = ctas;
+  }
   int64_t mla_wide_calls() const { return mla_wide_calls_; }
 
  private:
@@ -245,6 +252,8 @@ class CudaBackend final : public Backend {
     return MlaDecodeKernel::kAuto;
   }();
   int64_t mla_cluster_calls_ = 0;
+  unsigned long long* mla_timing_ = nullptr;
+  int64_t mla_timing_ctas_ = 0;
   int64_t mla_wide_calls_ = 0;
   std::vector<uint32_t*> retired_attention_counters_;  // outgrown, kept for captured graphs
   DType dt_ = DType::kBF16;                            // compute dtype: activations, weights, KV

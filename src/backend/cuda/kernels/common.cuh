@@ -170,6 +170,13 @@ __host__ __device__ inline int rms_norm_threads(int64_t d) {
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+// The GPU-wide nanosecond timer (comparable across SMs; phase timing in benchmarks).
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // DEEPINFER_PDL_DECODE (a bit mask, read once): which of the decode path's small kernels are
 // launched as PDL dependents of their predecessor (launch_decode) instead of plainly: 1 the
 // rope/store kernels (qkv_rope_store, mla_rope_store), 2 the GQA decode attention kernels, 4 the

@@ -161,6 +161,19 @@ template <int kMt, int kNt, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     mla_cluster_decode_kernel(MlaClusterDecodeParams p) {
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
+  // Phase timing (MlaClusterDecodeParams::timing; a warp-uniform test of a kernel parameter).
+  const long long t_start = clock64();
+  unsigned long long* const tm =
+      p.timing == nullptr || threadIdx.x != 0
+          ? nullptr
+          : p.timing + ((int64_t{blockIdx.z} * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) *
+                           kMlaTimingSlots;
+  if (tm != nullptr) tm[0] = globaltimer_ns();
+  auto mark = [&](int i) {
+    if (tm == nullptr) return;
+    tm[2 + i] = static_cast<unsigned long long>(clock64() - t_start);
+    if (i == kMlaEnd) tm[1] = globaltimer_ns();
+  };
   constexpr int kRows = 16 * kMt;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int last_s;
@@ -175,7 +188,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int split_size = n_kv > p.long_split_from ? p.long_split_size : p.split_size;
   const int own_splits = (n_kv + split_size - 1) / split_size;
   const int own_clusters = max(1, (own_splits + kMlaCluster - 1) / kMlaCluster);
-  if (cluster_idx >= own_clusters) return;  // the whole cluster: same token, same inputs
+  if (cluster_idx >= own_clusters) {  // the whole cluster: same token, same inputs
+    mark(kMlaEnd);
+    return;
+  }
 
   const int h0 = tile * kRows, nr = min(kRows, p.num_heads - h0);
   const int kv_begin = split * split_size, kv_end = min(n_kv, kv_begin + split_size);
@@ -248,7 +264,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     cp_async_commit();  // group 0: stage 0's old entries
     if (nstages > 1) fetch_stage(1, 0, old_end, true);
   }
+  mark(kMlaPreWait);
   pdl_wait();
+  mark(kMlaWaited);
   if (nstages > 0) {
     fetch_stage(0, old_end, kAll, false);  // this step's entries
     if (nstages > 1) fetch_stage(1, old_end, kAll, false);
@@ -281,6 +299,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     else
       cp_async_wait<1>();
     __syncthreads();
+    if (i == 0) mark(kMlaStage0);
     const bf16* k_s = kv_s + (i % nbuf) * kTok * ld;
     const int kv0 = kv_begin + i * kTok, n = min(kTok, kv_end - kv0);
 
@@ -385,6 +404,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     cp_async_commit();
   }
   cp_async_wait<0>();
+  mark(kMlaStages);
 
   // 3. The cluster's merge. This CTA's state: O (unnormalised) over the stage buffers, the
   // running max (-inf: nothing attended) and sum.
@@ -407,6 +427,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (!(l_s[r] > 0.0f)) m_s[r] = -INFINITY;
   cluster_arrive();  // release: this CTA's o_s / m_s / l_s
   cluster_wait();
+  mark(kMlaCluster1);
 
   if (tid < nr) {  // row tid: the weights of the 8 CTAs (rank order), the cluster's max and sum
     float m[kMlaCluster], l[kMlaCluster];
@@ -481,6 +502,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     ml[1] = ll_s[tid];
   }
   cluster_arrive_relaxed();  // done reading the other CTAs' shared memory
+  mark(kMlaMerged);
 
   // 4. Several clusters: the last to arrive for (token, head tile, column slice) merges.
   // NOTES: the barrier orders every thread's partial writes before thread 0's fence, which is
@@ -499,7 +521,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncthreads();
   }
   cluster_wait();  // nobody reads this CTA's shared memory any more: reuse it, or exit
-  if (own_clusters == 1 || !last_s) return;
+  mark(kMlaVoted);
+  if (own_clusters == 1 || !last_s) {
+    mark(kMlaEnd);
+    return;
+  }
 
   float* w2_s = reinterpret_cast<float*>(kv_s);  // [rows][own_clusters] (host-checked size)
   for (int r = warp; r < nr; r += kWarps) {
@@ -547,6 +573,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // Every cluster of this token has counted; nothing else touches the counter before the kernel
   // ends, so a plain store readies it for the next launch (and graph replay).
   if (tid == 0) *counter = 0u;
+  mark(kMlaEnd);
 }
 
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the

@@ -56,7 +56,17 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   float* partial_ml;
   // [num_tokens * head_tiles * 8], all 0 between launches (each launch leaves them 0)
   uint32_t* counters;
+  // Phase timing (benchmarks; null = off): per CTA (linear index over the grid) kMlaTimingSlots
+  // words: [0] %globaltimer at the start, [1] at the end (ns), [2 + i] clock64 cycles from the
+  // start to phase mark i (MlaTimingMark); 0 where a CTA did not pass the mark.
+  unsigned long long* timing = nullptr;
 };
+constexpr int kMlaTimingSlots = 12;
+// The marks, in kernel order: the pre-wait reads issued, griddepcontrol.wait returned, stage 0's
+// data (entries and query) in shared memory, the stages done, the cluster barrier passed, the
+// cluster merge written, the last-cluster vote known, the end (padding clusters: only the end).
+enum MlaTimingMark { kMlaPreWait, kMlaWaited, kMlaStage0, kMlaStages, kMlaCluster1, kMlaMerged,
+                     kMlaVoted, kMlaEnd, kMlaMarks };
 
 struct MlaClusterDecodePlan {
   int32_t rows_per_tile = 16;

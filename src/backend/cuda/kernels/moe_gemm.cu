@@ -1,8 +1,11 @@
 // MoE decode path (see moe_grouped.h): per touched expert, GEMV-style kernels that stream each
 // weight row once with 16-byte loads and apply it to all rows routed to the expert, MT at a time;
 // then the deterministic weighted combine.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
@@ -746,6 +749,110 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
   if (lane == 0) t1_store(p, n, out);
 }
 
+// Down with act in shared memory (run 21). The pair and pipelined kernels read act (slots x
+// inter f32, 45 KB at V2-Lite) from global memory for every row they sum: 2 x 16 bytes of act per
+// 16 bytes of weights, all warps of an SM missing the same lines at once (ncu, run 20: V2-Lite's
+// pair kernel ~2.2 TB/s against gate_up's 3.6). Here a CTA of W warps copies act into
+// shared memory once (cp.async, after the weight loads of its first rows are in flight), then
+// each warp streams the down rows of its output columns, every slot of a column in slot order,
+// through a ring of R row buffers in registers: row k + R - 1's loads are issued before row k is
+// summed, across slots and columns (no drain between slot pairs). The grid is at most one CTA
+// per SM; a warp takes columns n0, n0 + grid·W, ... Per row and per column the arithmetic is the
+// pair kernel's (lane chunks c = lane + 32 i ascending from 0, warp_sum, fmaf(w_s, y_s, out) in
+// slot order, skipped slots skipped, t1_store): the same bits.
+// act is staged split in halves: slot s's row holds the first 4 values of every 8-value chunk,
+// then the last 4 (lo[c] = act[8c .. 8c + 4), hi[c] = act[8c + 4 .. 8c + 8)), so that lane L's
+// 16-byte reads of chunk L + 32 i are consecutive across the warp (no bank conflicts; the
+// unsplit row, 32 bytes per lane, was two wavefronts per read: ncu, run 21 call 2).
+// W warps per CTA (16; DEEPINFER_MOE_T1_SMEM=deep: 12 warps with deeper rings).
+
+// A warp's position in its rows: column index (of the warp's columns) and slot.
+struct T1RowPos {
+  int col = 0, slot = 0;
+  __device__ __forceinline__ void next(int slots) {
+    if (++slot == slots) {
+      slot = 0;
+      ++col;
+    }
+  }
+};
+
+template <int W, int U, int R>
+__global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1Params p) {
+  extern __shared__ __align__(16) float act_s[];  // [slots][lo halves | hi halves]
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  if (p.early_trigger) pdl_trigger();
+  const int slots = p.top_k + p.shared_slots, chunks = p.inter / 8;
+  const int n0 = static_cast<int>(blockIdx.x) * W + warp;
+  const int nstride = static_cast<int>(gridDim.x) * W;
+  const int ncols = n0 < p.hidden ? (p.hidden - 1 - n0) / nstride + 1 : 0;
+  // early_rows: the ids and the first rows' weight loads before the wait (see the pipelined
+  // kernel); act only after it.
+  if (!p.early_rows) pdl_wait();
+  const T1Slots sl = t1_load_slots(p, lane);
+  uint4 buf[R][U];
+  T1DownRow row[R];  // warp-uniform
+  T1RowPos ld;       // the next row to load
+  // The next row's loads into buffer b (nothing past the warp's rows). U = ceil(chunks / 32):
+  // only the last chunk-iteration can run past the row.
+  auto load = [&](uint4(&b)[U], T1DownRow& r) {
+    r = {nullptr, 0.0f};
+    if (ld.col < ncols) r = t1_down_row(p, sl, ld.slot, n0 + ld.col * nstride);
+    ld.next(slots);
+    if (r.row) {  // warp-uniform
+#pragma unroll
+      for (int i = 0; i < U; ++i) {
+        const int c = lane + 32 * i;
+        b[i] = i < U - 1 || c < chunks ? ld_stream(r.row + c) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < R - 1; ++j) load(buf[j], row[j]);
+  if (p.early_rows) pdl_wait();
+  {
+    const int per_slot = p.inter / 4;  // 16-byte pieces of a slot's row
+    for (int i = tid; i < slots * per_slot; i += W * 32) {
+      const int s = i / per_slot, j = i - s * per_slot;
+      cp_async16(act_s + s * p.inter + (j & 1) * (p.inter / 2) + (j >> 1) * 4, p.act + 4 * i, 16);
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  const int total = ncols * slots;
+  float out = 0.0f;  // the current column's combine sum (every lane holds it; lane 0 stores)
+  T1RowPos at;       // the row being summed
+  for (int k0 = 0; k0 < total; k0 += R) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (k0 + j >= total) break;  // warp-uniform
+      load(buf[(j + R - 1) % R], row[(j + R - 1) % R]);
+      float acc = 0.0f;
+      if (row[j].row) {  // warp-uniform
+        const float4* lo = reinterpret_cast<const float4*>(act_s + at.slot * p.inter);
+        const float4* hi = lo + p.inter / 8;
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+          const int c = lane + 32 * i;
+          if (i < U - 1 || c < chunks) {
+            float w[8];
+            unpack8(buf[j][i], w);
+            const float4 a = lo[c], b = hi[c];
+            const float av[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            acc = dot8(w, av, acc);
+          }
+        }
+      }
+      const float y = warp_sum(acc);
+      if (at.slot == 0) out = 0.0f;
+      if (row[j].row) out = fmaf(row[j].weight, y, out);
+      if (at.slot == slots - 1 && lane == 0) t1_store(p, n0 + at.col * nstride, out);
+      at.next(slots);
+    }
+  }
+}
+
 // Block (t, c): token t, output columns 4·(c·blockDim + thread) .. + 3 (float4 loads of the
 // slots' y rows, all in flight together; hidden % 4 == 0), or one column per thread otherwise.
 // Per column the sum is fmaf(w_j, y_j, acc) over j ascending in both forms (the one-token down
@@ -943,6 +1050,7 @@ MoeT1DownImpl moe_t1_down_impl() {
     const char* v = std::getenv("DEEPINFER_MOE_T1_DOWN");
     if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeT1DownImpl::kPairs;
     if (v != nullptr && std::strcmp(v, "pipe") == 0) return MoeT1DownImpl::kPipelined;
+    if (v != nullptr && std::strcmp(v, "smem") == 0) return MoeT1DownImpl::kSmem;
     return MoeT1DownImpl::kAuto;
   }();
   return impl;
@@ -953,6 +1061,24 @@ MoeT1DownImpl moe_t1_down_impl() {
 // batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
 // 311.8 tok/s (run 18 call 7; flat in run 17 before the down trigger and the PDL mask); with
 // them down loses as a dependent — V2-Lite 417 -> 407 (run 18), 380.2 -> 370.2 (run 17).
+// act of the smem down kernel: at most 96 KB (V2-Lite 45 KB, Qwen3-30B-A3B 24.6, V3 73.7).
+constexpr int kT1SmemMaxAct = 96 * 1024;
+
+// The current device's multiprocessor count (cached per device).
+cudaError_t sm_count(int* out) {
+  static std::mutex mu;
+  static std::map<int, int> counts;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  int& n = counts[dev];
+  if (n == 0 && (err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+    return err;
+  *out = n;
+  return cudaSuccess;
+}
+
 bool t1_pdl(const MoeDecodeT1Params& p) {
   static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
   return forced >= 0 ? forced != 0 : p.shared_slots == 0;
@@ -1016,6 +1142,33 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
   // at 6 (V2-Lite) the 132 registers cost a resident CTA per SM and it lost (328.3 -> 314.2),
   // H200, 29 Nov. DEEPINFER_MOE_T1_DOWN=pipe forces it up to 8, =v1 never.
   const MoeT1DownImpl impl = moe_t1_down_impl();
+  const int slots = p.top_k + p.shared_slots;
+  const int act_bytes = slots * p.inter * 4;
+  if (impl == MoeT1DownImpl::kSmem && iters <= 8 && act_bytes <= kT1SmemMaxAct) {
+    int sms = 0;
+    if ((err = sm_count(&sms)) != cudaSuccess) return err;
+    static const bool deep = [] {
+      const char* v = std::getenv("DEEPINFER_MOE_T1_SMEM");
+      return v != nullptr && std::strcmp(v, "deep") == 0;
+    }();
+    const int warps = deep ? 12 : 16;
+    const dim3 sgrid(std::min<unsigned>(ceil_div(p.hidden, warps), static_cast<unsigned>(sms)));
+    void (*kernel)(MoeDecodeT1Params) =
+        deep ? (iters <= 2   ? moe_down_t1_smem_kernel<12, 2, 8>
+                : iters <= 3 ? moe_down_t1_smem_kernel<12, 3, 8>
+                : iters <= 4 ? moe_down_t1_smem_kernel<12, 4, 6>
+                : iters <= 6 ? moe_down_t1_smem_kernel<12, 6, 5>
+                             : moe_down_t1_smem_kernel<12, 8, 3>)
+             : (iters <= 2   ? moe_down_t1_smem_kernel<16, 2, 5>
+                : iters <= 3 ? moe_down_t1_smem_kernel<16, 3, 5>
+                : iters <= 4 ? moe_down_t1_smem_kernel<16, 4, 4>
+                : iters <= 6 ? moe_down_t1_smem_kernel<16, 6, 3>
+                             : moe_down_t1_smem_kernel<16, 8, 2>);
+    if ((err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), act_bytes)) != cudaSuccess)
+      return err;
+    return launch_dependent_if(t1_pdl(p), kernel, sgrid, dim3(warps * 32),
+                               static_cast<size_t>(act_bytes), stream, p);
+  }
   const bool pipelined = impl == MoeT1DownImpl::kPipelined ? iters <= kT1DownU
                                                            : impl == MoeT1DownImpl::kAuto && iters <= 4;
   if (!pipelined) return launch_t1(moe_down_t1_kernel, grid, down_threads, stream, p);

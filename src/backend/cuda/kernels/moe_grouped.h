@@ -130,7 +130,7 @@ struct MoeDecodeT1Params {
 // pipelined for inter <= 1024 only (measured: faster for Qwen3-30B-A3B, slower for V2-Lite).
 // DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined (read once); the override (tests,
 // benchmarks; not thread-safe, outside captures) wins over the env.
-enum class MoeT1DownImpl { kAuto, kPairs, kPipelined };
+enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem };
 MoeT1DownImpl moe_t1_down_impl();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
