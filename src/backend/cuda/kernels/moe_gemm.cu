@@ -1056,11 +1056,6 @@ MoeT1DownImpl moe_t1_down_impl() {
   return impl;
 }
 
-// launch_pdl without shared slots, else a plain launch (the shared-early gate_up has its own PDL
-// launch); DEEPINFER_MOE_T1_PDL=1 / 0 forces PDL / plain (read once). By measurement (H200,
-// batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
-// 311.8 tok/s (run 18 call 7; flat in run 17 before the down trigger and the PDL mask); with
-// them down loses as a dependent — V2-Lite 417 -> 407 (run 18), 380.2 -> 370.2 (run 17).
 // act of the smem down kernel: at most 96 KB (V2-Lite 45 KB, Qwen3-30B-A3B 24.6, V3 73.7).
 constexpr int kT1SmemMaxAct = 96 * 1024;
 
@@ -1079,6 +1074,11 @@ cudaError_t sm_count(int* out) {
   return cudaSuccess;
 }
 
+// launch_pdl without shared slots, else a plain launch (the shared-early gate_up has its own PDL
+// launch); DEEPINFER_MOE_T1_PDL=1 / 0 forces PDL / plain (read once). By measurement (H200,
+// batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
+// 311.8 tok/s (run 18 call 7; flat in run 17 before the down trigger and the PDL mask); with
+// them down loses as a dependent — V2-Lite 417 -> 407 (run 18), 380.2 -> 370.2 (run 17).
 bool t1_pdl(const MoeDecodeT1Params& p) {
   static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
   return forced >= 0 ? forced != 0 : p.shared_slots == 0;
