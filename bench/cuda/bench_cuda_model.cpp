@@ -45,8 +45,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
-#include "bench_timing.h"
 #include "backend/profiling_backend.h"
+#include "bench_timing.h"
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -163,8 +163,8 @@ Args parse(int argc, char** argv) {
 // median of each mark over the CTAs that passed it.
 void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
   constexpr int kSlots = cuda::kMlaTimingSlots;
-  static const char* const kNames[] = {"prewait", "waited", "stage0", "stages",
-                                       "cluster1", "merged", "voted", "end"};
+  static const char* const kNames[] = {"prewait",  "waited", "stage0", "stages",
+                                       "cluster1", "merged", "voted",  "end"};
   const size_t ctas = h.size() / kSlots;
   unsigned long long t0 = ~0ull, t1 = 0;
   for (size_t c = 0; c < ctas; ++c)
@@ -191,8 +191,7 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
       std::snprintf(part, sizeof part, " %s=%d", kNames[m], static_cast<int>(ns));
       line += part;
     }
-    std::printf(
-        "[mla-timing] conc=%d cta=%zu (cluster %zu rank %zu) start=+%llu end=+%llu ns:%s\n",
+    std::printf("[mla-timing] conc=%d cta=%zu (cluster %zu rank %zu) start=+%llu end=+%llu ns:%s\n",
                 conc, c, c / 8, c % 8, r[0] - t0, r[1] - t0, line.c_str());
   }
   std::string med;
@@ -337,8 +336,8 @@ int run(const Args& args) {
         }
         be.synchronize();
         std::vector<unsigned long long> h(n);
-        CUDA_CHECK(cudaMemcpy(h.data(), timing, n * sizeof(unsigned long long),
-                              cudaMemcpyDeviceToHost));
+        CUDA_CHECK(
+            cudaMemcpy(h.data(), timing, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         print_mla_timing(h, conc);
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op

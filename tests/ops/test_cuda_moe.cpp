@@ -756,9 +756,12 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     int64_t hidden, inter, experts, top_k, shared_mult;
     bool skip;
   };
-  const std::vector<Case> cases = {{2048, 768, 16, 8, 0, false}, {2048, 768, 16, 8, 0, true},
-                                   {2048, 1408, 8, 6, 2, false}, {2048, 1408, 8, 6, 2, true},
-                                   {1024, 512, 8, 3, 1, false},  {1024, 2056, 4, 2, 1, false},
+  const std::vector<Case> cases = {{2048, 768, 16, 8, 0, false},
+                                   {2048, 768, 16, 8, 0, true},
+                                   {2048, 1408, 8, 6, 2, false},
+                                   {2048, 1408, 8, 6, 2, true},
+                                   {1024, 512, 8, 3, 1, false},
+                                   {1024, 2056, 4, 2, 1, false},
                                    // more columns than 16 per SM: the smem down kernel's
                                    // warps take several columns each
                                    {4096, 256, 4, 2, 1, true}};

@@ -65,8 +65,17 @@ constexpr int kMlaTimingSlots = 12;
 // The marks, in kernel order: the pre-wait reads issued, griddepcontrol.wait returned, stage 0's
 // data (entries and query) in shared memory, the stages done, the cluster barrier passed, the
 // cluster merge written, the last-cluster vote known, the end (padding clusters: only the end).
-enum MlaTimingMark { kMlaPreWait, kMlaWaited, kMlaStage0, kMlaStages, kMlaCluster1, kMlaMerged,
-                     kMlaVoted, kMlaEnd, kMlaMarks };
+enum MlaTimingMark {
+  kMlaPreWait,
+  kMlaWaited,
+  kMlaStage0,
+  kMlaStages,
+  kMlaCluster1,
+  kMlaMerged,
+  kMlaVoted,
+  kMlaEnd,
+  kMlaMarks
+};
 
 struct MlaClusterDecodePlan {
   int32_t rows_per_tile = 16;

@@ -1068,7 +1068,8 @@ cudaError_t sm_count(int* out) {
   if (err != cudaSuccess) return err;
   std::lock_guard<std::mutex> lock(mu);
   int& n = counts[dev];
-  if (n == 0 && (err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+  if (n == 0 &&
+      (err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
     return err;
   *out = n;
   return cudaSuccess;
@@ -1153,17 +1154,16 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
     }();
     const int warps = deep ? 12 : 16;
     const dim3 sgrid(std::min<unsigned>(ceil_div(p.hidden, warps), static_cast<unsigned>(sms)));
-    void (*kernel)(MoeDecodeT1Params) =
-        deep ? (iters <= 2   ? moe_down_t1_smem_kernel<12, 2, 8>
-                : iters <= 3 ? moe_down_t1_smem_kernel<12, 3, 8>
-                : iters <= 4 ? moe_down_t1_smem_kernel<12, 4, 6>
-                : iters <= 6 ? moe_down_t1_smem_kernel<12, 6, 5>
-                             : moe_down_t1_smem_kernel<12, 8, 3>)
-             : (iters <= 2   ? moe_down_t1_smem_kernel<16, 2, 5>
-                : iters <= 3 ? moe_down_t1_smem_kernel<16, 3, 5>
-                : iters <= 4 ? moe_down_t1_smem_kernel<16, 4, 4>
-                : iters <= 6 ? moe_down_t1_smem_kernel<16, 6, 3>
-                             : moe_down_t1_smem_kernel<16, 8, 2>);
+    void (*kernel)(MoeDecodeT1Params) = deep ? (iters <= 2   ? moe_down_t1_smem_kernel<12, 2, 8>
+                                                : iters <= 3 ? moe_down_t1_smem_kernel<12, 3, 8>
+                                                : iters <= 4 ? moe_down_t1_smem_kernel<12, 4, 6>
+                                                : iters <= 6 ? moe_down_t1_smem_kernel<12, 6, 5>
+                                                             : moe_down_t1_smem_kernel<12, 8, 3>)
+                                             : (iters <= 2   ? moe_down_t1_smem_kernel<16, 2, 5>
+                                                : iters <= 3 ? moe_down_t1_smem_kernel<16, 3, 5>
+                                                : iters <= 4 ? moe_down_t1_smem_kernel<16, 4, 4>
+                                                : iters <= 6 ? moe_down_t1_smem_kernel<16, 6, 3>
+                                                             : moe_down_t1_smem_kernel<16, 8, 2>);
     if ((err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), act_bytes)) != cudaSuccess)
       return err;
     return launch_dependent_if(t1_pdl(p), kernel, sgrid, dim3(warps * 32),
