@@ -272,11 +272,12 @@ int run(const Args& args) {
 
   // --mla-timing: every MLA cluster launch records its phases (the last layer's stays).
   constexpr int64_t kTimingCtas = 4096;
+  constexpr size_t kTimingWords = size_t{kTimingCtas} * cuda::kMlaTimingSlots;
+  constexpr size_t kTimingBytes = kTimingWords * sizeof(unsigned long long);
   unsigned long long* timing = nullptr;
   if (args.mla_timing) {
-    const size_t n = sizeof(unsigned long long) * kTimingCtas * cuda::kMlaTimingSlots;
-    CUDA_CHECK(cudaMalloc(&timing, n));
-    CUDA_CHECK(cudaMemset(timing, 0, n));
+    CUDA_CHECK(cudaMalloc(&timing, kTimingBytes));
+    CUDA_CHECK(cudaMemset(timing, 0, kTimingBytes));
     be.set_mla_timing(timing, kTimingCtas);
   }
   int failures = 0;
@@ -314,30 +315,27 @@ int run(const Args& args) {
       } else {
         ms = bench::median_event_ms(be, 1, args.reps, [&] { (void)graph.run_eager(in); });
       }
-      if (args.ncu) {  // the step as timed (graph or eager), alone in the profiler's range
-        be.synchronize();
-        CUDA_CHECK(cudaProfilerStart());
+      auto step_as_timed = [&] {  // one step the way it was timed (graph or eager)
         if (graphed) {
           graph.replay();
         } else {
           (void)graph.run_eager(in);
         }
+      };
+      if (args.ncu) {  // the step as timed, alone in the profiler's range
+        be.synchronize();
+        CUDA_CHECK(cudaProfilerStart());
+        step_as_timed();
         be.synchronize();
         CUDA_CHECK(cudaProfilerStop());
       }
       if (timing != nullptr) {  // one more step; its last MLA launch's phases
         be.synchronize();
-        const size_t n = static_cast<size_t>(kTimingCtas) * cuda::kMlaTimingSlots;
-        CUDA_CHECK(cudaMemset(timing, 0, n * sizeof(unsigned long long)));
-        if (graphed) {
-          graph.replay();
-        } else {
-          (void)graph.run_eager(in);
-        }
+        CUDA_CHECK(cudaMemset(timing, 0, kTimingBytes));
+        step_as_timed();
         be.synchronize();
-        std::vector<unsigned long long> h(n);
-        CUDA_CHECK(
-            cudaMemcpy(h.data(), timing, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        std::vector<unsigned long long> h(kTimingWords);
+        CUDA_CHECK(cudaMemcpy(h.data(), timing, kTimingBytes, cudaMemcpyDeviceToHost));
         print_mla_timing(h, conc);
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op

@@ -803,20 +803,22 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     const Tensor fused_smem = run(1);  // act in shared memory: the same bits
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kAuto);
     const Tensor composed = run(0);
-    int64_t differing = 0, vs_pairs = 0;
+    int64_t differing = 0, vs_pairs = 0, vs_smem = 0;
     for (int64_t i = 0; i < h; ++i) {
       differing += fused.f32()[i] != composed.f32()[i];
       vs_pairs += fused.f32()[i] != fused_pairs.f32()[i];
-      vs_pairs += fused.f32()[i] != fused_smem.f32()[i];
+      vs_smem += fused.f32()[i] != fused_smem.f32()[i];
     }
     std::string label = "residual_h" + std::to_string(h) + "_i" + std::to_string(in) + "_k" +
                         std::to_string(k) + "_shared" + std::to_string(c.shared_mult) +
                         (c.skip ? "_skip" : "");
     const bool ok =
-        took && vs_pairs == 0 && (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
+        took && vs_pairs == 0 && vs_smem == 0 &&
+        (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
     bad += !ok;
-    std::printf("[moe-op] %s fused=%d differing=%lld vs_pairs=%lld %s\n", label.c_str(),
-                took ? 1 : 0, static_cast<long long>(differing), static_cast<long long>(vs_pairs),
+    std::printf("[moe-op] %s fused=%d differing=%lld vs_pairs=%lld vs_smem=%lld %s\n",
+                label.c_str(), took ? 1 : 0, static_cast<long long>(differing),
+                static_cast<long long>(vs_pairs), static_cast<long long>(vs_smem),
                 ok ? "PASS" : "FAIL");
   }
   be->set_moe_fused(-1);

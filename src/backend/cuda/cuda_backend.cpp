@@ -1278,7 +1278,7 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
     q.norm_w = cptr<bf16_t>(*p.norm_w);
     q.eps = p.eps;
   }
-  CUDA_CHECK(launch_moe_decode_t1(q, stream_));
+  CUDA_CHECK(launch_moe_decode_t1(q, num_sms_, stream_));
   CUDA_CHECK_LAUNCH("moe_residual");
   ++moe_fused_residual_calls_;
 }
@@ -1315,7 +1315,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                           cptr<int32_t>(topk_ids), cptr<float>(topk_weights), mptr<float>(act_t1),
                           mptr<bf16_t>(out), static_cast<int32_t>(h), static_cast<int32_t>(inter),
                           static_cast<int32_t>(num_experts), static_cast<int32_t>(k)},
-        stream_));
+        num_sms_, stream_));
     CUDA_CHECK_LAUNCH("moe_decode_t1");
     return;
   }

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
@@ -777,7 +775,13 @@ struct T1RowPos {
   }
 };
 
-template <int W, int U, int R>
+// Ring depth R (row buffers per warp) for W warps and U chunk-iterations per row: as deep as the
+// registers allow without spills (ptxas, sm_90a: 16 warps <= 128 registers, 12 warps <= 168).
+template <int W, int U>
+constexpr int kT1SmemRing = W == 16 ? (U <= 3 ? 5 : U <= 4 ? 4 : U <= 6 ? 3 : 2)
+                                    : (U <= 3 ? 8 : U <= 4 ? 6 : U <= 6 ? 5 : 3);
+
+template <int W, int U, int R = kT1SmemRing<W, U>>
 __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1Params p) {
   extern __shared__ __align__(16) float act_s[];  // [slots][lo halves | hi halves]
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -851,6 +855,16 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
       at.next(slots);
     }
   }
+}
+
+// The smem down kernel of W warps for `iters` (<= 8) chunk-iterations per row.
+template <int W>
+void (*t1_smem_kernel_for(int iters))(MoeDecodeT1Params) {
+  return iters <= 2   ? moe_down_t1_smem_kernel<W, 2>
+         : iters <= 3 ? moe_down_t1_smem_kernel<W, 3>
+         : iters <= 4 ? moe_down_t1_smem_kernel<W, 4>
+         : iters <= 6 ? moe_down_t1_smem_kernel<W, 6>
+                      : moe_down_t1_smem_kernel<W, 8>;
 }
 
 // Block (t, c): token t, output columns 4·(c·blockDim + thread) .. + 3 (float4 loads of the
@@ -1059,22 +1073,6 @@ MoeT1DownImpl moe_t1_down_impl() {
 // act of the smem down kernel: at most 96 KB (V2-Lite 45 KB, Qwen3-30B-A3B 24.6, V3 73.7).
 constexpr int kT1SmemMaxAct = 96 * 1024;
 
-// The current device's multiprocessor count (cached per device).
-cudaError_t sm_count(int* out) {
-  static std::mutex mu;
-  static std::map<int, int> counts;
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(mu);
-  int& n = counts[dev];
-  if (n == 0 &&
-      (err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
-    return err;
-  *out = n;
-  return cudaSuccess;
-}
-
 // launch_pdl without shared slots, else a plain launch (the shared-early gate_up has its own PDL
 // launch); DEEPINFER_MOE_T1_PDL=1 / 0 forces PDL / plain (read once). By measurement (H200,
 // batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
@@ -1089,7 +1087,8 @@ cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, 
   return launch_dependent_if(t1_pdl(p), kernel, grid, block, 0, stream, p);
 }
 
-cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t stream) {
+cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
+                                 cudaStream_t stream) {
   if (params.top_k + params.shared_slots <= 0 || params.hidden <= 0 || params.inter <= 0)
     return cudaSuccess;
   // On by measurement (H200, run 18, batch 1): Qwen3-30B-A3B 295.7 -> 298.7 tok/s, V2-Lite
@@ -1146,24 +1145,14 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, cudaStream_t s
   const int slots = p.top_k + p.shared_slots;
   const int act_bytes = slots * p.inter * 4;
   if (impl == MoeT1DownImpl::kSmem && iters <= 8 && act_bytes <= kT1SmemMaxAct) {
-    int sms = 0;
-    if ((err = sm_count(&sms)) != cudaSuccess) return err;
     static const bool deep = [] {
       const char* v = std::getenv("DEEPINFER_MOE_T1_SMEM");
       return v != nullptr && std::strcmp(v, "deep") == 0;
     }();
     const int warps = deep ? 12 : 16;
-    const dim3 sgrid(std::min<unsigned>(ceil_div(p.hidden, warps), static_cast<unsigned>(sms)));
-    void (*kernel)(MoeDecodeT1Params) = deep ? (iters <= 2   ? moe_down_t1_smem_kernel<12, 2, 8>
-                                                : iters <= 3 ? moe_down_t1_smem_kernel<12, 3, 8>
-                                                : iters <= 4 ? moe_down_t1_smem_kernel<12, 4, 6>
-                                                : iters <= 6 ? moe_down_t1_smem_kernel<12, 6, 5>
-                                                             : moe_down_t1_smem_kernel<12, 8, 3>)
-                                             : (iters <= 2   ? moe_down_t1_smem_kernel<16, 2, 5>
-                                                : iters <= 3 ? moe_down_t1_smem_kernel<16, 3, 5>
-                                                : iters <= 4 ? moe_down_t1_smem_kernel<16, 4, 4>
-                                                : iters <= 6 ? moe_down_t1_smem_kernel<16, 6, 3>
-                                                             : moe_down_t1_smem_kernel<16, 8, 2>);
+    const dim3 sgrid(std::min<unsigned>(ceil_div(p.hidden, warps), static_cast<unsigned>(num_sms)));
+    void (*kernel)(MoeDecodeT1Params) = deep ? t1_smem_kernel_for<12>(iters)
+                                             : t1_smem_kernel_for<16>(iters);
     if ((err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), act_bytes)) != cudaSuccess)
       return err;
     return launch_dependent_if(t1_pdl(p), kernel, sgrid, dim3(warps * 32),

@@ -128,12 +128,15 @@ struct MoeDecodeT1Params {
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
 // the earlier kernel (loads of one pair, then its sums). Bitwise equal. kAuto (default):
 // pipelined for inter <= 1024 only (measured: faster for Qwen3-30B-A3B, slower for V2-Lite).
-// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined (read once); the override (tests,
-// benchmarks; not thread-safe, outside captures) wins over the env.
+// kSmem (opt-in, run 21) stages act in shared memory once per CTA and streams each warp's rows
+// through a register ring (inter <= 2048, act <= 96 KB; else as kAuto). Bitwise equal too.
+// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem (read once); the
+// override (tests, benchmarks; not thread-safe, outside captures) wins over the env.
 enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem };
 MoeT1DownImpl moe_t1_down_impl();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
-cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, cudaStream_t stream);
+// num_sms: the device's multiprocessor count (sizes the smem down kernel's grid).
+cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, int num_sms, cudaStream_t stream);
 // Whether one token takes launch_moe_decode_t1 (default) or the general decode path (align, the
 // decode kernels, combine): DEEPINFER_MOE_T1=off (read once); the override (tests, benchmarks:
 // 1 on, 0 off, -1 back to the env) wins.
