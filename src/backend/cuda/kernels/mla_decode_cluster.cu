@@ -63,11 +63,9 @@ __host__ __device__ inline int stage_buffers(int split) {
 }
 
 // Dynamic shared memory, byte offsets. `kv` holds the latent stages; after the last stage it
-// holds the CTA's partial O (rows x dv f32, read by the cluster) and, in the last cluster's
-// merge, the per-(row, cluster) weights.
+// holds the CTA's partial O (rows x dv f32, read by the cluster).
 struct ClusterSmem {
-  int q_off, kv_off, kv_bytes, s_off, p_off, m_off, l_off, corr_off, w_off, mm_off, ll_off, blk_off,
-      total;
+  int q_off, kv_off, kv_bytes, s_off, p_off, m_off, l_off, corr_off, blk_off, total;
 };
 
 __host__ __device__ inline ClusterSmem cluster_smem(int rows, int dqk, int dv, int split) {
@@ -89,12 +87,6 @@ __host__ __device__ inline ClusterSmem cluster_smem(int rows, int dqk, int dv, i
   s.l_off = off;
   off += rows * 4;
   s.corr_off = off;
-  off += rows * 4;
-  s.w_off = off;  // [rows][8] weights of the cluster's CTAs
-  off += rows * kMlaCluster * 4;
-  s.mm_off = off;  // [rows] the cluster's max
-  off += rows * 4;
-  s.ll_off = off;  // [rows] the cluster's (or the last merge's) sum
   off += rows * 4;
   s.blk_off = off;  // block ids of the split: at most split / block_size + 2
   off += (split + 2) * 4;
@@ -206,9 +198,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float* m_s = reinterpret_cast<float*>(smem + L.m_off);
   float* l_s = reinterpret_cast<float*>(smem + L.l_off);
   float* corr_s = reinterpret_cast<float*>(smem + L.corr_off);
-  float* w_s = reinterpret_cast<float*>(smem + L.w_off);
-  float* mm_s = reinterpret_cast<float*>(smem + L.mm_off);
-  float* ll_s = reinterpret_cast<float*>(smem + L.ll_off);
   int* blk_s = reinterpret_cast<int*>(smem + L.blk_off);
 
   for (int r = tid; r < kRows; r += kThreads) {
@@ -340,6 +329,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
     __syncthreads();
+    if (i == 0) mark(kMlaScores0);
 
     // Online softmax, lane = entry; warp w takes rows w, w + 8, ... together (their shuffles
     // interleave). Rows >= nr have no query: their P stays 0, their (max, sum) unchanged.
@@ -381,6 +371,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
     __syncthreads();
+    if (i == 0) mark(kMlaSoftmax0);
 
     // O = O · corr + P · V, V = the first dv columns of the staged entries.
     scale_acc_rows(acc, corr_s, g);
@@ -429,58 +420,40 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   cluster_wait();
   mark(kMlaCluster1);
 
-  if (tid < nr) {  // row tid: the weights of the 8 CTAs (rank order), the cluster's max and sum
-    float m[kMlaCluster], l[kMlaCluster];
-#pragma unroll
-    for (int c = 0; c < kMlaCluster; ++c) {
-      m[c] = ld_cluster(cluster_addr(m_s + tid, c));
-      l[c] = ld_cluster(cluster_addr(l_s + tid, c));
-    }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kMlaCluster; ++c) mx = fmaxf(mx, m[c]);
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kMlaCluster; ++c) {
-      const float w = m[c] == -INFINITY ? 0.0f : expf(m[c] - mx);
-      w_s[tid * kMlaCluster + c] = w;
-      sum += w * l[c];
-    }
-    mm_s[tid] = mx;
-    ll_s[tid] = sum;
-  }
-  __syncthreads();
-
   // This CTA's columns [col0, col0 + cs) of every row, 4 at a time when cs allows (V2-Lite: 16
-  // rows x 64 columns = one float4 of each of the 8 CTAs per thread, all loads in flight).
+  // rows x 64 columns = one float4 of each of the 8 CTAs per thread). A thread loads its row's
+  // (max, sum) and its columns' O from all 8 CTAs in one round of DSMEM loads and weighs them
+  // itself (the same arithmetic as a per-row pass, without its round trip and block barrier).
   const int cs = dv / kMlaCluster, col0 = rank * cs;
   const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
   const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
   const int vec = cs % 4 == 0 ? 4 : 1, per_row = cs / vec;
   for (int idx = tid; idx < nr * per_row; idx += kThreads) {
     const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (vec == 4) {
-      float4 v[kMlaCluster];
+    float m[kMlaCluster], l[kMlaCluster];
+    float4 v[kMlaCluster];
 #pragma unroll
-      for (int c = 0; c < kMlaCluster; ++c) v[c] = ld_cluster4(cluster_addr(o_s + r * dv + col, c));
+    for (int c = 0; c < kMlaCluster; ++c) {
+      m[c] = ld_cluster(cluster_addr(m_s + r, c));
+      l[c] = ld_cluster(cluster_addr(l_s + r, c));
+      const uint32_t oa = cluster_addr(o_s + r * dv + col, c);
+      v[c] = vec == 4 ? ld_cluster4(oa) : make_float4(ld_cluster(oa), 0.0f, 0.0f, 0.0f);
+    }
+    float mx = -INFINITY;
 #pragma unroll
-      for (int c = 0; c < kMlaCluster; ++c) {
-        const float w = w_s[r * kMlaCluster + c];
-        o[0] += w * v[c].x;
-        o[1] += w * v[c].y;
-        o[2] += w * v[c].z;
-        o[3] += w * v[c].w;
-      }
-    } else {
-      float v[kMlaCluster];
+    for (int c = 0; c < kMlaCluster; ++c) mx = fmaxf(mx, m[c]);
+    float sum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int c = 0; c < kMlaCluster; ++c) v[c] = ld_cluster(cluster_addr(o_s + r * dv + col, c));
-#pragma unroll
-      for (int c = 0; c < kMlaCluster; ++c) o[0] += w_s[r * kMlaCluster + c] * v[c];
+    for (int c = 0; c < kMlaCluster; ++c) {
+      const float w = m[c] == -INFINITY ? 0.0f : expf(m[c] - mx);
+      sum += w * l[c];
+      o[0] += w * v[c].x;
+      o[1] += w * v[c].y;
+      o[2] += w * v[c].z;
+      o[3] += w * v[c].w;
     }
     if (own_clusters == 1) {
-      const float sum = ll_s[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       bf16* dst = p.out + (row0 + r) * dv + col;
       if (vec == 4) {
         reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
@@ -494,12 +467,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
       else
         dst[0] = o[0];
+      if (idx % per_row == 0) {  // the row's (max, sum) of this cluster, for the last merge
+        float* ml =
+            p.partial_ml + ((cluster_idx * rows_total + row0 + r) * kMlaCluster + rank) * 2;
+        *reinterpret_cast<float2*>(ml) = make_float2(sum > 0.0f ? mx : -INFINITY, sum);
+      }
     }
-  }
-  if (own_clusters > 1 && tid < nr) {
-    float* ml = p.partial_ml + ((cluster_idx * rows_total + row0 + tid) * kMlaCluster + rank) * 2;
-    ml[0] = ll_s[tid] > 0.0f ? mm_s[tid] : -INFINITY;
-    ml[1] = ll_s[tid];
   }
   cluster_arrive_relaxed();  // done reading the other CTAs' shared memory
   mark(kMlaMerged);
@@ -527,47 +500,55 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     return;
   }
 
-  float* w2_s = reinterpret_cast<float*>(kv_s);  // [rows][own_clusters] (host-checked size)
-  for (int r = warp; r < nr; r += kWarps) {
-    const float* ml = p.partial_ml + ((row0 + r) * kMlaCluster + rank) * 2;
-    const int64_t cl_stride = rows_total * kMlaCluster * 2;
-    float mx = -INFINITY;
-    for (int cl = lane; cl < own_clusters; cl += 32) mx = fmaxf(mx, __ldcg(ml + cl * cl_stride));
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int cl = lane; cl < own_clusters; cl += 32) {
-      const float m = __ldcg(ml + cl * cl_stride);
-      const float w = m == -INFINITY ? 0.0f : expf(m - mx);
-      w2_s[r * own_clusters + cl] = w;
-      sum += w * __ldcg(ml + cl * cl_stride + 1);
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) ll_s[r] = sum;
-  }
-  __syncthreads();
+  // The last cluster's merge, per (row, 4 columns) thread and online over the clusters in
+  // cluster order: each batch of kMerge clusters' (max, sum) and O is loaded at once (one round
+  // of L2 loads per batch, no block-wide step), then folded in with a running max. Batches of 6:
+  // V2-Lite at ctx 2048 has 5 clusters; 8 spilled 52 bytes at 80 registers (ptxas, sm_90a).
+  constexpr int kMerge = 6;
+  const int64_t cl_o = rows_total * dv, cl_ml = rows_total * kMlaCluster * 2;
   for (int idx = tid; idx < nr * per_row; idx += kThreads) {
     const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
     const float* po = p.partial_o + (row0 + r) * dv + col;
-    const float* w = w2_s + r * own_clusters;
-    const float sum = ll_s[r], inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float* ml = p.partial_ml + ((row0 + r) * kMlaCluster + rank) * 2;
+    float mx = -INFINITY, sum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c0 = 0; c0 < own_clusters; c0 += kMerge) {
+      float m[kMerge], l[kMerge];
+      float4 v[kMerge];
+#pragma unroll
+      for (int j = 0; j < kMerge; ++j) {
+        const int cl = min(c0 + j, own_clusters - 1);  // past the last: loaded, not used
+        const float2 e = __ldcg(reinterpret_cast<const float2*>(ml + cl * cl_ml));
+        m[j] = c0 + j < own_clusters ? e.x : -INFINITY;
+        l[j] = e.y;
+        v[j] = vec == 4 ? __ldcg(reinterpret_cast<const float4*>(po + cl * cl_o))
+                        : make_float4(__ldcg(po + cl * cl_o), 0.0f, 0.0f, 0.0f);
+      }
+      float bm = mx;
+#pragma unroll
+      for (int j = 0; j < kMerge; ++j) bm = fmaxf(bm, m[j]);
+      if (bm == -INFINITY) continue;  // nothing attended so far
+      const float a = expf(mx - bm);  // 0 on the first batch with a score
+      sum *= a;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] *= a;
+#pragma unroll
+      for (int j = 0; j < kMerge; ++j) {
+        const float w = m[j] == -INFINITY ? 0.0f : expf(m[j] - bm);
+        sum += w * l[j];
+        o[0] += w * v[j].x;
+        o[1] += w * v[j].y;
+        o[2] += w * v[j].z;
+        o[3] += w * v[j].w;
+      }
+      mx = bm;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     bf16* dst = p.out + (row0 + r) * dv + col;
     if (vec == 4) {
-      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-      for (int cl = 0; cl < own_clusters; ++cl) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(po + cl * rows_total * dv));
-        o.x += w[cl] * v.x;
-        o.y += w[cl] * v.y;
-        o.z += w[cl] * v.z;
-        o.w += w[cl] * v.w;
-      }
-      reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o.x * inv, o.y * inv);
-      reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o.z * inv, o.w * inv);
+      reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
+      reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2] * inv, o[3] * inv);
     } else {
-      float o = 0.0f;
-#pragma unroll 8
-      for (int cl = 0; cl < own_clusters; ++cl) o += w[cl] * __ldcg(po + cl * rows_total * dv);
-      dst[0] = __float2bfloat16_rn(o * inv);
+      dst[0] = __float2bfloat16_rn(o[0] * inv);
     }
   }
   // Every cluster of this token has counted; nothing else touches the counter before the kernel
@@ -677,9 +658,12 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
     const int64_t c = clusters(short_kv, split);
     return long_ctx ? std::max(c, clusters(kv, long_split)) : c;
   };
-  // The last cluster's merge keeps one weight per (row, cluster) in the stage buffers. Small
-  // batches grow only the long split (contexts up to kLongContextEntries need at most 4 clusters
-  // at 32), so a short context's split never depends on its batch.
+  // Very long contexts: the split doubles while the clusters' weights (one f32 per row and
+  // cluster) would not fit the stage buffers, which bounds the clusters (and partials) of a token
+  // (~150K entries at 32 heads; the rule of the last merge's former shared-memory weights, kept so
+  // that plans do not change). Small batches grow only the long split (contexts up to
+  // kLongContextEntries need at most 4 clusters at 32), so a short context's split never depends
+  // on its batch.
   while (plan.rows_per_tile * grid_clusters() * 4 >
          cluster_smem(plan.rows_per_tile, dqk, dv, static_cast<int>(long_split)).kv_bytes) {
     if (!small_batch) split *= 2;

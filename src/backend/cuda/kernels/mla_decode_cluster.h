@@ -63,12 +63,15 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
 };
 constexpr int kMlaTimingSlots = 12;
 // The marks, in kernel order: the pre-wait reads issued, griddepcontrol.wait returned, stage 0's
-// data (entries and query) in shared memory, the stages done, the cluster barrier passed, the
-// cluster merge written, the last-cluster vote known, the end (padding clusters: only the end).
+// data (entries and query) in shared memory, stage 0's scores and its softmax done, the stages
+// done, the cluster barrier passed, the cluster merge written, the last-cluster vote known, the
+// end (padding clusters: only the end).
 enum MlaTimingMark {
   kMlaPreWait,
   kMlaWaited,
   kMlaStage0,
+  kMlaScores0,
+  kMlaSoftmax0,
   kMlaStages,
   kMlaCluster1,
   kMlaMerged,
