@@ -71,6 +71,12 @@ struct PagedAttentionParams {
   int32_t kv_head_stride = 0; // elements between consecutive kv heads (for K and for V)
   float scale = 1.0f;         // softmax scale applied to q·k
   const PagedBatch* batch = nullptr;
+  // Optional per-head output projection (MLA's W_UV): with head_w [num_q_heads, n, head_dim_v],
+  // the op also computes head_out [T, num_q_heads, n] = head_linear(out, head_w), and `out` is
+  // scratch whose contents are unspecified afterwards (a backend may merge the attention's
+  // partial states inside the projection and never write it: CUDA's batch-1 MLA decode).
+  const Tensor* head_w = nullptr;
+  Tensor* head_out = nullptr;
 };
 
 // The attention prologue of the GQA family (Llama, Qwen3) as one op: split the fused QKV GEMM

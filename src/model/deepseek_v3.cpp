@@ -206,7 +206,7 @@ class MlaModel final : public Model {
 
   // Decode at batch 1 is launch-bound, so the block is few kernels (docs/cuda_backend.md):
   //   linear [q | kv_a] -> (q_lora: rms_norm, q_b) -> mla_rope_store with W_UK (one kernel on
-  //   CUDA) -> paged_attention (q = q_lat, q_rope = q_pe) -> head_linear W_UV -> linear o_proj
+  //   CUDA) -> paged_attention (q = q_lat, q_rope = q_pe) with W_UV (head_w) -> linear o_proj
   // x += o_proj(MLA(norm(x))). h: [T, hidden] scratch for norm(x) when the q and kv_a
   // projections are two GEMMs (the fused one reads x and normalises on the way).
   void attention(const MlaLayer& L, int32_t layer, Tensor& x, float eps, Tensor& h,
@@ -288,9 +288,12 @@ class MlaModel final : public Model {
     ap.kv_head_stride = 0;
     ap.scale = static_cast<float>(c.attention_scale());
     ap.batch = &batch;
-    be.paged_attention(ap);
+    // W_UV in the same op: a backend may merge the attention's partials inside it (CUDA, batch
+    // 1); o_lat is then scratch.
     Tensor o_heads = be.empty({t, hq, dv}, dt);
-    be.head_linear(o_lat, L.w_uv, o_heads);
+    ap.head_w = &L.w_uv;
+    ap.head_out = &o_heads;
+    be.paged_attention(ap);
     linear_add(be, o_heads.reshape({t, hq * dv}), L.o_proj, nullptr, x);
   }
 

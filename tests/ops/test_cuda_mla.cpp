@@ -103,7 +103,10 @@ struct MlaCase {
 // position, so a sequence sees the same cache wherever it sits in the batch.
 // split_q: the same query passed as q = its latent part [T, heads, latent] and q_rope = its rope
 // part [T, heads, rope] (PagedAttentionParams::q_rope, as the DeepSeek model does).
-Tensor run_mla(Backend& be, const MlaCase& c, uint64_t seed = 31, bool split_q = false) {
+// head_n > 0: W_UV in the op as well (PagedAttentionParams::head_w, random [heads, head_n,
+// latent]); returns head_out [T, heads, head_n] instead.
+Tensor run_mla(Backend& be, const MlaCase& c, uint64_t seed = 31, bool split_q = false,
+               int32_t head_n = 0) {
   const int32_t dqk = c.latent + c.rope, entry = dqk;
   MlaBatch s(c.seqs, c.block_size, entry);
   PagedBatch b = s.make(be);
@@ -135,8 +138,15 @@ Tensor run_mla(Backend& be, const MlaCase& c, uint64_t seed = 31, bool split_q =
   p.kv_head_stride = 0;
   p.scale = 1.0f / std::sqrt(static_cast<float>(dqk));
   p.batch = &b;
+  Tensor w, y;
+  if (head_n > 0) {
+    w = act(be, host_random({c.heads, head_n, c.latent}, seed + 2));
+    y = be.empty({s.num_tokens, c.heads, head_n}, be.compute_dtype());
+    p.head_w = &w;
+    p.head_out = &y;
+  }
   be.paged_attention(p);
-  return be.download(o);
+  return be.download(head_n > 0 ? y : o);
 }
 
 std::vector<MlaCase> cases() {
@@ -276,6 +286,19 @@ TEST(MlaDecodeCases, CpuReferenceRuns) {
     for (int64_t i = 0; i < ref.numel(); ++i)
       ASSERT_EQ(ref.f32()[i], split.f32()[i]) << c.name() << ": split query, element " << i;
   }
+}
+
+// PagedAttentionParams::head_w on the CPU: exactly attention, then head_linear.
+TEST(MlaDecodeCases, CpuHeadProjectionIsAttentionThenHeadLinear) {
+  auto cpu = make_cpu_backend();
+  const MlaCase c{"uv", 16, 64, 16, 16, {{40, 1}, {0, 2}, {100, 1}}};
+  const Tensor got = run_mla(*cpu, c, 31, true, 24);
+  const Tensor att = run_mla(*cpu, c, 31, true);
+  Tensor x = act(*cpu, att), w = act(*cpu, host_random({c.heads, 24, c.latent}, 33));
+  Tensor y = cpu->empty({att.size(0), c.heads, 24}, DType::kF32);
+  cpu->head_linear(x, w, y);
+  ASSERT_EQ(got.numel(), y.numel());
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_EQ(got.f32()[i], y.f32()[i]) << i;
 }
 
 #ifdef DI_HAVE_CUDA
@@ -552,6 +575,65 @@ TEST(MlaDecodeWidePlan, OneWaveSplits) {
 #endif
 
 #ifdef DI_HAVE_CUDA
+// The deferred merge (batch 1 with W_UV: the cluster kernel writes every split's partial and
+// head_linear_merge merges them while projecting) against the CPU op and against the composed
+// GPU path (cluster kernel with its merges, then head_linear_small); bitwise equal to itself in a
+// grid sized for a longer context (padding splits) and on a repeated call. 65 splits (ctx 4100 at
+// 64 per split) exceed kHeadLinearMergeMaxParts: the composed path runs.
+TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device";
+  auto& cb = UseMlaKernel::cuda_be();
+  auto cpu = make_cpu_backend();
+  using P = std::vector<std::pair<int, int>>;
+  const std::vector<MlaCase> defer_cases{
+      {"d_ctx1", 16, 512, 64, 64, P{{0, 1}}},
+      {"d_ctx97", 16, 512, 64, 1, P{{96, 1}}},
+      {"d_ctx257", 16, 512, 64, 16, P{{256, 1}}},
+      {"d_ctx1100", 16, 512, 64, 64, P{{1099, 1}}},
+      {"d_ctx2049", 16, 512, 64, 64, P{{2048, 1}}},
+      {"d_ctx3000_bs16", 16, 512, 64, 16, P{{2999, 1}}},
+      {"d_h20_ctx700", 20, 512, 64, 16, P{{699, 1}}},
+      {"d_lat128", 16, 128, 32, 16, P{{300, 1}}},
+      {"d_ctx4100", 16, 512, 64, 16, P{{4099, 1}}},
+  };
+  constexpr int32_t kN = 128;  // W_UV's output columns per head (V2-Lite's v_head_dim)
+  for (const MlaCase& c : defer_cases) {
+    const bool expect_defer = c.label != "d_ctx4100";
+    const Tensor ref = run_mla(*cpu, c, 31, true, kN);
+    const int64_t d0 = cb.mla_deferred_calls();
+    const Tensor def = run_mla(*be, c, 31, true, kN);
+    const int64_t deferred = cb.mla_deferred_calls() - d0;
+    // More splits in the grid (3600 entries: 57, still deferred; never below the context).
+    cb.set_attention_max_kv_len(std::max(3600, c.seqs[0].first + c.seqs[0].second + 64));
+    const Tensor padded = run_mla(*be, c, 31, true, kN);
+    cb.set_attention_max_kv_len(0);
+    const Tensor again = run_mla(*be, c, 31, true, kN);
+    cb.set_mla_defer(0);
+    const Tensor composed = run_mla(*be, c, 31, true, kN);
+    cb.set_mla_defer(-1);
+    ASSERT_EQ(ref.numel(), def.numel());
+    const Metrics m = compare(ref, def), mc = compare(composed, def);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < def.numel(); ++i)
+      differ += (def.f32()[i] != padded.f32()[i]) + (def.f32()[i] != again.f32()[i]);
+    const bool ok = m.diff < 1e-3 && m.mismatches == 0 && mc.diff < 1e-3 &&
+                    mc.mismatches == 0 && differ == 0 && deferred == (expect_defer ? 1 : 0);
+    std::printf("[mla] deferred %-22s n=%-6lld vs_cpu diff=%.2e vs_composed diff=%.2e "
+                "max_abs=%.3e deferred=%lld padded/again differing=%lld %s\n",
+                c.name().c_str(), static_cast<long long>(m.n), m.diff, mc.diff, mc.max_abs,
+                static_cast<long long>(deferred), static_cast<long long>(differ),
+                ok ? "PASS" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_LT(m.diff, 1e-3) << c.name();
+    EXPECT_EQ(m.mismatches, 0) << c.name();
+    EXPECT_LT(mc.diff, 1e-3) << c.name();
+    EXPECT_EQ(mc.mismatches, 0) << c.name();
+    EXPECT_EQ(differ, 0) << c.name() << ": not bitwise equal with grid padding / repeated";
+    EXPECT_EQ(deferred, expect_defer ? 1 : 0) << c.name();
+  }
+}
+
 // Batch invariance: a sequence's rows are bit-identical alone and inside a ragged batch (fixed
 // split size; per-row arithmetic independent of the other rows of a tile). One pool, one q row
 // set: batch 1 = sequence A; batch 4 = A (same blocks, same q rows) + three others.

@@ -789,6 +789,70 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
   return true;
 }
 
+// Batch-1 MLA decode with W_UV (paged_attention's head_w): the cluster kernel writes every
+// split's partial state (no cluster barrier, DSMEM merge, vote or last merge: ~9 us of its ~16
+// per V2-Lite layer at ctx 2048, run 22 call 2 phase timing) and head_linear_merge merges them
+// while it applies W_UV. One token only (the merge copies a row's parts per token), outside
+// DEEPINFER_BATCH_INVARIANT=1 (its merge order differs from the cluster kernel's, so batch 1 and
+// batch 2 differ in the last bits), up to kHeadLinearMergeMaxParts splits (ctx ~4K).
+bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv) {
+  static const bool env_on = [] {
+    const char* v = std::getenv("DEEPINFER_MLA_DEFER");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const bool on = mla_defer_override_ >= 0 ? mla_defer_override_ != 0 : env_on;
+  const PagedBatch& b = *p.batch;
+  const MlaDecodeKernel mk = mla_decode_kernel_;
+  if (!on || f32_ || b.num_tokens != 1 || !mla_cluster_batch_split() ||
+      (mk != MlaDecodeKernel::kAuto && mk != MlaDecodeKernel::kCluster) || !mla_decode_call_ok(p) ||
+      !mla_cluster_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
+                                    p.head_dim_v, p.layout.entry_size, b.num_tokens))
+    return false;
+  const Tensor& w = *p.head_w;
+  const int64_t heads = p.num_q_heads, dv = p.head_dim_v;
+  if (w.dim() != 3 || w.size(0) != heads || w.size(2) != dv || w.dtype() != dt_ ||
+      !aligned16(w) || p.head_out->numel() != heads * w.size(1) || p.head_out->dtype() != dt_)
+    return false;
+  const int64_t n = w.size(1);
+  const MlaClusterDecodePlan plan =
+      plan_mla_cluster_decode(1, max_kv, p.num_q_heads, p.head_dim_qk, p.head_dim_v, true);
+  if (!head_linear_merge_supported(1, heads, dv, n, plan.num_splits) ||
+      static_cast<size_t>(head_linear_merge_smem(1, static_cast<int32_t>(dv), plan.num_splits)) >
+          max_smem_optin_ ||
+      plan.smem_bytes > max_smem_optin_)
+    return false;
+  Tensor ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
+  MlaClusterDecodeParams k{};
+  fill_mla_call(k, p);
+  k.rows_per_tile = plan.rows_per_tile;
+  k.head_tiles = plan.head_tiles;
+  k.split_size = plan.split_size;
+  k.long_split_size = plan.long_split_size;
+  k.long_split_from = plan.long_split_from;
+  k.num_clusters = plan.num_clusters;
+  k.counters = attention_counters_;  // not touched
+  k.defer = 1;
+  k.num_splits = plan.num_splits;
+  k.partial_o = mptr<float>(ws);
+  k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits),
+                               static_cast<size_t>(heads), static_cast<size_t>(dv));
+  if (mla_timing_ != nullptr && int64_t{plan.num_splits} * plan.head_tiles <= mla_timing_ctas_)
+    k.timing = mla_timing_;
+  CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
+  CUDA_CHECK_LAUNCH("mla_cluster_decode (deferred)");
+  HeadLinearMergeParams hm{};
+  hm.lin = HeadLinearParams{nullptr, w.raw(), p.head_out->raw(), 1, static_cast<int32_t>(heads),
+                            static_cast<int32_t>(dv), static_cast<int32_t>(n), heads * dv, dv};
+  hm.part_o = k.partial_o;
+  hm.part_ml = k.partial_ml;
+  hm.parts = plan.num_splits;
+  CUDA_CHECK(launch_head_linear_merge(hm, stream_));
+  CUDA_CHECK_LAUNCH("head_linear_merge");
+  ++mla_cluster_calls_;
+  ++mla_deferred_calls_;
+  return true;
+}
+
 bool CudaBackend::try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv) {
   const PagedBatch& b = *p.batch;
   if (!mla_decode_call_ok(p) ||
@@ -826,8 +890,18 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   check_paged_attention(p, dt_);
   const PagedBatch& b = *p.batch;
   const int64_t t = b.num_tokens;
-  if (t == 0 || b.num_seqs == 0) return;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
+  if (p.head_w != nullptr) {  // attention, then the per-head projection (backend.h)
+    DI_CHECK(p.head_out != nullptr, "cuda paged_attention: head_w without head_out");
+    if (t > 0 && b.num_seqs > 0 && try_mla_deferred_decode(p, max_kv)) return;
+    PagedAttentionParams a = p;
+    a.head_w = nullptr;
+    a.head_out = nullptr;
+    paged_attention(a);
+    head_linear(*p.out, *p.head_w, *p.head_out);
+    return;
+  }
+  if (t == 0 || b.num_seqs == 0) return;
   // MLA decode: kernels/mla_decode_wide.cu for batches, mla_decode_cluster.cu below them (or as
   // set_mla_decode_kernel says), else mla_decode.cu.
   const MlaDecodeKernel mk = mla_decode_kernel_;

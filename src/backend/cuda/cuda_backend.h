@@ -189,6 +189,11 @@ class CudaBackend final : public Backend {
   MlaDecodeKernel mla_decode_kernel() const { return mla_decode_kernel_; }
   // Calls of paged_attention that ran the cluster / wide kernel (tests check the path taken).
   int64_t mla_cluster_calls() const { return mla_cluster_calls_; }
+  // Launches of the deferred MLA merge (paged_attention with head_w at batch 1: the cluster
+  // kernel without merge, then head_linear_merge); set_mla_defer: 1 / 0 forces it on / off (when
+  // it applies), -1 back to DEEPINFER_MLA_DEFER (default on; 0 off).
+  int64_t mla_deferred_calls() const { return mla_deferred_calls_; }
+  void set_mla_defer(int on) { mla_defer_override_ = on; }
   // Benchmarks: the cluster kernel launches from now on (graph captures included) record phase
   // timestamps into `buf` (device memory, kMlaTimingSlots words per CTA, kernels/
   // mla_decode_cluster.h) when their grid has at most `ctas` CTAs; null turns it off.
@@ -235,6 +240,7 @@ class CudaBackend final : public Backend {
   bool reserve_attention_counters(int64_t n);
   // The cluster MLA decode kernel when it takes the call: true if launched.
   bool try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv);
+  bool try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
@@ -252,6 +258,8 @@ class CudaBackend final : public Backend {
     return MlaDecodeKernel::kAuto;
   }();
   int64_t mla_cluster_calls_ = 0;
+  int64_t mla_deferred_calls_ = 0;
+  int mla_defer_override_ = -1;
   unsigned long long* mla_timing_ = nullptr;
   int64_t mla_timing_ctas_ = 0;
   int64_t mla_wide_calls_ = 0;

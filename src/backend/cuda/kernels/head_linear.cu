@@ -11,6 +11,9 @@
 // (a row stride of 4 mod 32 words).
 #include "backend/cuda/kernels/head_linear.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/head_linear.cuh"
 
@@ -24,7 +27,163 @@ __global__ void __launch_bounds__(kHeadLinearThreads) head_linear_small_kernel(H
                    smem);
 }
 
+// Shared memory of the merge kernel past head_linear_smem_bytes: the row's parts [parts][k] f32,
+// their weights [parts], the normaliser.
+__host__ __device__ inline int merge_scratch_offset(int t, int k) {
+  return (head_linear_smem_bytes(t, k) + 15) & ~15;
+}
+
+// 8-byte load from another CTA's shared memory (cluster_addr).
+__device__ __forceinline__ uint2 ld_cluster_u2(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr)
+               : "memory");
+  return v;
+}
+
+// kShared: the grid's column blocks of a head form clusters of kMergeCluster CTAs (n = 128: one
+// cluster per head); CTA `rank` merges only float4 chunks [rank·q/8, (rank+1)·q/8) of each row
+// (q = k / 4) and the CTAs then copy each other's bf16 slices through distributed shared
+// memory: 1/8 of the L2 reads (V2-Lite at ctx 2048: 8.3 instead of 66 KB per CTA) for two
+// cluster barriers. Else every CTA merges whole rows.
+constexpr int kMergeCluster = 8;
+
+template <bool kShared>
+__global__ void __launch_bounds__(kHeadLinearThreads)
+    head_linear_merge_kernel(HeadLinearMergeParams mp) {
+  pdl_trigger();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const HeadLinearParams& p = mp.lin;
+  const int col0 = static_cast<int>(blockIdx.x) * kHeadLinearCols, h = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int k = p.k, parts = mp.parts, q4 = k / 4;
+  const int rank = kShared ? static_cast<int>(blockIdx.x) % kMergeCluster : 0;
+  const int nsl = kShared ? kMergeCluster : 1;
+  const int c_lo = rank * q4 / nsl, c_hi = (rank + 1) * q4 / nsl;  // this CTA's float4 chunks
+  head_linear_load_w(p, col0, h, smem);
+  const HeadLinearSmem m = head_linear_smem(p, smem);
+  // Zero token rows: rows past t and columns past k stay zero (the mma's padding).
+  for (int i = tid; i < m.tpad * m.ld / 8; i += kHeadLinearThreads)
+    reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
+  float* o_s = reinterpret_cast<float*>(smem + merge_scratch_offset(p.t, k));  // [parts][k]
+  float* w_s = o_s + parts * k;                                                 // [parts]
+  float* inv_s = w_s + parts;                                                   // [1]
+  const int64_t rows_total = int64_t{p.t} * p.heads;
+  pdl_wait();  // the partials are the previous kernel's
+  for (int r = 0; r < p.t; ++r) {
+    const int64_t row = int64_t{r} * p.heads + h;
+    for (int s = 0; s < parts; ++s) {
+      const float* src = mp.part_o + (s * rows_total + row) * k;
+      for (int c = c_lo + tid; c < c_hi; c += kHeadLinearThreads)
+        cp_async16(o_s + s * k + c * 4, src + c * 4, 16);
+    }
+    cp_async_commit();
+    if (warp == 0) {  // the parts' weights and the normaliser: parts s and s + 32 on lane s
+      const float* ml = mp.part_ml + row * 2;
+      const int64_t stride = rows_total * 2;
+      const float2 none = make_float2(-INFINITY, 0.0f);
+      const float2 e0 =
+          lane < parts ? __ldcg(reinterpret_cast<const float2*>(ml + lane * stride)) : none;
+      const float2 e1 = lane + 32 < parts
+                            ? __ldcg(reinterpret_cast<const float2*>(ml + (lane + 32) * stride))
+                            : none;
+      const float mx = warp_max(fmaxf(e0.x, e1.x));
+      const float w0 = e0.x == -INFINITY ? 0.0f : expf(e0.x - mx);
+      const float w1 = e1.x == -INFINITY ? 0.0f : expf(e1.x - mx);
+      if (lane < parts) w_s[lane] = w0;
+      if (lane + 32 < parts) w_s[lane + 32] = w1;
+      float sum = w0 * e0.y;
+      sum += w1 * e1.y;
+      sum = warp_sum(sum);
+      if (lane == 0) inv_s[0] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    const float inv = inv_s[0];
+    for (int c = c_lo + tid; c < c_hi; c += kHeadLinearThreads) {
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+      for (int s = 0; s < parts; ++s) {
+        const float w = w_s[s];
+        if (w == 0.0f) continue;  // empty (or negligible) part: never read its O
+        const float4 v = *reinterpret_cast<const float4*>(o_s + s * k + c * 4);
+        acc.x = fmaf(w, v.x, acc.x);
+        acc.y = fmaf(w, v.y, acc.y);
+        acc.z = fmaf(w, v.z, acc.z);
+        acc.w = fmaf(w, v.w, acc.w);
+      }
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(m.x_s + r * m.ld + c * 4);
+      dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+      dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    }
+    __syncthreads();  // o_s / w_s are the next token's; x_s row r is complete
+  }
+  if constexpr (kShared) {  // the other CTAs' slices of every row, 8 bytes (4 values) at a time
+    cluster_arrive();  // release: this CTA's slices
+    cluster_wait();
+    for (int q = 1; q < kMergeCluster; ++q) {
+      const int peer = (rank + q) % kMergeCluster;
+      const int p_lo = peer * q4 / nsl, p_hi = (peer + 1) * q4 / nsl;
+      for (int i = tid; i < p.t * (p_hi - p_lo); i += kHeadLinearThreads) {
+        const int r = i / (p_hi - p_lo), c = p_lo + i % (p_hi - p_lo);
+        bf16* x = m.x_s + r * m.ld + c * 4;
+        *reinterpret_cast<uint2*>(x) = ld_cluster_u2(cluster_addr(x, peer));
+      }
+    }
+    __syncthreads();
+    cluster_arrive_relaxed();  // done reading the others' shared memory
+  }
+  head_linear_finish(p, col0, h, smem, true);
+  if constexpr (kShared) cluster_wait();  // nobody reads this CTA's slices any more
+}
+
 }  // namespace
+
+bool head_linear_merge_supported(int64_t t, int64_t heads, int64_t k, int64_t n, int64_t parts) {
+  return head_linear_small_supported(t, heads, k, n) && k % 4 == 0 && parts >= 1 &&
+         parts <= kHeadLinearMergeMaxParts;
+}
+
+int32_t head_linear_merge_smem(int32_t t, int32_t k, int32_t parts) {
+  return merge_scratch_offset(t, k) + (parts * k + parts + 1) * 4;
+}
+
+cudaError_t launch_head_linear_merge(const HeadLinearMergeParams& p, cudaStream_t stream) {
+  // DEEPINFER_MLA_MERGE_SHARED=0 (read once): every CTA merges whole rows (A/B).
+  static const bool shared_env = [] {
+    const char* v = std::getenv("DEEPINFER_MLA_MERGE_SHARED");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  const unsigned gx = static_cast<unsigned>((p.lin.n + kHeadLinearCols - 1) / kHeadLinearCols);
+  const bool shared = shared_env && gx % kMergeCluster == 0 && p.lin.k % (4 * kMergeCluster) == 0;
+  void (*kernel)(HeadLinearMergeParams) =
+      shared ? head_linear_merge_kernel<true> : head_linear_merge_kernel<false>;
+  const int smem = head_linear_merge_smem(p.lin.t, p.lin.k, p.parts);
+  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(gx, static_cast<unsigned>(p.lin.heads));
+  cfg.blockDim = dim3(kHeadLinearThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (shared) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = kMergeCluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
 
 bool head_linear_small_supported(int64_t t, int64_t heads, int64_t k, int64_t n) {
   return t >= 1 && t <= kHeadLinearMaxTokens && heads >= 1 && heads <= 65535 && k % 8 == 0 &&

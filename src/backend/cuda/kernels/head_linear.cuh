@@ -19,39 +19,77 @@ __host__ __device__ inline int head_linear_smem_bytes(int t, int k) {
   return (kHeadLinearCols + tpad) * ld * 2 + kHeadLinearWarps * tpad * kHeadLinearCols * 4;
 }
 
-// Columns [col0, col0 + 16) of head h by the group of threads threadIdx.x / 128 (its own `smem`,
-// head_linear_smem_bytes): the group's weight rows are copied before griddepcontrol.wait, the
-// token rows (x + r·x_ld + h·x_hs) after it. Contains one __syncthreads: every thread of the CTA
-// must call it (each group with its own columns and smem).
-__device__ inline void head_linear_cols(const HeadLinearParams& p, int col0, int h,
-                                        unsigned char* smem) {
+// The group's shared memory: weight rows [kCols][ld], token rows [tpad][ld], partial sums.
+struct HeadLinearSmem {
+  bf16* w_s;
+  bf16* x_s;
+  float* part_s;
+  int ld, tpad;
+};
+__device__ inline HeadLinearSmem head_linear_smem(const HeadLinearParams& p, unsigned char* smem) {
+  HeadLinearSmem m;
+  m.ld = pad16(p.k) + 8;
+  m.tpad = pad16(p.t);
+  m.w_s = reinterpret_cast<bf16*>(smem);
+  m.x_s = m.w_s + kHeadLinearCols * m.ld;
+  m.part_s = reinterpret_cast<float*>(m.x_s + m.tpad * m.ld);
+  return m;
+}
+
+// This warp's k steps [s0, s1) of the group's 4 warps: its slices of the weight and token rows
+// are its own (copied, waited for and read by this warp alone until the partial sums).
+__device__ inline void head_linear_warp_steps(const HeadLinearParams& p, int warp, int& s0,
+                                              int& s1) {
+  const int nsteps = pad16(p.k) / 16;
+  s0 = warp * nsteps / kHeadLinearWarps;
+  s1 = (warp + 1) * nsteps / kHeadLinearWarps;
+}
+
+// The weights of columns [col0, col0 + 16) of head h: cp.async of the warp's slices of the 16
+// weight rows (no commit; the token rows' group commits them).
+__device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, int h,
+                                          unsigned char* smem) {
+  const int tid = static_cast<int>(threadIdx.x) % kHeadLinearThreads, lane = tid & 31,
+            warp = tid >> 5;
+  const HeadLinearSmem m = head_linear_smem(p, smem);
+  const int k = p.k;
+  const bf16* w = static_cast<const bf16*>(p.w) + (int64_t{h} * p.n + col0) * k;
+  int s0, s1;
+  head_linear_warp_steps(p, warp, s0, s1);
+  const int cpr = 2 * (s1 - s0);  // 16-byte chunks per row of the slice
+  for (int i = lane; i < kHeadLinearCols * cpr; i += 32) {
+    const int r = i / cpr, c = 2 * s0 + i % cpr;
+    const bool valid = col0 + r < p.n && c * 8 < k;
+    cp_async16(m.w_s + r * m.ld + c * 8, valid ? w + int64_t{r} * k + c * 8 : p.w, valid ? 16 : 0);
+  }
+}
+
+// After head_linear_load_w: griddepcontrol.wait, the token rows (x + r·x_ld + h·x_hs) unless
+// `x_ready` (the CTA wrote them into x_s and passed a barrier), then y[:, h, col0 .. + 16).
+// Contains one __syncthreads: every thread of the CTA must call it (each group with its own
+// columns and smem).
+__device__ inline void head_linear_finish(const HeadLinearParams& p, int col0, int h,
+                                          unsigned char* smem, bool x_ready) {
   constexpr int kMaxMt = kHeadLinearMaxTokens / 16;
   const int tid = static_cast<int>(threadIdx.x) % kHeadLinearThreads, lane = tid & 31,
             warp = tid >> 5;
-  const int k = p.k, kpad = pad16(k), ld = kpad + 8;
-  const int tpad = pad16(p.t), mtiles = tpad / 16;
-  bf16* w_s = reinterpret_cast<bf16*>(smem);                  // [kCols][ld]
-  bf16* x_s = w_s + kHeadLinearCols * ld;                     // [tpad][ld]
-  float* part_s = reinterpret_cast<float*>(x_s + tpad * ld);  // [kWarps][tpad][kCols]
-  const bf16* w = static_cast<const bf16*>(p.w) + (int64_t{h} * p.n + col0) * k;
-  const bf16* x = static_cast<const bf16*>(p.x) + int64_t{h} * p.x_hs;
-  const int64_t ldx = p.x_ld;
-
-  // This warp's k steps [s0, s1): its slices of the weight and token rows are its own (copied,
-  // waited for and read by this warp alone until the partial sums).
-  const int nsteps = kpad / 16, s0 = warp * nsteps / kHeadLinearWarps,
-            s1 = (warp + 1) * nsteps / kHeadLinearWarps;
-  const int cpr = 2 * (s1 - s0);                            // 16-byte chunks per row of the slice
-  for (int i = lane; i < kHeadLinearCols * cpr; i += 32) {  // the weights: before pdl_wait
-    const int r = i / cpr, c = 2 * s0 + i % cpr;
-    const bool valid = col0 + r < p.n && c * 8 < k;
-    cp_async16(w_s + r * ld + c * 8, valid ? w + int64_t{r} * k + c * 8 : p.w, valid ? 16 : 0);
-  }
+  const HeadLinearSmem m = head_linear_smem(p, smem);
+  const int k = p.k, ld = m.ld, tpad = m.tpad, mtiles = tpad / 16;
+  bf16* w_s = m.w_s;
+  bf16* x_s = m.x_s;
+  float* part_s = m.part_s;
+  int s0, s1;
+  head_linear_warp_steps(p, warp, s0, s1);
   pdl_wait();
-  for (int i = lane; i < tpad * cpr; i += 32) {
-    const int r = i / cpr, c = 2 * s0 + i % cpr;
-    const bool valid = r < p.t && c * 8 < k;
-    cp_async16(x_s + r * ld + c * 8, valid ? x + r * ldx + c * 8 : p.x, valid ? 16 : 0);
+  if (!x_ready) {
+    const bf16* x = static_cast<const bf16*>(p.x) + int64_t{h} * p.x_hs;
+    const int64_t ldx = p.x_ld;
+    const int cpr = 2 * (s1 - s0);
+    for (int i = lane; i < tpad * cpr; i += 32) {
+      const int r = i / cpr, c = 2 * s0 + i % cpr;
+      const bool valid = r < p.t && c * 8 < k;
+      cp_async16(x_s + r * ld + c * 8, valid ? x + r * ldx + c * 8 : p.x, valid ? 16 : 0);
+    }
   }
   cp_async_commit();
   cp_async_wait<0>();
@@ -113,6 +151,16 @@ __device__ inline void head_linear_cols(const HeadLinearParams& p, int col0, int
     *reinterpret_cast<__nv_bfloat162*>(y + r * ldy + int64_t{h} * p.n + col0 + c) =
         __floats2bfloat162_rn(v0, v1);
   }
+}
+
+// Columns [col0, col0 + 16) of head h by the group of threads threadIdx.x / 128 (its own `smem`,
+// head_linear_smem_bytes): the group's weight rows are copied before griddepcontrol.wait, the
+// token rows (x + r·x_ld + h·x_hs) after it. Contains one __syncthreads: every thread of the CTA
+// must call it (each group with its own columns and smem).
+__device__ inline void head_linear_cols(const HeadLinearParams& p, int col0, int h,
+                                        unsigned char* smem) {
+  head_linear_load_w(p, col0, h, smem);
+  head_linear_finish(p, col0, h, smem, false);
 }
 
 }  // namespace di::cuda

@@ -105,23 +105,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
                : "memory");
 }
 
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-// Arrival that orders nothing (the loads before it have been consumed: nothing to release).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-// Shared-memory address `p` of this CTA -> the same address in CTA `rank` of the cluster.
-__device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
-  uint32_t out;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_addr(p)), "r"(rank));
-  return out;
-}
 __device__ __forceinline__ float ld_cluster(uint32_t addr) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
@@ -170,12 +153,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int split_size = n_kv > p.long_split_from ? p.long_split_size : p.split_size;
   const int own_splits = (n_kv + split_size - 1) / split_size;
   const int own_clusters = max(1, (own_splits + kMlaCluster - 1) / kMlaCluster);
-  if (cluster_idx >= own_clusters) {  // the whole cluster: same token, same inputs
+  const int h0 = tile * kRows, nr = min(kRows, p.num_heads - h0);
+  const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
+  const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
+  if (p.defer ? split >= own_splits : cluster_idx >= own_clusters) {
+    // Deferred: a split past the token's own says "nothing here" (max -inf) to the consumer's
+    // merge. Else the whole cluster leaves: same token, same inputs.
+    if (p.defer && tid < nr)
+      *reinterpret_cast<float2*>(p.partial_ml + (split * rows_total + row0 + tid) * 2) =
+          make_float2(-INFINITY, 0.0f);
     mark(kMlaEnd);
     return;
   }
 
-  const int h0 = tile * kRows, nr = min(kRows, p.num_heads - h0);
   const int kv_begin = split * split_size, kv_end = min(n_kv, kv_begin + split_size);
   const int nstages = kv_end > kv_begin ? (kv_end - kv_begin + kTok - 1) / kTok : 0;
 
@@ -410,6 +400,32 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   cp_async_wait<0>();
   mark(kMlaStages);
 
+  if (p.defer) {  // this split's unnormalised O and (max, sum) per row, for the consumer
+    float* po = p.partial_o + (split * rows_total + row0) * p.dv;
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = mt * 16 + g + 8 * half;
+        if (r >= nr) continue;
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          const int col = (warp + kWarps * j) * 8 + 2 * t4;
+          if (col >= p.dv) break;
+          *reinterpret_cast<float2*>(po + r * p.dv + col) =
+              make_float2(acc[mt][j][2 * half], acc[mt][j][2 * half + 1]);
+        }
+      }
+    }
+    if (tid < nr) {
+      const float l = l_s[tid];
+      *reinterpret_cast<float2*>(p.partial_ml + (split * rows_total + row0 + tid) * 2) =
+          make_float2(l > 0.0f ? m_s[tid] : -INFINITY, l);
+    }
+    mark(kMlaEnd);
+    return;
+  }
+
   // 3. The cluster's merge. This CTA's state: O (unnormalised) over the stage buffers, the
   // running max (-inf: nothing attended) and sum.
   float* o_s = reinterpret_cast<float*>(kv_s);
@@ -438,8 +454,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // (max, sum) and its columns' O from all 8 CTAs in one round of DSMEM loads and weighs them
   // itself (the same arithmetic as a per-row pass, without its round trip and block barrier).
   const int cs = dv / kMlaCluster, col0 = rank * cs;
-  const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
-  const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
   const int vec = cs % 4 == 0 ? 4 : 1, per_row = cs / vec;
   for (int idx = tid; idx < nr * per_row; idx += kThreads) {
     const int r = idx / per_row, col = col0 + (idx % per_row) * vec;
@@ -587,20 +601,27 @@ cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream)
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.num_clusters * kMlaCluster),
+  cfg.gridDim = dim3(static_cast<unsigned>(p.defer ? p.num_splits : p.num_clusters * kMlaCluster),
                      static_cast<unsigned>(p.head_tiles), static_cast<unsigned>(p.num_tokens));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kMlaCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  int n = 0;
+  if (!p.defer) {  // the deferred mode never touches another CTA's shared memory
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = kMlaCluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  cfg.numAttrs = static_cast<unsigned>(n);
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
@@ -642,7 +663,8 @@ void set_mla_cluster_batch_split_override(int on) {
 }
 
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
-                                             int32_t num_heads, int32_t dqk, int32_t dv) {
+                                             int32_t num_heads, int32_t dqk, int32_t dv,
+                                             bool defer) {
   static const int32_t kSplitEnv = [] {
     const char* env = std::getenv("DEEPINFER_MLA_CLUSTER_SPLIT");
     const int v = env ? std::atoi(env) : 0;
@@ -687,7 +709,17 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
   plan.long_split_from = small_batch ? kLongContextEntries : 0x7fffffff;
   plan.num_clusters = static_cast<int32_t>(grid_clusters());
   plan.num_counters = int64_t{num_tokens} * plan.head_tiles * kMlaCluster;
-  if (plan.num_clusters > 1) {
+  if (defer) {  // a partial per split of the grid: the most splits any token may need
+    auto splits = [](int64_t n, int64_t sp) { return (n + sp - 1) / sp; };
+    const int64_t short_kv = small_batch ? std::min<int64_t>(kv, kLongContextEntries) : kv;
+    const int64_t n = std::max(splits(short_kv, split), long_ctx ? splits(kv, long_split) : 0);
+    plan.defer = true;
+    plan.num_splits = static_cast<int32_t>(n);
+    plan.num_counters = 0;
+    plan.partial_bytes = static_cast<size_t>(n) * static_cast<size_t>(num_tokens) *
+                         static_cast<size_t>(num_heads) * (static_cast<size_t>(dv) + 2) *
+                         sizeof(float);
+  } else if (plan.num_clusters > 1) {
     const size_t rows = static_cast<size_t>(num_tokens) * num_heads;
     plan.partial_bytes = static_cast<size_t>(plan.num_clusters) * rows *
                          (static_cast<size_t>(dv) + 2 * kMlaCluster) * sizeof(float);

@@ -56,6 +56,13 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   float* partial_ml;
   // [num_tokens * head_tiles * 8], all 0 between launches (each launch leaves them 0)
   uint32_t* counters;
+  // Deferred merge (run 22; plan `defer`): no merge here. CTA (split s, tile, token) writes its
+  // rows' unnormalised O to partial_o [num_splits][num_tokens * num_heads][dv] and (max, sum) to
+  // partial_ml [num_splits][num_tokens * num_heads][2] (max -inf: no entries, also for the grid's
+  // splits past the token's own), and a consumer merges them in split order
+  // (head_linear_merge.h). Launched without clusters; grid.x = num_splits.
+  int32_t defer = 0;
+  int32_t num_splits = 0;
   // Phase timing (benchmarks; null = off): per CTA (linear index over the grid) kMlaTimingSlots
   // words: [0] %globaltimer at the start, [1] at the end (ns), [2 + i] clock64 cycles from the
   // start to phase mark i (MlaTimingMark); 0 where a CTA did not pass the mark.
@@ -88,7 +95,9 @@ struct MlaClusterDecodePlan {
   int32_t long_split_from = 0x7fffffff;
   int32_t num_clusters = 1;
   int64_t num_counters = 0;
-  size_t partial_bytes = 0;  // partial_o + partial_ml (0 with one cluster)
+  size_t partial_bytes = 0;  // partial_o + partial_ml (0 with one cluster, unless deferred)
+  bool defer = false;        // the deferred merge (MlaClusterDecodeParams::defer)
+  int32_t num_splits = 0;    // deferred: grid.x, the partials per row
   size_t smem_bytes = 0;
 };
 
@@ -102,8 +111,10 @@ bool mla_cluster_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_
 // cluster's merge weights would not fit in shared memory (contexts beyond ~150K tokens).
 bool mla_cluster_batch_split();
 void set_mla_cluster_batch_split_override(int on);  // tests: 1 / 0, -1 back to the env
+// defer: the deferred merge's plan (num_splits, partial_bytes; no counters): the same splits.
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
-                                             int32_t num_heads, int32_t dqk, int32_t dv);
+                                             int32_t num_heads, int32_t dqk, int32_t dv,
+                                             bool defer = false);
 cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStream_t stream);
 
 }  // namespace di::cuda
