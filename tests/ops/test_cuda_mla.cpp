@@ -22,6 +22,7 @@
 #include "op_case.h"
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/head_linear.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "backend/cuda/kernels/mla_decode_wide.h"
@@ -578,8 +579,8 @@ TEST(MlaDecodeWidePlan, OneWaveSplits) {
 // The deferred merge (batch 1 with W_UV: the cluster kernel writes every split's partial and
 // head_linear_merge merges them while projecting) against the CPU op and against the composed
 // GPU path (cluster kernel with its merges, then head_linear_small); bitwise equal to itself in a
-// grid sized for a longer context (padding splits) and on a repeated call. 65 splits (ctx 4100 at
-// 64 per split) exceed kHeadLinearMergeMaxParts: the composed path runs.
+// grid sized for a longer context (padding splits) and on a repeated call. Past
+// kHeadLinearMergeMaxParts splits (ctx 4100: 65 of 64 entries) the composed path runs.
 TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device";
@@ -596,10 +597,15 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
       {"d_h20_ctx700", 20, 512, 64, 16, P{{699, 1}}},
       {"d_lat128", 16, 128, 32, 16, P{{300, 1}}},
       {"d_ctx4100", 16, 512, 64, 16, P{{4099, 1}}},
+      {"d_ctx2049_n64", 16, 512, 64, 64, P{{2048, 1}}},
   };
-  constexpr int32_t kN = 128;  // W_UV's output columns per head (V2-Lite's v_head_dim)
   for (const MlaCase& c : defer_cases) {
-    const bool expect_defer = c.label != "d_ctx4100";
+    // W_UV's output columns per head: V2-Lite's v_head_dim 128, or 64.
+    const int32_t kN = c.label.size() > 4 && c.label.substr(c.label.size() - 4) == "_n64" ? 64 : 128;
+    const int32_t ctx = c.seqs[0].first + c.seqs[0].second;
+    const int32_t splits =
+        cuda::plan_mla_cluster_decode(1, ctx, c.heads, c.latent + c.rope, c.latent, true).num_splits;
+    const bool expect_defer = splits <= cuda::kHeadLinearMergeMaxParts;
     const Tensor ref = run_mla(*cpu, c, 31, true, kN);
     const int64_t d0 = cb.mla_deferred_calls();
     const Tensor def = run_mla(*be, c, 31, true, kN);
@@ -619,9 +625,10 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
       differ += (def.f32()[i] != padded.f32()[i]) + (def.f32()[i] != again.f32()[i]);
     const bool ok = m.diff < 1e-3 && m.mismatches == 0 && mc.diff < 1e-3 &&
                     mc.mismatches == 0 && differ == 0 && deferred == (expect_defer ? 1 : 0);
-    std::printf("[mla] deferred %-22s n=%-6lld vs_cpu diff=%.2e vs_composed diff=%.2e "
-                "max_abs=%.3e deferred=%lld padded/again differing=%lld %s\n",
-                c.name().c_str(), static_cast<long long>(m.n), m.diff, mc.diff, mc.max_abs,
+    std::printf("[mla] deferred %-22s n=%-6lld w_uv_n=%d splits=%d vs_cpu diff=%.2e "
+                "vs_composed diff=%.2e max_abs=%.3e deferred=%lld padded/again differing=%lld %s\n",
+                c.name().c_str(), static_cast<long long>(m.n), kN, splits, m.diff, mc.diff,
+                mc.max_abs,
                 static_cast<long long>(deferred), static_cast<long long>(differ),
                 ok ? "PASS" : "FAIL");
     std::fflush(stdout);

@@ -794,7 +794,8 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
 // per V2-Lite layer at ctx 2048, run 22 call 2 phase timing) and head_linear_merge merges them
 // while it applies W_UV. One token only (the merge copies a row's parts per token), outside
 // DEEPINFER_BATCH_INVARIANT=1 (its merge order differs from the cluster kernel's, so batch 1 and
-// batch 2 differ in the last bits), up to kHeadLinearMergeMaxParts splits (ctx ~4K).
+// batch 2 differ in the last bits), up to kHeadLinearMergeMaxParts splits (ctx ~4K at 64
+// entries per split).
 bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv) {
   static const bool env_on = [] {
     const char* v = std::getenv("DEEPINFER_MLA_DEFER");

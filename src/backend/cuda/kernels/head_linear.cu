@@ -11,9 +11,6 @@
 // (a row stride of 4 mod 32 words).
 #include "backend/cuda/kernels/head_linear.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/head_linear.cuh"
 
@@ -33,22 +30,6 @@ __host__ __device__ inline int merge_scratch_offset(int t, int k) {
   return (head_linear_smem_bytes(t, k) + 15) & ~15;
 }
 
-// 8-byte load from another CTA's shared memory (cluster_addr).
-__device__ __forceinline__ uint2 ld_cluster_u2(uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr)
-               : "memory");
-  return v;
-}
-
-// kShared: the grid's column blocks of a head form clusters of kMergeCluster CTAs (n = 128: one
-// cluster per head); CTA `rank` merges only float4 chunks [rank·q/8, (rank+1)·q/8) of each row
-// (q = k / 4) and the CTAs then copy each other's bf16 slices through distributed shared
-// memory: 1/8 of the L2 reads (V2-Lite at ctx 2048: 8.3 instead of 66 KB per CTA) for two
-// cluster barriers. Else every CTA merges whole rows.
-constexpr int kMergeCluster = 8;
-
-template <bool kShared>
 __global__ void __launch_bounds__(kHeadLinearThreads)
     head_linear_merge_kernel(HeadLinearMergeParams mp) {
   pdl_trigger();
@@ -57,9 +38,6 @@ __global__ void __launch_bounds__(kHeadLinearThreads)
   const int col0 = static_cast<int>(blockIdx.x) * kHeadLinearCols, h = static_cast<int>(blockIdx.y);
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int k = p.k, parts = mp.parts, q4 = k / 4;
-  const int rank = kShared ? static_cast<int>(blockIdx.x) % kMergeCluster : 0;
-  const int nsl = kShared ? kMergeCluster : 1;
-  const int c_lo = rank * q4 / nsl, c_hi = (rank + 1) * q4 / nsl;  // this CTA's float4 chunks
   head_linear_load_w(p, col0, h, smem);
   const HeadLinearSmem m = head_linear_smem(p, smem);
   // Zero token rows: rows past t and columns past k stay zero (the mma's padding).
@@ -74,11 +52,11 @@ __global__ void __launch_bounds__(kHeadLinearThreads)
     const int64_t row = int64_t{r} * p.heads + h;
     for (int s = 0; s < parts; ++s) {
       const float* src = mp.part_o + (s * rows_total + row) * k;
-      for (int c = c_lo + tid; c < c_hi; c += kHeadLinearThreads)
+      for (int c = tid; c < q4; c += kHeadLinearThreads)
         cp_async16(o_s + s * k + c * 4, src + c * 4, 16);
     }
     cp_async_commit();
-    if (warp == 0) {  // the parts' weights and the normaliser: parts s and s + 32 on lane s
+    if (warp == 0) {  // the weights and the normaliser: parts s and s + 32 (< 64) on lane s
       const float* ml = mp.part_ml + row * 2;
       const int64_t stride = rows_total * 2;
       const float2 none = make_float2(-INFINITY, 0.0f);
@@ -100,7 +78,7 @@ __global__ void __launch_bounds__(kHeadLinearThreads)
     cp_async_wait<0>();
     __syncthreads();
     const float inv = inv_s[0];
-    for (int c = c_lo + tid; c < c_hi; c += kHeadLinearThreads) {
+    for (int c = tid; c < q4; c += kHeadLinearThreads) {
       float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
       for (int s = 0; s < parts; ++s) {
@@ -118,23 +96,7 @@ __global__ void __launch_bounds__(kHeadLinearThreads)
     }
     __syncthreads();  // o_s / w_s are the next token's; x_s row r is complete
   }
-  if constexpr (kShared) {  // the other CTAs' slices of every row, 8 bytes (4 values) at a time
-    cluster_arrive();  // release: this CTA's slices
-    cluster_wait();
-    for (int q = 1; q < kMergeCluster; ++q) {
-      const int peer = (rank + q) % kMergeCluster;
-      const int p_lo = peer * q4 / nsl, p_hi = (peer + 1) * q4 / nsl;
-      for (int i = tid; i < p.t * (p_hi - p_lo); i += kHeadLinearThreads) {
-        const int r = i / (p_hi - p_lo), c = p_lo + i % (p_hi - p_lo);
-        bf16* x = m.x_s + r * m.ld + c * 4;
-        *reinterpret_cast<uint2*>(x) = ld_cluster_u2(cluster_addr(x, peer));
-      }
-    }
-    __syncthreads();
-    cluster_arrive_relaxed();  // done reading the others' shared memory
-  }
   head_linear_finish(p, col0, h, smem, true);
-  if constexpr (kShared) cluster_wait();  // nobody reads this CTA's slices any more
 }
 
 }  // namespace
@@ -149,40 +111,14 @@ int32_t head_linear_merge_smem(int32_t t, int32_t k, int32_t parts) {
 }
 
 cudaError_t launch_head_linear_merge(const HeadLinearMergeParams& p, cudaStream_t stream) {
-  // DEEPINFER_MLA_MERGE_SHARED=0 (read once): every CTA merges whole rows (A/B).
-  static const bool shared_env = [] {
-    const char* v = std::getenv("DEEPINFER_MLA_MERGE_SHARED");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  const unsigned gx = static_cast<unsigned>((p.lin.n + kHeadLinearCols - 1) / kHeadLinearCols);
-  const bool shared = shared_env && gx % kMergeCluster == 0 && p.lin.k % (4 * kMergeCluster) == 0;
-  void (*kernel)(HeadLinearMergeParams) =
-      shared ? head_linear_merge_kernel<true> : head_linear_merge_kernel<false>;
   const int smem = head_linear_merge_smem(p.lin.t, p.lin.k, p.parts);
-  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  cudaError_t err =
+      open_dynamic_smem(reinterpret_cast<const void*>(&head_linear_merge_kernel), smem);
   if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(gx, static_cast<unsigned>(p.lin.heads));
-  cfg.blockDim = dim3(kHeadLinearThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (shared) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = kMergeCluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  return launch_pdl(&head_linear_merge_kernel,
+                    dim3(static_cast<unsigned>((p.lin.n + kHeadLinearCols - 1) / kHeadLinearCols),
+                         static_cast<unsigned>(p.lin.heads)),
+                    dim3(kHeadLinearThreads), static_cast<size_t>(smem), stream, p);
 }
 
 bool head_linear_small_supported(int64_t t, int64_t heads, int64_t k, int64_t n) {

@@ -36,7 +36,9 @@ struct HeadLinearParams {
 // / Σ_s w_s l_s) — attention's output — then y as head_linear_small. One CTA per (16 columns,
 // head) as head_linear_small: the weights stream before griddepcontrol.wait, then per token the
 // CTA copies the row's parts into shared memory in one round of cp.async and merges them (each of
-// the 8 CTAs of a head merges the same rows: 16 x 80 KB of L2 reads per head at 40 parts).
+// the 8 CTAs of a head merges the same rows: 8 x 66 KB of L2 reads per head at 33 parts; sharing
+// the merge over a cluster of the 8 through DSMEM lost: V2-Lite batch 1 459 -> 445 tok/s, H200
+// run 22 call 4).
 // Sums: per part in part order (fmaf), the normaliser by lanes (part s on lane s % 32) and a
 // warp tree; parts past a token's own add nothing (same bits for any grid padding).
 struct HeadLinearMergeParams {
@@ -45,6 +47,7 @@ struct HeadLinearMergeParams {
   const float* part_ml;
   int32_t parts;
 };
+// Parts per row: the weights' pass holds two per lane; 64 x 2 KB of staged rows at k = 512.
 inline constexpr int32_t kHeadLinearMergeMaxParts = 64;
 
 bool head_linear_small_supported(int64_t t, int64_t heads, int64_t k, int64_t n);
