@@ -9,9 +9,13 @@ OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
 ROOT=$(pwd)
 export DI_SOURCE_DIR=$ROOT
-# The bundle may come packed (scripts/build_gpu_bundle.sh writes .gpu_pack/bundle.tar.xz).
-if [ -f .gpu_pack/bundle.tar.xz ] && [ ! -d .gpu_bin ]; then
+# The bundle may come packed (scripts/build_gpu_bundle.sh writes .gpu_pack/bundle.tar.xz). A
+# warm device machine keeps the last call's .gpu_bin (ignored paths survive): unpack whenever the
+# bundle is newer, else a second call would run the first call's binaries.
+if [ -f .gpu_pack/bundle.tar.xz ] && { [ ! -d .gpu_bin ] || [ .gpu_pack/bundle.tar.xz -nt .gpu_bin ]; }; then
+  rm -rf .gpu_bin .gpu_libs
   tar -xJf .gpu_pack/bundle.tar.xz
+  touch .gpu_bin
 fi
 export LD_LIBRARY_PATH="$ROOT/.gpu_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 

@@ -469,8 +469,9 @@ TEST(CudaMoeDecodeTc, MatchesCpu) {
 }
 
 // The one-token path (launch_moe_decode_t1) at hidden 2048, inter 768 / 1408 / 2048 (pipelined
-// down kernel: 3 / 6 / 8 chunk-iterations per lane) and 2056 (> 2048: the pair kernel either
-// way), top-k 1..8, with expert ids < 0 or >= E in some slots (skipped: the CPU reference gets
+// down kernel: 3 / 6 / 8 chunk-iterations per lane), 136 and 1032 (1 and 5 iterations: kernels
+// built for 2 and 6, so a whole chunk-iteration runs past the row) and 2056 (> 2048: the pair
+// kernel either way), top-k 1..8, with expert ids < 0 or >= E in some slots (skipped: the CPU reference gets
 // weight 0 and a valid id there). The pipelined down is bitwise equal to the pair kernel
 // (DEEPINFER_MOE_T1_DOWN=v1) and to the 4-kernel v1 path, and matches the CPU op.
 TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
@@ -479,7 +480,7 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
   auto cpu = make_cpu_backend();
   const int64_t h = 2048, e = 5, max_k = 8;  // few experts keep the host copies small; ids repeat
   int bad = 0, n = 0;
-  for (int64_t inter : {768, 1408, 2048, 2056}) {
+  for (int64_t inter : {768, 1408, 2048, 2056, 136, 1032}) {
     const Tensor x = host_fill({1, h}, 11, 1.0f);
     const Tensor gate_up = host_fill({e, 2 * inter, h}, 12, 0.05f);
     const Tensor down = host_fill({e, h, inter}, 13, 0.05f);

@@ -797,8 +797,9 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
   uint4 buf[R][U];
   T1DownRow row[R];  // warp-uniform
   T1RowPos ld;       // the next row to load
-  // The next row's loads into buffer b (nothing past the warp's rows). U = ceil(chunks / 32):
-  // only the last chunk-iteration can run past the row.
+  // The next row's loads into buffer b (nothing past the warp's rows). U >= ceil(chunks / 32)
+  // (the instances round 1 / 5 / 7 iterations up to 2 / 6 / 8), so any chunk-iteration may run
+  // past the row: each tests c < chunks.
   auto load = [&](uint4(&b)[U], T1DownRow& r) {
     r = {nullptr, 0.0f};
     if (ld.col < ncols) r = t1_down_row(p, sl, ld.slot, n0 + ld.col * nstride);
@@ -807,7 +808,7 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
 #pragma unroll
       for (int i = 0; i < U; ++i) {
         const int c = lane + 32 * i;
-        b[i] = i < U - 1 || c < chunks ? ld_stream(r.row + c) : make_uint4(0, 0, 0, 0);
+        b[i] = c < chunks ? ld_stream(r.row + c) : make_uint4(0, 0, 0, 0);
       }
     }
   };
@@ -839,7 +840,7 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
 #pragma unroll
         for (int i = 0; i < U; ++i) {
           const int c = lane + 32 * i;
-          if (i < U - 1 || c < chunks) {
+          if (c < chunks) {
             float w[8];
             unpack8(buf[j][i], w);
             const float4 a = lo[c], b = hi[c];

@@ -129,7 +129,7 @@ struct MoeDecodeT1Params {
 // the earlier kernel (loads of one pair, then its sums). Bitwise equal. kAuto (default):
 // pipelined for inter <= 1024 only (measured: faster for Qwen3-30B-A3B, slower for V2-Lite).
 // kSmem (opt-in, run 21) stages act in shared memory once per CTA and streams each warp's rows
-// through a register ring (inter <= 2048, act <= 96 KB; else as kAuto). Bitwise equal too.
+// through a register ring (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too.
 // DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem (read once); the
 // override (tests, benchmarks; not thread-safe, outside captures) wins over the env.
 enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem };
