@@ -163,9 +163,8 @@ Args parse(int argc, char** argv) {
 // median of each mark over the CTAs that passed it.
 void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
   constexpr int kSlots = cuda::kMlaTimingSlots;
-  static const char* const kNames[] = {"prewait", "waited", "stage0",   "scores0",
-                                       "softmax0", "stages", "cluster1", "merged",
-                                       "voted",    "end"};
+  static const char* const kNames[] = {"prewait", "waited",   "stage0", "scores0", "softmax0",
+                                       "stages",  "cluster1", "merged", "voted",   "end"};
   static_assert(std::size(kNames) == cuda::kMlaMarks);
   const size_t ctas = h.size() / kSlots;
   unsigned long long t0 = ~0ull, t1 = 0;

@@ -429,6 +429,8 @@ void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
 void fused_linear_composed(Backend& be, const FusedLinearParams& p);
 // Backend::mla_rope_store as the composition of the backend's existing ops (the reference).
 void mla_rope_store_composed(Backend& be, const MlaRopeStoreParams& p);
+// Backend::paged_attention with head_w: attention into p.out, then head_linear into p.head_out.
+void paged_attention_head_composed(Backend& be, const PagedAttentionParams& p);
 void moe_norm_route_composed(Backend& be, const MoeNormRouteParams& p);
 void moe_residual_composed(Backend& be, const MoeResidualParams& p);
 

@@ -25,6 +25,16 @@ double moe_softmax_denominator(const float* l, int64_t e, float mx) {
   return softmax_denominator_lanes(l, e, mx);
 }
 
+void paged_attention_head_composed(Backend& be, const PagedAttentionParams& p) {
+  DI_CHECK(p.head_w != nullptr && p.head_out != nullptr && p.out != nullptr,
+           "paged_attention: head_w needs head_out and out (the attention's scratch)");
+  PagedAttentionParams a = p;
+  a.head_w = nullptr;
+  a.head_out = nullptr;
+  be.paged_attention(a);
+  be.head_linear(*p.out, *p.head_w, *p.head_out);
+}
+
 void fused_linear_composed(Backend& be, const FusedLinearParams& p) {
   DI_CHECK(p.x && p.w && (p.y || p.residual), "fused_linear: missing x, w or an output");
   const Tensor& x = *p.x;

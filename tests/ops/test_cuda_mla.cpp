@@ -601,10 +601,12 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
   };
   for (const MlaCase& c : defer_cases) {
     // W_UV's output columns per head: V2-Lite's v_head_dim 128, or 64.
-    const int32_t kN = c.label.size() > 4 && c.label.substr(c.label.size() - 4) == "_n64" ? 64 : 128;
+    const int32_t kN =
+        c.label.size() > 4 && c.label.substr(c.label.size() - 4) == "_n64" ? 64 : 128;
     const int32_t ctx = c.seqs[0].first + c.seqs[0].second;
     const int32_t splits =
-        cuda::plan_mla_cluster_decode(1, ctx, c.heads, c.latent + c.rope, c.latent, true).num_splits;
+        cuda::plan_mla_cluster_decode(1, ctx, c.heads, c.latent + c.rope, c.latent, true)
+            .num_splits;
     const bool expect_defer = splits <= cuda::kHeadLinearMergeMaxParts;
     const Tensor ref = run_mla(*cpu, c, 31, true, kN);
     const int64_t d0 = cb.mla_deferred_calls();
@@ -623,14 +625,13 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
     int64_t differ = 0;
     for (int64_t i = 0; i < def.numel(); ++i)
       differ += (def.f32()[i] != padded.f32()[i]) + (def.f32()[i] != again.f32()[i]);
-    const bool ok = m.diff < 1e-3 && m.mismatches == 0 && mc.diff < 1e-3 &&
-                    mc.mismatches == 0 && differ == 0 && deferred == (expect_defer ? 1 : 0);
-    std::printf("[mla] deferred %-22s n=%-6lld w_uv_n=%d splits=%d vs_cpu diff=%.2e "
-                "vs_composed diff=%.2e max_abs=%.3e deferred=%lld padded/again differing=%lld %s\n",
-                c.name().c_str(), static_cast<long long>(m.n), kN, splits, m.diff, mc.diff,
-                mc.max_abs,
-                static_cast<long long>(deferred), static_cast<long long>(differ),
-                ok ? "PASS" : "FAIL");
+    const bool ok = m.diff < 1e-3 && m.mismatches == 0 && mc.diff < 1e-3 && mc.mismatches == 0 &&
+                    differ == 0 && deferred == (expect_defer ? 1 : 0);
+    std::printf(
+        "[mla] deferred %-22s n=%-6lld w_uv_n=%d splits=%d vs_cpu diff=%.2e "
+        "vs_composed diff=%.2e max_abs=%.3e deferred=%lld padded/again differing=%lld %s\n",
+        c.name().c_str(), static_cast<long long>(m.n), kN, splits, m.diff, mc.diff, mc.max_abs,
+        static_cast<long long>(deferred), static_cast<long long>(differ), ok ? "PASS" : "FAIL");
     std::fflush(stdout);
     EXPECT_LT(m.diff, 1e-3) << c.name();
     EXPECT_EQ(m.mismatches, 0) << c.name();

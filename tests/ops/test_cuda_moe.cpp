@@ -471,9 +471,9 @@ TEST(CudaMoeDecodeTc, MatchesCpu) {
 // The one-token path (launch_moe_decode_t1) at hidden 2048, inter 768 / 1408 / 2048 (pipelined
 // down kernel: 3 / 6 / 8 chunk-iterations per lane), 136 and 1032 (1 and 5 iterations: kernels
 // built for 2 and 6, so a whole chunk-iteration runs past the row) and 2056 (> 2048: the pair
-// kernel either way), top-k 1..8, with expert ids < 0 or >= E in some slots (skipped: the CPU reference gets
-// weight 0 and a valid id there). The pipelined down is bitwise equal to the pair kernel
-// (DEEPINFER_MOE_T1_DOWN=v1) and to the 4-kernel v1 path, and matches the CPU op.
+// kernel either way), top-k 1..8, with expert ids < 0 or >= E in some slots (skipped: the CPU
+// reference gets weight 0 and a valid id there). The pipelined down is bitwise equal to the pair
+// kernel (DEEPINFER_MOE_T1_DOWN=v1) and to the 4-kernel v1 path, and matches the CPU op.
 TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";

@@ -252,12 +252,7 @@ void CpuBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
 
 void CpuBackend::paged_attention(const PagedAttentionParams& p) {
   if (p.head_w != nullptr) {  // attention, then the per-head projection (backend.h)
-    DI_CHECK(p.head_out != nullptr, "attention: head_w without head_out");
-    PagedAttentionParams a = p;
-    a.head_w = nullptr;
-    a.head_out = nullptr;
-    paged_attention(a);
-    head_linear(*p.out, *p.head_w, *p.head_out);
+    paged_attention_head_composed(*this, p);
     return;
   }
   check_f32(*p.q, "q");

@@ -747,6 +747,21 @@ QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f
   return k;
 }
 
+// The cluster kernel's call and plan fields (the partials and timing are the caller's).
+MlaClusterDecodeParams mla_cluster_params(const PagedAttentionParams& p,
+                                          const MlaClusterDecodePlan& plan, uint32_t* counters) {
+  MlaClusterDecodeParams k{};
+  fill_mla_call(k, p);
+  k.rows_per_tile = plan.rows_per_tile;
+  k.head_tiles = plan.head_tiles;
+  k.split_size = plan.split_size;
+  k.long_split_size = plan.long_split_size;
+  k.long_split_from = plan.long_split_from;
+  k.num_clusters = plan.num_clusters;
+  k.counters = counters;
+  return k;
+}
+
 }  // namespace
 
 bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv) {
@@ -763,15 +778,7 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
   // Counters are sized up front for 2048 decode tokens x 1 head tile; more grows the buffer
   // outside a capture, or (inside one) the tile kernel runs this call.
   if (!reserve_attention_counters(plan.num_counters)) return false;
-  MlaClusterDecodeParams k{};
-  fill_mla_call(k, p);
-  k.rows_per_tile = plan.rows_per_tile;
-  k.head_tiles = plan.head_tiles;
-  k.split_size = plan.split_size;
-  k.long_split_size = plan.long_split_size;
-  k.long_split_from = plan.long_split_from;
-  k.num_clusters = plan.num_clusters;
-  k.counters = attention_counters_;
+  MlaClusterDecodeParams k = mla_cluster_params(p, plan, attention_counters_);
   Tensor ws;  // the clusters' partial states; none with one cluster
   if (plan.num_clusters > 1) {
     ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
@@ -811,8 +818,8 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
     return false;
   const Tensor& w = *p.head_w;
   const int64_t heads = p.num_q_heads, dv = p.head_dim_v;
-  if (w.dim() != 3 || w.size(0) != heads || w.size(2) != dv || w.dtype() != dt_ ||
-      !aligned16(w) || p.head_out->numel() != heads * w.size(1) || p.head_out->dtype() != dt_)
+  if (w.dim() != 3 || w.size(0) != heads || w.size(2) != dv || w.dtype() != dt_ || !aligned16(w) ||
+      p.head_out->numel() != heads * w.size(1) || p.head_out->dtype() != dt_)
     return false;
   const int64_t n = w.size(1);
   const MlaClusterDecodePlan plan =
@@ -823,15 +830,7 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
       plan.smem_bytes > max_smem_optin_)
     return false;
   Tensor ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
-  MlaClusterDecodeParams k{};
-  fill_mla_call(k, p);
-  k.rows_per_tile = plan.rows_per_tile;
-  k.head_tiles = plan.head_tiles;
-  k.split_size = plan.split_size;
-  k.long_split_size = plan.long_split_size;
-  k.long_split_from = plan.long_split_from;
-  k.num_clusters = plan.num_clusters;
-  k.counters = attention_counters_;  // not touched
+  MlaClusterDecodeParams k = mla_cluster_params(p, plan, attention_counters_);  // not touched
   k.defer = 1;
   k.num_splits = plan.num_splits;
   k.partial_o = mptr<float>(ws);
@@ -842,8 +841,15 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_cluster_decode (deferred)");
   HeadLinearMergeParams hm{};
-  hm.lin = HeadLinearParams{nullptr, w.raw(), p.head_out->raw(), 1, static_cast<int32_t>(heads),
-                            static_cast<int32_t>(dv), static_cast<int32_t>(n), heads * dv, dv};
+  hm.lin = HeadLinearParams{nullptr,
+                            w.raw(),
+                            p.head_out->raw(),
+                            1,
+                            static_cast<int32_t>(heads),
+                            static_cast<int32_t>(dv),
+                            static_cast<int32_t>(n),
+                            heads * dv,
+                            dv};
   hm.part_o = k.partial_o;
   hm.part_ml = k.partial_ml;
   hm.parts = plan.num_splits;
@@ -895,11 +901,7 @@ void CudaBackend::paged_attention(const PagedAttentionParams& p) {
   if (p.head_w != nullptr) {  // attention, then the per-head projection (backend.h)
     DI_CHECK(p.head_out != nullptr, "cuda paged_attention: head_w without head_out");
     if (t > 0 && b.num_seqs > 0 && try_mla_deferred_decode(p, max_kv)) return;
-    PagedAttentionParams a = p;
-    a.head_w = nullptr;
-    a.head_out = nullptr;
-    paged_attention(a);
-    head_linear(*p.out, *p.head_w, *p.head_out);
+    paged_attention_head_composed(*this, p);
     return;
   }
   if (t == 0 || b.num_seqs == 0) return;

@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kHeadLinearThreads)
   for (int i = tid; i < m.tpad * m.ld / 8; i += kHeadLinearThreads)
     reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
   float* o_s = reinterpret_cast<float*>(smem + merge_scratch_offset(p.t, k));  // [parts][k]
-  float* w_s = o_s + parts * k;                                                 // [parts]
-  float* inv_s = w_s + parts;                                                   // [1]
+  float* w_s = o_s + parts * k;                                                // [parts]
+  float* inv_s = w_s + parts;                                                  // [1]
   const int64_t rows_total = int64_t{p.t} * p.heads;
   pdl_wait();  // the partials are the previous kernel's
   for (int r = 0; r < p.t; ++r) {

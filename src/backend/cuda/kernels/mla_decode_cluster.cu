@@ -495,8 +495,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       else
         dst[0] = o[0];
       if (idx % per_row == 0) {  // the row's (max, sum) of this cluster, for the last merge
-        float* ml =
-            p.partial_ml + ((cluster_idx * rows_total + row0 + r) * kMlaCluster + rank) * 2;
+        float* ml = p.partial_ml + ((cluster_idx * rows_total + row0 + r) * kMlaCluster + rank) * 2;
         *reinterpret_cast<float2*>(ml) = make_float2(sum > 0.0f ? mx : -INFINITY, sum);
       }
     }
