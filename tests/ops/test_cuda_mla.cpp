@@ -22,7 +22,6 @@
 #include "op_case.h"
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/kernels/head_linear.h"
 #include "backend/cuda/kernels/mla_decode.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "backend/cuda/kernels/mla_decode_wide.h"
@@ -577,10 +576,11 @@ TEST(MlaDecodeWidePlan, OneWaveSplits) {
 
 #ifdef DI_HAVE_CUDA
 // The deferred merge (batch 1 with W_UV: the cluster kernel writes every split's partial and
-// head_linear_merge merges them while projecting) against the CPU op and against the composed
+// mla_merge_uv merges them while projecting) against the CPU op and against the composed
 // GPU path (cluster kernel with its merges, then head_linear_small); bitwise equal to itself in a
-// grid sized for a longer context (padding splits) and on a repeated call. Past
-// kHeadLinearMergeMaxParts splits (ctx 4100: 65 of 64 entries) the composed path runs.
+// grid sized for a longer context (padding splits) and on a repeated call; ctx 17000 = 266 parts
+// in 5 shared-memory chunks. Past kMlaMergeMaxParts splits (ctx 33000: 516 of 64 entries) the
+// composed path runs.
 TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device";
@@ -598,6 +598,8 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
       {"d_lat128", 16, 128, 32, 16, P{{300, 1}}},
       {"d_ctx4100", 16, 512, 64, 16, P{{4099, 1}}},
       {"d_ctx2049_n64", 16, 512, 64, 64, P{{2048, 1}}},
+      {"d_ctx17000", 16, 512, 64, 64, P{{16999, 1}}},
+      {"d_ctx33000", 16, 512, 64, 64, P{{32999, 1}}},
   };
   for (const MlaCase& c : defer_cases) {
     // W_UV's output columns per head: V2-Lite's v_head_dim 128, or 64.
@@ -607,7 +609,7 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
     const int32_t splits =
         cuda::plan_mla_cluster_decode(1, ctx, c.heads, c.latent + c.rope, c.latent, true)
             .num_splits;
-    const bool expect_defer = splits <= cuda::kHeadLinearMergeMaxParts;
+    const bool expect_defer = splits <= cuda::kMlaMergeMaxParts;
     const Tensor ref = run_mla(*cpu, c, 31, true, kN);
     const int64_t d0 = cb.mla_deferred_calls();
     const Tensor def = run_mla(*be, c, 31, true, kN);

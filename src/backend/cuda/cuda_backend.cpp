@@ -798,11 +798,11 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
 
 // Batch-1 MLA decode with W_UV (paged_attention's head_w): the cluster kernel writes every
 // split's partial state (no cluster barrier, DSMEM merge, vote or last merge: ~9 us of its ~16
-// per V2-Lite layer at ctx 2048, run 22 call 2 phase timing) and head_linear_merge merges them
+// per V2-Lite layer at ctx 2048, run 22 call 2 phase timing) and mla_merge_uv merges them
 // while it applies W_UV. One token only (the merge copies a row's parts per token), outside
 // DEEPINFER_BATCH_INVARIANT=1 (its merge order differs from the cluster kernel's, so batch 1 and
-// batch 2 differ in the last bits), up to kHeadLinearMergeMaxParts splits (ctx ~4K at 64
-// entries per split).
+// batch 2 differ in the last bits), up to kMlaMergeMaxParts splits (ctx 32K at 64 entries per
+// split).
 bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv) {
   static const bool env_on = [] {
     const char* v = std::getenv("DEEPINFER_MLA_DEFER");
@@ -824,8 +824,8 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   const int64_t n = w.size(1);
   const MlaClusterDecodePlan plan =
       plan_mla_cluster_decode(1, max_kv, p.num_q_heads, p.head_dim_qk, p.head_dim_v, true);
-  if (!head_linear_merge_supported(1, heads, dv, n, plan.num_splits) ||
-      static_cast<size_t>(head_linear_merge_smem(1, static_cast<int32_t>(dv), plan.num_splits)) >
+  if (!mla_merge_uv_supported(1, heads, dv, n, plan.num_splits) ||
+      static_cast<size_t>(mla_merge_uv_smem(1, static_cast<int32_t>(dv), plan.num_splits)) >
           max_smem_optin_ ||
       plan.smem_bytes > max_smem_optin_)
     return false;
@@ -840,21 +840,19 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
     k.timing = mla_timing_;
   CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_cluster_decode (deferred)");
-  HeadLinearMergeParams hm{};
-  hm.lin = HeadLinearParams{nullptr,
-                            w.raw(),
-                            p.head_out->raw(),
-                            1,
-                            static_cast<int32_t>(heads),
-                            static_cast<int32_t>(dv),
-                            static_cast<int32_t>(n),
-                            heads * dv,
-                            dv};
-  hm.part_o = k.partial_o;
-  hm.part_ml = k.partial_ml;
-  hm.parts = plan.num_splits;
-  CUDA_CHECK(launch_head_linear_merge(hm, stream_));
-  CUDA_CHECK_LAUNCH("head_linear_merge");
+  MlaMergeUvParams mu{};
+  mu.attn = k;
+  mu.uv = HeadLinearParams{nullptr,
+                           w.raw(),
+                           p.head_out->raw(),
+                           1,
+                           static_cast<int32_t>(heads),
+                           static_cast<int32_t>(dv),
+                           static_cast<int32_t>(n),
+                           heads * dv,
+                           dv};
+  CUDA_CHECK(launch_mla_merge_uv(mu, stream_));
+  CUDA_CHECK_LAUNCH("mla_merge_uv");
   ++mla_cluster_calls_;
   ++mla_deferred_calls_;
   return true;

@@ -190,7 +190,7 @@ class CudaBackend final : public Backend {
   // Calls of paged_attention that ran the cluster / wide kernel (tests check the path taken).
   int64_t mla_cluster_calls() const { return mla_cluster_calls_; }
   // Launches of the deferred MLA merge (paged_attention with head_w at batch 1: the cluster
-  // kernel without merge, then head_linear_merge); set_mla_defer: 1 / 0 forces it on / off (when
+  // kernel without merge, then mla_merge_uv); set_mla_defer: 1 / 0 forces it on / off (when
   // it applies), -1 back to DEEPINFER_MLA_DEFER (default on; 0 off).
   int64_t mla_deferred_calls() const { return mla_deferred_calls_; }
   void set_mla_defer(int on) { mla_defer_override_ = on; }

@@ -20,6 +20,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/kernels/common.cuh"
+#include "backend/cuda/kernels/head_linear.cuh"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "backend/cuda/kernels/mla_token.cuh"
 
@@ -583,6 +584,132 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   mark(kMlaEnd);
 }
 
+// ---- the deferred merge's consumer: W_UV of the merged rows (mla_decode_cluster.h) ----
+// Shared memory past head_linear_smem_bytes: a chunk of parts [chunk][dv] f32, the weights
+// [parts], the token's own part count [tokens], block-reduction scratch.
+__host__ __device__ inline int merge_scratch_offset(int t, int k) {
+  return (head_linear_smem_bytes(t, k) + 15) & ~15;
+}
+__host__ __device__ inline int merge_chunk(int parts) {
+  return parts < kMlaMergeChunk ? parts : kMlaMergeChunk;
+}
+
+__global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMergeUvParams mp) {
+  pdl_trigger();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const MlaClusterDecodeParams& a = mp.attn;
+  const HeadLinearParams& p = mp.uv;
+  const int col0 = static_cast<int>(blockIdx.x) * kHeadLinearCols, h = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  constexpr int kWarpsM = kHeadLinearThreads / 32;
+  const int k = p.k, q4 = k / 4, parts = a.num_splits, chunk = merge_chunk(parts);
+  head_linear_load_w(p, col0, h, smem);
+  const HeadLinearSmem m = head_linear_smem(p, smem);
+  float* o_s = reinterpret_cast<float*>(smem + merge_scratch_offset(p.t, k));  // [chunk][k]
+  float* w_s = o_s + chunk * k;                                                 // [parts]
+  int* own_s = reinterpret_cast<int*>(w_s + parts);                             // [t]
+  float* red_s = reinterpret_cast<float*>(own_s + p.t);                         // [kWarpsM]
+  // Zero token rows: rows past t and columns past k stay zero (the mma's padding).
+  for (int i = tid; i < m.tpad * m.ld / 8; i += kHeadLinearThreads)
+    reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
+  // Each token's own parts, as the cluster kernel split its context (the batch metadata is no
+  // kernel's output: read before the wait).
+  for (int r = tid; r < p.t; r += kHeadLinearThreads) {
+    const int n_kv = mla_token_context(a, r).n_kv;
+    const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
+    own_s[r] = min((n_kv + split - 1) / split, parts);
+  }
+  const int64_t rows_total = int64_t{p.t} * p.heads;
+  pdl_wait();  // the partials are the previous kernel's
+  __syncthreads();
+  for (int r = 0; r < p.t; ++r) {
+    const int own = own_s[r];
+    const int64_t row = int64_t{r} * p.heads + h;
+    auto copy_chunk = [&](int s0) {
+      for (int s = s0; s < min(own, s0 + chunk); ++s) {
+        const float* src = a.partial_o + (s * rows_total + row) * k;
+        for (int c = tid; c < q4; c += kHeadLinearThreads)
+          cp_async16(o_s + (s - s0) * k + c * 4, src + c * 4, 16);
+      }
+      cp_async_commit();
+    };
+    copy_chunk(0);
+    // The weights and the normaliser, all threads: part s on thread s mod 128, its (max, sum)
+    // loaded once into registers (kMlaMergeMaxParts / 128 per thread).
+    constexpr int kPer = kMlaMergeMaxParts / kHeadLinearThreads;
+    const float* ml = a.partial_ml + row * 2;
+    float2 e[kPer];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int s = tid + i * kHeadLinearThreads;
+      e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2))
+                     : make_float2(-INFINITY, 0.0f);
+      mx = fmaxf(mx, e[i].x);
+    }
+    mx = warp_max(mx);
+    if (lane == 0) red_s[warp] = mx;
+    __syncthreads();
+    mx = red_s[0];
+#pragma unroll
+    for (int w = 1; w < kWarpsM; ++w) mx = fmaxf(mx, red_s[w]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int s = tid + i * kHeadLinearThreads;
+      const float w = e[i].x == -INFINITY ? 0.0f : expf(e[i].x - mx);
+      if (s < own) w_s[s] = w;
+      sum += w * e[i].y;
+    }
+    sum = warp_sum(sum);
+    __syncthreads();  // everyone has read red_s's maxima
+    if (lane == 0) red_s[warp] = sum;
+    __syncthreads();
+    float total = red_s[0];
+#pragma unroll
+    for (int w = 1; w < kWarpsM; ++w) total += red_s[w];
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    // O: the parts in split order, a chunk at a time (the next chunk after this one's sums).
+    float4 acc[kHeadLinearMaxK / 4 / kHeadLinearThreads];
+#pragma unroll
+    for (int i = 0; i < kHeadLinearMaxK / 4 / kHeadLinearThreads; ++i)
+      acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < own; s0 += chunk) {
+      if (s0 > 0) copy_chunk(s0);
+      cp_async_wait<0>();
+      __syncthreads();
+      const int s1 = min(own, s0 + chunk);
+#pragma unroll
+      for (int i = 0; i < kHeadLinearMaxK / 4 / kHeadLinearThreads; ++i) {
+        const int c = tid + i * kHeadLinearThreads;
+        if (c >= q4) break;
+#pragma unroll 4
+        for (int s = s0; s < s1; ++s) {
+          const float w = w_s[s];
+          if (w == 0.0f) continue;  // a part too far below the max (or empty): adds nothing
+          const float4 v = *reinterpret_cast<const float4*>(o_s + (s - s0) * k + c * 4);
+          acc[i].x = fmaf(w, v.x, acc[i].x);
+          acc[i].y = fmaf(w, v.y, acc[i].y);
+          acc[i].z = fmaf(w, v.z, acc[i].z);
+          acc[i].w = fmaf(w, v.w, acc[i].w);
+        }
+      }
+      __syncthreads();  // o_s is the next chunk's
+    }
+#pragma unroll
+    for (int i = 0; i < kHeadLinearMaxK / 4 / kHeadLinearThreads; ++i) {
+      const int c = tid + i * kHeadLinearThreads;
+      if (c >= q4) break;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(m.x_s + r * m.ld + c * 4);
+      dst[0] = __floats2bfloat162_rn(acc[i].x * inv, acc[i].y * inv);
+      dst[1] = __floats2bfloat162_rn(acc[i].z * inv, acc[i].w * inv);
+    }
+    cp_async_wait<0>();  // own == 0: the (empty) chunk group
+    __syncthreads();     // x_s row r complete; red_s / w_s are the next token's
+  }
+  head_linear_finish(p, col0, h, smem, true);
+}
+
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
 // 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
 int min_blocks_setting() {
@@ -731,6 +858,26 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
 cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return cudaSuccess;
   return p.rows_per_tile == 32 ? launch_mt<2>(p, stream) : launch_mt<1>(p, stream);
+}
+
+bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
+  return head_linear_small_supported(tokens, heads, dv, n) && dv % 4 == 0 && parts >= 1 &&
+         parts <= kMlaMergeMaxParts;
+}
+
+int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts) {
+  return merge_scratch_offset(tokens, dv) +
+         (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
+}
+
+cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) {
+  const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
+  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(&mla_merge_uv_kernel), smem);
+  if (err != cudaSuccess) return err;
+  return launch_pdl(&mla_merge_uv_kernel,
+                    dim3(static_cast<unsigned>((p.uv.n + kHeadLinearCols - 1) / kHeadLinearCols),
+                         static_cast<unsigned>(p.uv.heads)),
+                    dim3(kHeadLinearThreads), static_cast<size_t>(smem), stream, p);
 }
 
 }  // namespace di::cuda

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/kernels/head_linear.h"
 #include "backend/cuda/kernels/mla_decode.h"
 
 namespace di::cuda {
@@ -59,8 +60,8 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   // Deferred merge (run 22; plan `defer`): no merge here. CTA (split s, tile, token) writes its
   // rows' unnormalised O to partial_o [num_splits][num_tokens * num_heads][dv] and (max, sum) to
   // partial_ml [num_splits][num_tokens * num_heads][2] (max -inf: no entries, also for the grid's
-  // splits past the token's own), and a consumer merges them in split order
-  // (head_linear_merge.h). Launched without clusters; grid.x = num_splits.
+  // splits past the token's own), and a consumer merges them in split order (mla_merge_uv below).
+  // Launched without clusters; grid.x = num_splits.
   int32_t defer = 0;
   int32_t num_splits = 0;
   // Phase timing (benchmarks; null = off): per CTA (linear index over the grid) kMlaTimingSlots
@@ -116,5 +117,25 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
                                              int32_t num_heads, int32_t dqk, int32_t dv,
                                              bool defer = false);
 cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStream_t stream);
+
+// The deferred merge's consumer (run 22): W_UV of the merged attention rows. One CTA per (16
+// W_UV columns, head) as head_linear_small (head_linear.h): its W_UV rows stream before
+// griddepcontrol.wait, and so does the token's own split count (the cluster kernel's split rule
+// on the batch metadata); then per token the CTA copies the row's own parts into shared memory
+// (chunks of up to kMlaMergeChunk parts: one cp.async round trip each), weighs them with the max
+// over all of them (M = max_s m_s, w_s = e^(m_s - M)), and x = bf16(Σ_s w_s o_s / Σ_s w_s l_s),
+// which is what the cluster kernel would have written, goes through W_UV on mma.sync. Sums: O
+// per part in split order (fmaf); the normaliser by thread (part s on thread s mod 128) then the
+// warps' tree and the four warp sums in order. Only a token's own parts are read, so the bits do
+// not depend on the grid (a graph bucket's longer context) or the other tokens.
+struct MlaMergeUvParams {
+  MlaClusterDecodeParams attn;  // the deferred launch: metadata, split rule, partials, num_splits
+  HeadLinearParams uv;          // x unused; w = W_UV [heads, n, dv]; y = [num_tokens, heads, n]
+};
+constexpr int32_t kMlaMergeChunk = 64;     // parts per shared-memory chunk (128 KB at dv = 512)
+constexpr int32_t kMlaMergeMaxParts = 512;  // grid splits (ctx 32K at 64 entries per split)
+bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts);
+int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts);
+cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream);
 
 }  // namespace di::cuda
