@@ -127,9 +127,13 @@ void ProfilingBackend::copy_blocks(Tensor& pool, const KvLayout& layout,
 void ProfilingBackend::paged_attention(const PagedAttentionParams& p) {
   timed(
       [&] {
-        return std::string(fmt::format("paged_attention T={} S={} heads {}/{} d {}/{}",
-                                       p.batch->num_tokens, p.batch->num_seqs, p.num_q_heads,
-                                       p.num_kv_heads, p.head_dim_qk, p.head_dim_v));
+        std::string key = fmt::format("paged_attention T={} S={} heads {}/{} d {}/{}",
+                                      p.batch->num_tokens, p.batch->num_seqs, p.num_q_heads,
+                                      p.num_kv_heads, p.head_dim_qk, p.head_dim_v);
+        // With the per-head projection inside (MLA's W_UV): the key names it, so a pattern
+        // for head_linear still finds that work.
+        if (p.head_w != nullptr) key += fmt::format(" + head_linear [{}]", dims(*p.head_w));
+        return key;
       },
       [&] { inner_.paged_attention(p); });
 }

@@ -634,19 +634,12 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
       cp_async_commit();
     };
     copy_chunk(0);
-    // The weights and the normaliser, all threads: part s on thread s mod 128, its (max, sum)
-    // loaded once into registers (kMlaMergeMaxParts / 128 per thread).
-    constexpr int kPer = kMlaMergeMaxParts / kHeadLinearThreads;
+    // The weights and the normaliser, all threads: part s on thread s mod 128. (Loading each
+    // part's (max, sum) once into registers instead of twice is the obvious next step; it was
+    // built but not run on the GPU in run 22.)
     const float* ml = a.partial_ml + row * 2;
-    float2 e[kPer];
     float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int s = tid + i * kHeadLinearThreads;
-      e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2))
-                     : make_float2(-INFINITY, 0.0f);
-      mx = fmaxf(mx, e[i].x);
-    }
+    for (int s = tid; s < own; s += kHeadLinearThreads) mx = fmaxf(mx, __ldcg(ml + s * rows_total * 2));
     mx = warp_max(mx);
     if (lane == 0) red_s[warp] = mx;
     __syncthreads();
@@ -654,12 +647,11 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
 #pragma unroll
     for (int w = 1; w < kWarpsM; ++w) mx = fmaxf(mx, red_s[w]);
     float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int s = tid + i * kHeadLinearThreads;
-      const float w = e[i].x == -INFINITY ? 0.0f : expf(e[i].x - mx);
-      if (s < own) w_s[s] = w;
-      sum += w * e[i].y;
+    for (int s = tid; s < own; s += kHeadLinearThreads) {
+      const float2 e = __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2));
+      const float w = e.x == -INFINITY ? 0.0f : expf(e.x - mx);
+      w_s[s] = w;
+      sum += w * e.y;
     }
     sum = warp_sum(sum);
     __syncthreads();  // everyone has read red_s's maxima
