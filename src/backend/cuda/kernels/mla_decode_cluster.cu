@@ -639,7 +639,8 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
     // built but not run on the GPU in run 22.)
     const float* ml = a.partial_ml + row * 2;
     float mx = -INFINITY;
-    for (int s = tid; s < own; s += kHeadLinearThreads) mx = fmaxf(mx, __ldcg(ml + s * rows_total * 2));
+    for (int s = tid; s < own; s += kHeadLinearThreads)
+      mx = fmaxf(mx, __ldcg(ml + s * rows_total * 2));
     mx = warp_max(mx);
     if (lane == 0) red_s[warp] = mx;
     __syncthreads();
