@@ -579,7 +579,8 @@ TEST(MlaDecodeWidePlan, OneWaveSplits) {
 // mla_merge_uv merges them while projecting) against the CPU op and against the composed
 // GPU path (cluster kernel with its merges, then head_linear_small); bitwise equal to itself in a
 // grid sized for a longer context (padding splits) and on a repeated call; ctx 17000 = 266 parts
-// in 5 shared-memory chunks. Past kMlaMergeMaxParts splits (ctx 33000: 516 of 64 entries) the
+// in 5 shared-memory chunks; 128 heads (4 head tiles: added in run 22 after its last GPU run).
+// Past kMlaMergeMaxParts splits (ctx 33000: 516 of 64 entries) the
 // composed path runs.
 TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
   Backend* be = gpu();
@@ -595,6 +596,7 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
       {"d_ctx2049", 16, 512, 64, 64, P{{2048, 1}}},
       {"d_ctx3000_bs16", 16, 512, 64, 16, P{{2999, 1}}},
       {"d_h20_ctx700", 20, 512, 64, 16, P{{699, 1}}},
+      {"d_h128_ctx700", 128, 512, 64, 64, P{{699, 1}}},  // V3's heads: 4 tiles of 32 rows
       {"d_lat128", 16, 128, 32, 16, P{{300, 1}}},
       {"d_ctx4100", 16, 512, 64, 16, P{{4099, 1}}},
       {"d_ctx2049_n64", 16, 512, 64, 64, P{{2048, 1}}},
