@@ -747,6 +747,21 @@ QkvRopeStoreKernelParams store_kernel_params(const QkvRopeStoreParams& p, bool f
   return k;
 }
 
+// head_linear_small's parameters for x [t, heads, k] contiguous (x null: the merge kernel stages
+// its own rows), w [heads, n, k], y [t, heads, n].
+HeadLinearParams contiguous_head_linear(const void* x, const Tensor& w, Tensor& y, int64_t t,
+                                        int64_t heads, int64_t k, int64_t n) {
+  return HeadLinearParams{x,
+                          w.raw(),
+                          y.raw(),
+                          static_cast<int32_t>(t),
+                          static_cast<int32_t>(heads),
+                          static_cast<int32_t>(k),
+                          static_cast<int32_t>(n),
+                          heads * k,
+                          k};
+}
+
 // The cluster kernel's call and plan fields (the partials and timing are the caller's).
 MlaClusterDecodeParams mla_cluster_params(const PagedAttentionParams& p,
                                           const MlaClusterDecodePlan& plan, uint32_t* counters) {
@@ -842,15 +857,7 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   CUDA_CHECK_LAUNCH("mla_cluster_decode (deferred)");
   MlaMergeUvParams mu{};
   mu.attn = k;
-  mu.uv = HeadLinearParams{nullptr,
-                           w.raw(),
-                           p.head_out->raw(),
-                           1,
-                           static_cast<int32_t>(heads),
-                           static_cast<int32_t>(dv),
-                           static_cast<int32_t>(n),
-                           heads * dv,
-                           dv};
+  mu.uv = contiguous_head_linear(nullptr, w, *p.head_out, 1, heads, dv, n);
   CUDA_CHECK(launch_mla_merge_uv(mu, stream_));
   CUDA_CHECK_LAUNCH("mla_merge_uv");
   ++mla_cluster_calls_;
@@ -1171,16 +1178,8 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   if (!f32_ && !kSmallOff && head_linear_small_supported(t, heads, k, n) &&
       static_cast<size_t>(head_linear_small_smem(static_cast<int32_t>(t),
                                                  static_cast<int32_t>(k))) <= max_smem_optin_) {
-    HeadLinearParams hp{x.raw(),
-                        w.raw(),
-                        y.raw(),
-                        static_cast<int32_t>(t),
-                        static_cast<int32_t>(heads),
-                        static_cast<int32_t>(k),
-                        static_cast<int32_t>(n),
-                        heads * k,
-                        k};
-    CUDA_CHECK(launch_head_linear_small(hp, stream_));
+    CUDA_CHECK(launch_head_linear_small(contiguous_head_linear(x.raw(), w, y, t, heads, k, n),
+                                        stream_));
     CUDA_CHECK_LAUNCH("head_linear_small");
     return;
   }
