@@ -429,8 +429,9 @@ TEST(MlaDecodePlan, Clusters) {
     EXPECT_LE(plan.smem_bytes, size_t{227} << 10);
   }
   // V3's 160K entries at 32 heads per tile and the pinned split of 32: 5120 splits, 640
-  // clusters; the last merge's weights (32 x 640 f32) would not fit the stage buffers (74,752 B),
-  // so the split grows. Unpinned, only the long split may grow: short contexts keep 32.
+  // clusters; 32 x 640 f32 would not fit the stage buffers (74,752 B: the planner's bound on a
+  // token's clusters), so the split grows. Unpinned, only the long split may grow: short
+  // contexts keep 32.
   cuda::set_mla_cluster_batch_split_override(0);
   const cuda::MlaClusterDecodePlan big = cuda::plan_mla_cluster_decode(1, 163840, 128, 576, 512);
   cuda::set_mla_cluster_batch_split_override(1);
@@ -443,6 +444,36 @@ TEST(MlaDecodePlan, Clusters) {
     EXPECT_GE(v3.long_split_size, 64) << kv;
     EXPECT_LE(int64_t{32} * v3.num_clusters * 4, int64_t{2} * 32 * 584 * 2) << kv;
   }
+  cuda::set_mla_cluster_batch_split_override(-1);
+}
+
+// The deferred merge's plan (batch 1 with W_UV): the same splits as the cluster plan, one
+// partial (dv + 2 f32) per split and row, no counters; in batch-invariant mode the split stays 32.
+TEST(MlaDecodePlan, DeferredSplitsAndPartials) {
+  struct Want {
+    int32_t max_kv, heads, splits;
+  };
+  for (const Want w : {Want{1, 16, 1}, Want{1000, 16, 32}, Want{1024, 16, 32}, Want{1025, 16, 32},
+                       Want{2112, 16, 33}, Want{4100, 128, 65}, Want{32768, 16, 512}}) {
+    const cuda::MlaClusterDecodePlan d = cuda::plan_mla_cluster_decode(1, w.max_kv, w.heads, 576,
+                                                                       512, true);
+    const cuda::MlaClusterDecodePlan c =
+        cuda::plan_mla_cluster_decode(1, w.max_kv, w.heads, 576, 512);
+    EXPECT_TRUE(d.defer);
+    EXPECT_EQ(d.num_splits, w.splits) << "kv " << w.max_kv;
+    EXPECT_EQ(d.split_size, c.split_size);
+    EXPECT_EQ(d.long_split_size, c.long_split_size);
+    EXPECT_LE(d.num_splits, c.num_clusters * cuda::kMlaCluster);  // within the cluster grid
+    EXPECT_EQ(d.num_counters, 0);
+    EXPECT_EQ(d.partial_bytes, size_t(w.splits) * size_t(w.heads) * (512 + 2) * sizeof(float));
+    EXPECT_EQ(d.smem_bytes, c.smem_bytes);
+  }
+  EXPECT_LE(cuda::plan_mla_cluster_decode(1, 32768, 16, 576, 512, true).num_splits,
+            cuda::kMlaMergeMaxParts);
+  EXPECT_GT(cuda::plan_mla_cluster_decode(1, 33000, 16, 576, 512, true).num_splits,
+            cuda::kMlaMergeMaxParts);
+  cuda::set_mla_cluster_batch_split_override(0);
+  EXPECT_EQ(cuda::plan_mla_cluster_decode(1, 2112, 16, 576, 512, true).num_splits, 66);
   cuda::set_mla_cluster_batch_split_override(-1);
 }
 #endif
