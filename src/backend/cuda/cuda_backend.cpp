@@ -762,6 +762,13 @@ HeadLinearParams contiguous_head_linear(const void* x, const Tensor& w, Tensor& 
                           k};
 }
 
+// Whether the cluster kernel takes this call (either mode).
+bool mla_cluster_call_ok(const PagedAttentionParams& p) {
+  return mla_decode_call_ok(p) &&
+         mla_cluster_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
+                                      p.head_dim_v, p.layout.entry_size, p.batch->num_tokens);
+}
+
 // The cluster kernel's call and plan fields (the partials and timing are the caller's).
 MlaClusterDecodeParams mla_cluster_params(const PagedAttentionParams& p,
                                           const MlaClusterDecodePlan& plan, uint32_t* counters) {
@@ -781,10 +788,7 @@ MlaClusterDecodeParams mla_cluster_params(const PagedAttentionParams& p,
 
 bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv) {
   const PagedBatch& b = *p.batch;
-  if (!mla_decode_call_ok(p) ||
-      !mla_cluster_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
-                                    p.head_dim_v, p.layout.entry_size, b.num_tokens))
-    return false;
+  if (!mla_cluster_call_ok(p)) return false;
   const MlaClusterDecodePlan plan =
       plan_mla_cluster_decode(b.num_tokens, max_kv, p.num_q_heads, p.head_dim_qk, p.head_dim_v);
   DI_CHECK(plan.smem_bytes <= max_smem_optin_,
@@ -827,9 +831,7 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   const PagedBatch& b = *p.batch;
   const MlaDecodeKernel mk = mla_decode_kernel_;
   if (!on || f32_ || b.num_tokens != 1 || !mla_cluster_batch_split() ||
-      (mk != MlaDecodeKernel::kAuto && mk != MlaDecodeKernel::kCluster) || !mla_decode_call_ok(p) ||
-      !mla_cluster_decode_supported(p.num_kv_heads, p.k_offset, p.v_offset, p.head_dim_qk,
-                                    p.head_dim_v, p.layout.entry_size, b.num_tokens))
+      (mk != MlaDecodeKernel::kAuto && mk != MlaDecodeKernel::kCluster) || !mla_cluster_call_ok(p))
     return false;
   const Tensor& w = *p.head_w;
   const int64_t heads = p.num_q_heads, dv = p.head_dim_v;

@@ -106,6 +106,16 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
                : "memory");
 }
 
+// A merged row's `vec` (4 or 1) columns o · inv to the bf16 output.
+__device__ __forceinline__ void store_out(bf16* dst, const float (&o)[4], float inv, int vec) {
+  if (vec == 4) {
+    reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
+    reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2] * inv, o[3] * inv);
+  } else {
+    dst[0] = __float2bfloat16_rn(o[0] * inv);
+  }
+}
+
 __device__ __forceinline__ float ld_cluster(uint32_t addr) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
@@ -157,12 +167,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int h0 = tile * kRows, nr = min(kRows, p.num_heads - h0);
   const int64_t rows_total = int64_t{p.num_tokens} * p.num_heads;
   const int64_t row0 = int64_t{t} * p.num_heads + h0;  // global row of tile row 0
+  // Past the token's own splits (deferred: mla_merge_uv never reads them) or clusters (the
+  // whole cluster leaves: same token, same inputs).
   if (p.defer ? split >= own_splits : cluster_idx >= own_clusters) {
-    // Deferred: a split past the token's own says "nothing here" (max -inf) to the consumer's
-    // merge. Else the whole cluster leaves: same token, same inputs.
-    if (p.defer && tid < nr)
-      *reinterpret_cast<float2*>(p.partial_ml + (split * rows_total + row0 + tid) * 2) =
-          make_float2(-INFINITY, 0.0f);
     mark(kMlaEnd);
     return;
   }
@@ -401,23 +408,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   cp_async_wait<0>();
   mark(kMlaStages);
 
-  if (p.defer) {  // this split's unnormalised O and (max, sum) per row, for the consumer
-    float* po = p.partial_o + (split * rows_total + row0) * p.dv;
+  // This CTA's O (unnormalised, rows < `rows`) from the accumulator fragments into o [row][dv].
+  auto write_o = [&](float* o, int rows) {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mt * 16 + g + 8 * half;
-        if (r >= nr) continue;
+        if (r >= rows) continue;
 #pragma unroll
         for (int j = 0; j < kNt; ++j) {
           const int col = (warp + kWarps * j) * 8 + 2 * t4;
-          if (col >= p.dv) break;
-          *reinterpret_cast<float2*>(po + r * p.dv + col) =
+          if (col >= dv) break;
+          *reinterpret_cast<float2*>(o + r * dv + col) =
               make_float2(acc[mt][j][2 * half], acc[mt][j][2 * half + 1]);
         }
       }
     }
+  };
+
+  if (p.defer) {  // this split's unnormalised O and (max, sum) per row, for the consumer
+    write_o(p.partial_o + (split * rows_total + row0) * dv, nr);
     if (tid < nr) {
       const float l = l_s[tid];
       *reinterpret_cast<float2*>(p.partial_ml + (split * rows_total + row0 + tid) * 2) =
@@ -430,20 +441,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // 3. The cluster's merge. This CTA's state: O (unnormalised) over the stage buffers, the
   // running max (-inf: nothing attended) and sum.
   float* o_s = reinterpret_cast<float*>(kv_s);
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = mt * 16 + g + 8 * half;
-#pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        const int col = (warp + kWarps * j) * 8 + 2 * t4;
-        if (col >= dv) break;
-        *reinterpret_cast<float2*>(o_s + r * dv + col) =
-            make_float2(acc[mt][j][2 * half], acc[mt][j][2 * half + 1]);
-      }
-    }
-  }
+  write_o(o_s, kRows);
   for (int r = tid; r < kRows; r += kThreads)
     if (!(l_s[r] > 0.0f)) m_s[r] = -INFINITY;
   cluster_arrive();  // release: this CTA's o_s / m_s / l_s
@@ -482,13 +480,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     if (own_clusters == 1) {
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-      bf16* dst = p.out + (row0 + r) * dv + col;
-      if (vec == 4) {
-        reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
-        reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2] * inv, o[3] * inv);
-      } else {
-        dst[0] = __float2bfloat16_rn(o[0] * inv);
-      }
+      store_out(p.out + (row0 + r) * dv + col, o, inv, vec);
     } else {
       float* dst = p.partial_o + (cluster_idx * rows_total + row0 + r) * dv + col;
       if (vec == 4)
@@ -570,13 +562,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       mx = bm;
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    bf16* dst = p.out + (row0 + r) * dv + col;
-    if (vec == 4) {
-      reinterpret_cast<__nv_bfloat162*>(dst)[0] = __floats2bfloat162_rn(o[0] * inv, o[1] * inv);
-      reinterpret_cast<__nv_bfloat162*>(dst)[1] = __floats2bfloat162_rn(o[2] * inv, o[3] * inv);
-    } else {
-      dst[0] = __float2bfloat16_rn(o[0] * inv);
-    }
+    store_out(p.out + (row0 + r) * dv + col, o, inv, vec);
   }
   // Every cluster of this token has counted; nothing else touches the counter before the kernel
   // ends, so a plain store readies it for the next launch (and graph replay).

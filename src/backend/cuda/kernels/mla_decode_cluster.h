@@ -59,9 +59,9 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   uint32_t* counters;
   // Deferred merge (run 22; plan `defer`): no merge here. CTA (split s, tile, token) writes its
   // rows' unnormalised O to partial_o [num_splits][num_tokens * num_heads][dv] and (max, sum) to
-  // partial_ml [num_splits][num_tokens * num_heads][2] (max -inf: no entries, also for the grid's
-  // splits past the token's own), and a consumer merges them in split order (mla_merge_uv below).
-  // Launched without clusters; grid.x = num_splits.
+  // partial_ml [num_splits][num_tokens * num_heads][2] (max -inf: no entries); the grid's splits
+  // past the token's own write nothing, and the consumer (mla_merge_uv below) merges the token's
+  // own in split order. Launched without clusters; grid.x = num_splits.
   int32_t defer = 0;
   int32_t num_splits = 0;
   // Phase timing (benchmarks; null = off): per CTA (linear index over the grid) kMlaTimingSlots
