@@ -166,7 +166,7 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
   static const char* const kNames[] = {"prewait", "waited",   "stage0", "scores0", "softmax0",
                                        "stages",  "cluster1", "merged", "voted",   "end"};
   static_assert(std::size(kNames) == cuda::kMlaMarks);
-  const size_t ctas = h.size() / kSlots;
+  const size_t ctas = h.size() / kSlots / 2;  // the second half: mla_merge_uv's CTAs
   unsigned long long t0 = ~0ull, t1 = 0;
   for (size_t c = 0; c < ctas; ++c)
     if (h[c * kSlots] != 0) {
@@ -207,6 +207,34 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
   }
   std::printf("[mla-timing] conc=%d launch span %llu ns; median ns since CTA start (CTAs):%s\n",
               conc, t1 - t0, med.c_str());
+  // The deferred merge's CTAs (MlaMergeUvParams::timing): each mark on the GPU-wide timer,
+  // relative to the cluster kernel's first CTA start.
+  const unsigned long long* m = &h[ctas * kSlots];
+  const size_t merge_ctas = h.size() / 2 / cuda::kMlaMergeTimingSlots;
+  std::vector<std::vector<long long>> mk(cuda::kMlaMergeTimingSlots);
+  for (size_t c = 0; c < merge_ctas; ++c) {
+    const unsigned long long* r = m + c * cuda::kMlaMergeTimingSlots;
+    if (r[0] == 0) continue;
+    for (int i = 0; i < cuda::kMlaMergeTimingSlots; ++i)
+      mk[static_cast<size_t>(i)].push_back(static_cast<long long>(r[i]) -
+                                           static_cast<long long>(t0));
+  }
+  if (mk[0].empty()) return;
+  static const char* const kMergeNames[] = {"start", "waited", "max",   "norm",
+                                            "chunk0", "merged", "end"};
+  static_assert(std::size(kMergeNames) == cuda::kMlaMergeTimingSlots);
+  std::string line;
+  for (int i = 0; i < cuda::kMlaMergeTimingSlots; ++i) {
+    std::vector<long long>& v = mk[static_cast<size_t>(i)];
+    std::sort(v.begin(), v.end());
+    char part[96];
+    std::snprintf(part, sizeof part, " %s=%lld/%lld/%lld", kMergeNames[i], v.front(),
+                  v[v.size() / 2], v.back());
+    line += part;
+  }
+  std::printf("[mla-timing] conc=%d merge ctas=%zu, ns after the cluster kernel's first start "
+              "(min/median/max): cluster end=%llu%s\n",
+              conc, mk[0].size(), t1 - t0, line.c_str());
 }
 
 int run(const Args& args) {

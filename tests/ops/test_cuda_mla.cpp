@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "backend/backend.h"
 #include "op_case.h"
@@ -652,27 +653,39 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
     const Tensor padded = run_mla(*be, c, 31, true, kN);
     cb.set_attention_max_kv_len(0);
     const Tensor again = run_mla(*be, c, 31, true, kN);
+    // The merge kernels (16 columns per CTA; the wide one with 4 and 8 groups): the same bits.
+    std::vector<Tensor> kernels;
+    for (int groups : {0, 4, 8}) {
+      cuda::set_mla_merge_override(groups);
+      kernels.push_back(run_mla(*be, c, 31, true, kN));
+    }
+    cuda::set_mla_merge_override(-1);
     cb.set_mla_defer(0);
     const Tensor composed = run_mla(*be, c, 31, true, kN);
     cb.set_mla_defer(-1);
     ASSERT_EQ(ref.numel(), def.numel());
     const Metrics m = compare(ref, def), mc = compare(composed, def);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < def.numel(); ++i)
+    int64_t differ = 0, kernels_differ = 0;
+    for (int64_t i = 0; i < def.numel(); ++i) {
       differ += (def.f32()[i] != padded.f32()[i]) + (def.f32()[i] != again.f32()[i]);
+      for (const Tensor& k : kernels) kernels_differ += def.f32()[i] != k.f32()[i];
+    }
     const bool ok = m.diff < 1e-3 && m.mismatches == 0 && mc.diff < 1e-3 && mc.mismatches == 0 &&
-                    differ == 0 && deferred == (expect_defer ? 1 : 0);
+                    differ == 0 && kernels_differ == 0 && deferred == (expect_defer ? 1 : 0);
     std::printf(
         "[mla] deferred %-22s n=%-6lld w_uv_n=%d splits=%d vs_cpu diff=%.2e "
-        "vs_composed diff=%.2e max_abs=%.3e deferred=%lld padded/again differing=%lld %s\n",
+        "vs_composed diff=%.2e max_abs=%.3e deferred=%lld padded/again differing=%lld "
+        "merge kernels differing=%lld %s\n",
         c.name().c_str(), static_cast<long long>(m.n), kN, splits, m.diff, mc.diff, mc.max_abs,
-        static_cast<long long>(deferred), static_cast<long long>(differ), ok ? "PASS" : "FAIL");
+        static_cast<long long>(deferred), static_cast<long long>(differ),
+        static_cast<long long>(kernels_differ), ok ? "PASS" : "FAIL");
     std::fflush(stdout);
     EXPECT_LT(m.diff, 1e-3) << c.name();
     EXPECT_EQ(m.mismatches, 0) << c.name();
     EXPECT_LT(mc.diff, 1e-3) << c.name();
     EXPECT_EQ(mc.mismatches, 0) << c.name();
     EXPECT_EQ(differ, 0) << c.name() << ": not bitwise equal with grid padding / repeated";
+    EXPECT_EQ(kernels_differ, 0) << c.name() << ": the merge kernels differ";
     EXPECT_EQ(deferred, expect_defer ? 1 : 0) << c.name();
   }
 }

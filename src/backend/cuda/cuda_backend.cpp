@@ -807,7 +807,7 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
                                  static_cast<size_t>(p.head_dim_v));
   }
   if (mla_timing_ != nullptr &&
-      int64_t{8} * plan.num_clusters * plan.head_tiles * b.num_tokens <= mla_timing_ctas_)
+      int64_t{8} * plan.num_clusters * plan.head_tiles * b.num_tokens <= mla_timing_ctas_ / 2)
     k.timing = mla_timing_;
   CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_cluster_decode");
@@ -853,13 +853,18 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   k.partial_o = mptr<float>(ws);
   k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits),
                                static_cast<size_t>(heads), static_cast<size_t>(dv));
-  if (mla_timing_ != nullptr && int64_t{plan.num_splits} * plan.head_tiles <= mla_timing_ctas_)
+  if (mla_timing_ != nullptr && int64_t{plan.num_splits} * plan.head_tiles <= mla_timing_ctas_ / 2)
     k.timing = mla_timing_;
   CUDA_CHECK(launch_mla_cluster_decode(k, stream_));
   CUDA_CHECK_LAUNCH("mla_cluster_decode (deferred)");
   MlaMergeUvParams mu{};
   mu.attn = k;
   mu.uv = contiguous_head_linear(nullptr, w, *p.head_out, 1, heads, dv, n);
+  // The merge's CTAs record in the timing buffer's second half (bench_cuda_model --mla-timing).
+  const int64_t merge_ctas = mla_merge_uv_ctas(heads, dv, n);
+  if (k.timing != nullptr && int64_t{plan.num_splits} * plan.head_tiles <= mla_timing_ctas_ / 2 &&
+      merge_ctas * kMlaMergeTimingSlots <= mla_timing_ctas_ / 2 * kMlaTimingSlots)
+    mu.timing = mla_timing_ + mla_timing_ctas_ / 2 * kMlaTimingSlots;
   CUDA_CHECK(launch_mla_merge_uv(mu, stream_));
   CUDA_CHECK_LAUNCH("mla_merge_uv");
   ++mla_cluster_calls_;

@@ -196,7 +196,8 @@ class CudaBackend final : public Backend {
   void set_mla_defer(int on) { mla_defer_override_ = on; }
   // Benchmarks: the cluster kernel launches from now on (graph captures included) record phase
   // timestamps into `buf` (device memory, kMlaTimingSlots words per CTA, kernels/
-  // mla_decode_cluster.h) when their grid has at most `ctas` CTAs; null turns it off.
+  // mla_decode_cluster.h) when their grid has at most `ctas` / 2 CTAs, the deferred merge's CTAs
+  // (kMlaMergeTimingSlots words each) into the second half; null turns it off.
   void set_mla_timing(unsigned long long* buf, int64_t ctas) {
     mla_timing_ = buf;
     mla_timing_ctas_ = ctas;

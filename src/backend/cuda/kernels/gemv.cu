@@ -414,8 +414,10 @@ cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
   constexpr int U = kLoadsPerLane<M>;
   const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
   const GridPlan g = plan_grid(n_out, slots, max_split);
-  return launch_pdl(gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads), static_cast<size_t>(smem),
-                    stream, p, g.split);
+  // DEEPINFER_GEMV_PDL=0 (diagnostic): a plain launch (no weight loads during the previous kernel).
+  static const bool pdl = env_int("DEEPINFER_GEMV_PDL", 1) != 0;
+  return launch_dependent_if(pdl, gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads),
+                             static_cast<size_t>(smem), stream, p, g.split);
 }
 
 // Launches the ring of depth S when it fits next to the staged activations (*launched false

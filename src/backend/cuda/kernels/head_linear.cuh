@@ -47,11 +47,11 @@ __device__ inline void head_linear_warp_steps(const HeadLinearParams& p, int war
 
 // The weights of columns [col0, col0 + 16) of head h: cp.async of the warp's slices of the 16
 // weight rows (no commit; the token rows' group commits them).
+// (m: the group's layout, head_linear_smem or one of the caller's.)
 __device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, int h,
-                                          unsigned char* smem) {
+                                          const HeadLinearSmem& m) {
   const int tid = static_cast<int>(threadIdx.x) % kHeadLinearThreads, lane = tid & 31,
             warp = tid >> 5;
-  const HeadLinearSmem m = head_linear_smem(p, smem);
   const int k = p.k;
   const bf16* w = static_cast<const bf16*>(p.w) + (int64_t{h} * p.n + col0) * k;
   int s0, s1;
@@ -64,16 +64,20 @@ __device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, i
   }
 }
 
+__device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, int h,
+                                          unsigned char* smem) {
+  head_linear_load_w(p, col0, h, head_linear_smem(p, smem));
+}
+
 // After head_linear_load_w: griddepcontrol.wait, the token rows (x + r·x_ld + h·x_hs) unless
 // `x_ready` (the CTA wrote them into x_s and passed a barrier), then y[:, h, col0 .. + 16).
 // Contains one __syncthreads: every thread of the CTA must call it (each group with its own
-// columns and smem).
+// columns and weight rows and partial sums; groups may share x_s when x_ready).
 __device__ inline void head_linear_finish(const HeadLinearParams& p, int col0, int h,
-                                          unsigned char* smem, bool x_ready) {
+                                          const HeadLinearSmem& m, bool x_ready) {
   constexpr int kMaxMt = kHeadLinearMaxTokens / 16;
   const int tid = static_cast<int>(threadIdx.x) % kHeadLinearThreads, lane = tid & 31,
             warp = tid >> 5;
-  const HeadLinearSmem m = head_linear_smem(p, smem);
   const int k = p.k, ld = m.ld, tpad = m.tpad, mtiles = tpad / 16;
   bf16* w_s = m.w_s;
   bf16* x_s = m.x_s;
@@ -151,6 +155,11 @@ __device__ inline void head_linear_finish(const HeadLinearParams& p, int col0, i
     *reinterpret_cast<__nv_bfloat162*>(y + r * ldy + int64_t{h} * p.n + col0 + c) =
         __floats2bfloat162_rn(v0, v1);
   }
+}
+
+__device__ inline void head_linear_finish(const HeadLinearParams& p, int col0, int h,
+                                          unsigned char* smem, bool x_ready) {
+  head_linear_finish(p, col0, h, head_linear_smem(p, smem), x_ready);
 }
 
 // Columns [col0, col0 + 16) of head h by the group of threads threadIdx.x / 128 (its own `smem`,

@@ -16,6 +16,7 @@
 // Shared rows are padded by 8 bf16 (16 bytes): the row stride in words is 4 mod 8 (576 + 8 =
 // 584 bf16 = 292 words), so fragment loads and ldmatrix rows hit distinct banks.
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdlib>
 
@@ -580,8 +581,16 @@ __host__ __device__ inline int merge_chunk(int parts) {
   return parts < kMlaMergeChunk ? parts : kMlaMergeChunk;
 }
 
+// kRegMl: each part's (max, sum) loaded once into registers (kMlaMergeMaxParts / 128 per thread,
+// one L2 round trip); else loaded twice (for the max, then for the weights).
+template <bool kRegMl>
 __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMergeUvParams mp) {
   pdl_trigger();
+  unsigned long long* const tm =
+      mp.timing == nullptr || threadIdx.x != 0
+          ? nullptr
+          : mp.timing + (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * kMlaMergeTimingSlots;
+  if (tm != nullptr) tm[0] = globaltimer_ns();
   extern __shared__ __align__(16) unsigned char smem[];
   const MlaClusterDecodeParams& a = mp.attn;
   const HeadLinearParams& p = mp.uv;
@@ -607,6 +616,7 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
   }
   const int64_t rows_total = int64_t{p.t} * p.heads;
   pdl_wait();  // the partials are the previous kernel's
+  if (tm != nullptr) tm[1] = globaltimer_ns();
   __syncthreads();
   for (int r = 0; r < p.t; ++r) {
     const int own = own_s[r];
@@ -620,30 +630,52 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
       cp_async_commit();
     };
     copy_chunk(0);
-    // The weights and the normaliser, all threads: part s on thread s mod 128. (Loading each
-    // part's (max, sum) once into registers instead of twice is the obvious next step; it was
-    // built but not run on the GPU in run 22.)
+    // The weights and the normaliser, all threads: part s on thread s mod 128.
     const float* ml = a.partial_ml + row * 2;
+    constexpr int kPer = kRegMl ? kMlaMergeMaxParts / kHeadLinearThreads : 1;
+    float2 e[kPer];
     float mx = -INFINITY;
-    for (int s = tid; s < own; s += kHeadLinearThreads)
-      mx = fmaxf(mx, __ldcg(ml + s * rows_total * 2));
+    if constexpr (kRegMl) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int s = tid + i * kHeadLinearThreads;
+        e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2))
+                       : make_float2(-INFINITY, 0.0f);
+        mx = fmaxf(mx, e[i].x);
+      }
+    } else {
+      for (int s = tid; s < own; s += kHeadLinearThreads)
+        mx = fmaxf(mx, __ldcg(ml + s * rows_total * 2));
+    }
     mx = warp_max(mx);
     if (lane == 0) red_s[warp] = mx;
     __syncthreads();
+    if (tm != nullptr && r == 0) tm[2] = globaltimer_ns();
     mx = red_s[0];
 #pragma unroll
     for (int w = 1; w < kWarpsM; ++w) mx = fmaxf(mx, red_s[w]);
     float sum = 0.0f;
-    for (int s = tid; s < own; s += kHeadLinearThreads) {
-      const float2 e = __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2));
-      const float w = e.x == -INFINITY ? 0.0f : expf(e.x - mx);
-      w_s[s] = w;
-      sum += w * e.y;
+    if constexpr (kRegMl) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int s = tid + i * kHeadLinearThreads;
+        const float w = e[i].x == -INFINITY ? 0.0f : expf(e[i].x - mx);
+        if (s < own) w_s[s] = w;
+        sum += w * e[i].y;
+      }
+    } else {
+      for (int s = tid; s < own; s += kHeadLinearThreads) {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2));
+        const float w = v.x == -INFINITY ? 0.0f : expf(v.x - mx);
+        w_s[s] = w;
+        sum += w * v.y;
+      }
     }
     sum = warp_sum(sum);
     __syncthreads();  // everyone has read red_s's maxima
     if (lane == 0) red_s[warp] = sum;
     __syncthreads();
+    if (tm != nullptr && r == 0) tm[3] = globaltimer_ns();
     float total = red_s[0];
 #pragma unroll
     for (int w = 1; w < kWarpsM; ++w) total += red_s[w];
@@ -657,6 +689,7 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
       if (s0 > 0) copy_chunk(s0);
       cp_async_wait<0>();
       __syncthreads();
+      if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
       const int s1 = min(own, s0 + chunk);
 #pragma unroll
       for (int i = 0; i < kHeadLinearMaxK / 4 / kHeadLinearThreads; ++i) {
@@ -686,7 +719,147 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
     cp_async_wait<0>();  // own == 0: the (empty) chunk group
     __syncthreads();     // x_s row r complete; red_s / w_s are the next token's
   }
+  if (tm != nullptr) tm[5] = globaltimer_ns();
   head_linear_finish(p, col0, h, smem, true);
+  if (tm != nullptr) tm[6] = globaltimer_ns();
+}
+
+// The deferred merge with G groups of W_UV columns per CTA (grid: ceil(n / 16 G), heads): the
+// CTA merges a row once for all its groups, so each head's parts cross L2 n / 16 G times instead
+// of n / 16 (V2-Lite, ctx 2048: 8 CTAs per head read the same 33 x 2 KB of O each, 8.6 MB per
+// layer, ~4.5 us from griddepcontrol.wait to the first part, H200 run 23 timing). Thread c < k
+// owns latent column c: its parts' O straight from L2 into registers (chunks of kWideChunk, the
+// first in flight while the (max, sum) reduce; kChunk 64 holds a 4K context's 65 parts but one in
+// one round trip). The arithmetic is mla_merge_uv_kernel's: the
+// (max, sum) of part s on thread s mod 128 (the first 4 warps, registers), the same tree and warp
+// order; O per column in split order with fmaf, skipping zero weights; one bf16 rounding. The
+// groups share the merged row (x_s) and keep their own weight rows and partial sums.
+struct WideMergeSmem {
+  int x_off, part_off, w_off, own_off, red_off, total;
+};
+__host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts, int groups) {
+  const int ld = pad16(k) + 8, tpad = pad16(t);
+  WideMergeSmem L;
+  L.x_off = groups * kHeadLinearCols * ld * 2;
+  L.part_off = align16(L.x_off + tpad * ld * 2);
+  L.w_off = L.part_off + groups * kHeadLinearWarps * tpad * kHeadLinearCols * 4;
+  L.own_off = L.w_off + parts * 4;
+  L.red_off = L.own_off + t * 4;
+  L.total = L.red_off + kHeadLinearWarps * 4;
+  return L;
+}
+
+template <int G, int kWideChunk>
+__global__ void __launch_bounds__(G * kHeadLinearThreads)
+    mla_merge_uv_wide_kernel(MlaMergeUvParams mp) {
+  pdl_trigger();
+  unsigned long long* const tm =
+      mp.timing == nullptr || threadIdx.x != 0
+          ? nullptr
+          : mp.timing + (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * kMlaMergeTimingSlots;
+  if (tm != nullptr) tm[0] = globaltimer_ns();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const MlaClusterDecodeParams& a = mp.attn;
+  const HeadLinearParams& p = mp.uv;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int group = tid / kHeadLinearThreads, h = static_cast<int>(blockIdx.y);
+  const int col0 = (static_cast<int>(blockIdx.x) * G + group) * kHeadLinearCols;
+  const int k = p.k, parts = a.num_splits;
+  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, G);
+  HeadLinearSmem m;
+  m.ld = pad16(k) + 8;
+  m.tpad = pad16(p.t);
+  m.w_s = reinterpret_cast<bf16*>(smem) + group * kHeadLinearCols * m.ld;
+  m.x_s = reinterpret_cast<bf16*>(smem + L.x_off);
+  m.part_s = reinterpret_cast<float*>(smem + L.part_off) +
+             group * kHeadLinearWarps * m.tpad * kHeadLinearCols;
+  float* w_s = reinterpret_cast<float*>(smem + L.w_off);
+  int* own_s = reinterpret_cast<int*>(smem + L.own_off);
+  float* red_s = reinterpret_cast<float*>(smem + L.red_off);
+  head_linear_load_w(p, col0, h, m);  // columns past n load zeros
+  for (int i = tid; i < m.tpad * m.ld / 8; i += G * kHeadLinearThreads)
+    reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
+  for (int r = tid; r < p.t; r += G * kHeadLinearThreads) {
+    const int n_kv = mla_token_context(a, r).n_kv;
+    const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
+    own_s[r] = min((n_kv + split - 1) / split, parts);
+  }
+  const int64_t rows_total = int64_t{p.t} * p.heads;
+  const bool reducer = tid < kHeadLinearThreads;  // warp-uniform: the first 4 warps
+  pdl_wait();  // the partials are the previous kernel's
+  if (tm != nullptr) tm[1] = globaltimer_ns();
+  __syncthreads();
+  for (int r = 0; r < p.t; ++r) {
+    const int own = own_s[r];
+    const int64_t row = int64_t{r} * p.heads + h;
+    constexpr int kPer = kMlaMergeMaxParts / kHeadLinearThreads;
+    const float* ml = a.partial_ml + row * 2;
+    float2 e[kPer];
+    float mx = -INFINITY;
+    if (reducer) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int s = tid + i * kHeadLinearThreads;
+        e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2))
+                       : make_float2(-INFINITY, 0.0f);
+        mx = fmaxf(mx, e[i].x);
+      }
+    }
+    // Column tid's O of parts [s0, s0 + kWideChunk), in flight while the weights reduce.
+    const float* o_col = a.partial_o + row * k + tid;
+    const int64_t part_stride = rows_total * k;
+    float v[kWideChunk];
+    auto load_chunk = [&](int s0) {
+#pragma unroll
+      for (int j = 0; j < kWideChunk; ++j)
+        v[j] = tid < k && s0 + j < own ? __ldcg(o_col + (s0 + j) * part_stride) : 0.0f;
+    };
+    load_chunk(0);
+    if (reducer) {
+      mx = warp_max(mx);
+      if (lane == 0) red_s[warp] = mx;
+    }
+    __syncthreads();
+    if (tm != nullptr && r == 0) tm[2] = globaltimer_ns();
+    float sum = 0.0f;
+    if (reducer) {
+      mx = red_s[0];
+#pragma unroll
+      for (int w = 1; w < kHeadLinearWarps; ++w) mx = fmaxf(mx, red_s[w]);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int s = tid + i * kHeadLinearThreads;
+        const float w = e[i].x == -INFINITY ? 0.0f : expf(e[i].x - mx);
+        if (s < own) w_s[s] = w;
+        sum += w * e[i].y;
+      }
+      sum = warp_sum(sum);
+    }
+    __syncthreads();  // the reducers have read red_s's maxima
+    if (reducer && lane == 0) red_s[warp] = sum;
+    __syncthreads();
+    if (tm != nullptr && r == 0) tm[3] = globaltimer_ns();
+    float total = red_s[0];
+#pragma unroll
+    for (int w = 1; w < kHeadLinearWarps; ++w) total += red_s[w];
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < own; s0 += kWideChunk) {
+      if (s0 > 0) load_chunk(s0);
+#pragma unroll
+      for (int j = 0; j < kWideChunk; ++j) {
+        if (s0 + j >= own) break;
+        const float w = w_s[s0 + j];
+        if (w != 0.0f) acc = fmaf(w, v[j], acc);  // zero: too far below the max, or empty
+      }
+      if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
+    }
+    if (tid < k) m.x_s[r * m.ld + tid] = __float2bfloat16_rn(acc * inv);
+    __syncthreads();  // x_s row r complete; red_s / w_s are the next token's
+  }
+  if (tm != nullptr) tm[5] = globaltimer_ns();
+  head_linear_finish(p, col0, h, m, true);
+  if (tm != nullptr) tm[6] = globaltimer_ns();
 }
 
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
@@ -839,24 +1012,70 @@ cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStrea
   return p.rows_per_tile == 32 ? launch_mt<2>(p, stream) : launch_mt<1>(p, stream);
 }
 
+namespace {
+
+std::atomic<int> g_merge_override{-1};
+
+// 0: mla_merge_uv_kernel (16 columns per CTA), 4 / 8: the wide kernel with G groups.
+// DEEPINFER_MLA_MERGE=wide4c32 (A/B): 4 groups, chunks of 32 parts.
+bool merge_chunk32() {
+  static const bool v = [] {
+    const char* e = std::getenv("DEEPINFER_MLA_MERGE");
+    return e != nullptr && std::strcmp(e, "wide4c32") == 0;
+  }();
+  return v;
+}
+int merge_groups(int64_t dv) {
+  static const int env = [] {
+    const char* v = std::getenv("DEEPINFER_MLA_MERGE");
+    if (v != nullptr && std::strcmp(v, "v1") == 0) return 0;
+    if (v != nullptr && std::strcmp(v, "wide8") == 0) return 8;
+    return 4;
+  }();
+  const int o = g_merge_override.load();
+  const int g = o >= 0 ? o : env;
+  return g > 0 && dv <= int64_t{g} * kHeadLinearThreads ? g : 0;
+}
+
+}  // namespace
+
+void set_mla_merge_override(int groups) { g_merge_override.store(groups); }
+
 bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
   return head_linear_small_supported(tokens, heads, dv, n) && dv % 4 == 0 && parts >= 1 &&
          parts <= kMlaMergeMaxParts;
 }
 
 int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts) {
+  const int g = merge_groups(dv);
+  if (g > 0) return wide_merge_smem(tokens, dv, parts, g).total;
   return merge_scratch_offset(tokens, dv) +
          (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
 }
 
+int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n) {
+  const int64_t cols = kHeadLinearCols * std::max(1, merge_groups(dv));
+  return heads * ((n + cols - 1) / cols);
+}
+
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) {
+  // DEEPINFER_MLA_MERGE_REG=0 (mla_merge_uv_kernel): each part's (max, sum) read twice.
+  static const bool reg_ml = env_int("DEEPINFER_MLA_MERGE_REG", 1) != 0;
+  const int g = merge_groups(p.uv.k);
+  auto* kernel = g == 8           ? &mla_merge_uv_wide_kernel<8, 32>
+                 : g == 4 && merge_chunk32() ? &mla_merge_uv_wide_kernel<4, 32>
+                 : g == 4                    ? &mla_merge_uv_wide_kernel<4, 64>
+                 : reg_ml                    ? &mla_merge_uv_kernel<true>
+                                             : &mla_merge_uv_kernel<false>;
+  const int cols = kHeadLinearCols * std::max(1, g);
   const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
-  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(&mla_merge_uv_kernel), smem);
+  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
-  return launch_pdl(&mla_merge_uv_kernel,
-                    dim3(static_cast<unsigned>((p.uv.n + kHeadLinearCols - 1) / kHeadLinearCols),
+  return launch_pdl(kernel,
+                    dim3(static_cast<unsigned>((p.uv.n + cols - 1) / cols),
                          static_cast<unsigned>(p.uv.heads)),
-                    dim3(kHeadLinearThreads), static_cast<size_t>(smem), stream, p);
+                    dim3(static_cast<unsigned>(kHeadLinearThreads * std::max(1, g))),
+                    static_cast<size_t>(smem), stream, p);
 }
 
 }  // namespace di::cuda

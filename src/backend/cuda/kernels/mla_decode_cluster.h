@@ -131,11 +131,22 @@ cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStrea
 struct MlaMergeUvParams {
   MlaClusterDecodeParams attn;  // the deferred launch: metadata, split rule, partials, num_splits
   HeadLinearParams uv;          // x unused; w = W_UV [heads, n, dv]; y = [num_tokens, heads, n]
+  // Phase timing (benchmarks; null = off): per CTA (linear index) kMlaMergeTimingSlots words of
+  // %globaltimer (ns): the start, griddepcontrol.wait returned, then for the first token the max
+  // over its parts, the normaliser, its first chunk of parts in shared memory, then the merged
+  // rows in shared memory, the end (W_UV's outputs stored).
+  unsigned long long* timing = nullptr;
 };
+constexpr int kMlaMergeTimingSlots = 7;
 constexpr int32_t kMlaMergeChunk = 64;     // parts per shared-memory chunk (128 KB at dv = 512)
 constexpr int32_t kMlaMergeMaxParts = 512;  // grid splits (ctx 32K at 64 entries per split)
 bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts);
 int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts);
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream);
+int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n);  // the launch's grid size
+// Which merge kernel (tests): 0 mla_merge_uv_kernel (16 W_UV columns per CTA), 4 / 8 the wide
+// kernel (4 / 8 groups of 16 columns per CTA, the row merged once per CTA), -1 back to
+// DEEPINFER_MLA_MERGE (v1 | wide4 | wide8; default wide4). Not thread-safe; outside captures.
+void set_mla_merge_override(int groups);
 
 }  // namespace di::cuda

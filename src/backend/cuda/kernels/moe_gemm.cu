@@ -1074,18 +1074,20 @@ MoeT1DownImpl moe_t1_down_impl() {
 // act of the smem down kernel: at most 96 KB (V2-Lite 45 KB, Qwen3-30B-A3B 24.6, V3 73.7).
 constexpr int kT1SmemMaxAct = 96 * 1024;
 
-// launch_pdl without shared slots, else a plain launch (the shared-early gate_up has its own PDL
-// launch); DEEPINFER_MOE_T1_PDL=1 / 0 forces PDL / plain (read once). By measurement (H200,
-// batch 1, ctx 2048, the same binary): without shared experts PDL wins — Qwen3-30B-A3B 307.5 ->
-// 311.8 tok/s (run 18 call 7; flat in run 17 before the down trigger and the PDL mask); with
-// them down loses as a dependent — V2-Lite 417 -> 407 (run 18), 380.2 -> 370.2 (run 17).
-bool t1_pdl(const MoeDecodeT1Params& p) {
+// launch_pdl without shared slots or with the smem down kernel, else a plain launch (the
+// shared-early gate_up has its own PDL launch); DEEPINFER_MOE_T1_PDL=1 / 0 forces PDL / plain
+// (read once). By measurement (H200, batch 1, ctx 2048, the same binary): without shared experts
+// PDL wins — Qwen3-30B-A3B 307.5 -> 311.8 tok/s (run 18 call 7; flat in run 17 before the down
+// trigger and the PDL mask); with them the pair kernel loses as a dependent — V2-Lite 417 -> 407
+// (run 18), 380.2 -> 370.2 (run 17), 452.9 -> 449.0 (run 23) — and the smem kernel, which then
+// loads its first rows before the wait, wins: 452.9 -> 466.4 (run 23 call 2, three pairs).
+bool t1_pdl(const MoeDecodeT1Params& p, bool smem_down) {
   static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
-  return forced >= 0 ? forced != 0 : p.shared_slots == 0;
+  return forced >= 0 ? forced != 0 : p.shared_slots == 0 || smem_down;
 }
-cudaError_t launch_t1(void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block, cudaStream_t stream,
-                      const MoeDecodeT1Params& p) {
-  return launch_dependent_if(t1_pdl(p), kernel, grid, block, 0, stream, p);
+cudaError_t launch_t1(bool pdl, void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block,
+                      cudaStream_t stream, const MoeDecodeT1Params& p) {
+  return launch_dependent_if(pdl, kernel, grid, block, 0, stream, p);
 }
 
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
@@ -1123,7 +1125,7 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
       return err;
     err = launch_pdl(gate_up, gu_grid, dim3(kDecodeThreads), static_cast<size_t>(smem), stream, p);
   } else {
-    err = launch_t1(gate_up, gu_grid, dim3(kDecodeThreads), stream, p);
+    err = launch_t1(t1_pdl(p, false), gate_up, gu_grid, dim3(kDecodeThreads), stream, p);
   }
   if (err != cudaSuccess) return err;
   // The pipelined down kernel as a PDL dependent loads the router's ids and its first slot pair's
@@ -1133,19 +1135,25 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   // wrote topk_ids / topk_weights has completed. H200 run 19 call 1 (Qwen3-30B-A3B batch 1):
   // 309.7 -> 314.6 tok/s.
   static const bool down_early_env = env_int("DEEPINFER_MOE_T1_DOWN_EARLY", 1) != 0;
-  p.early_rows = down_early_env && t1_pdl(p) && pdl_enabled();
   const dim3 grid(ceil_div(p.hidden, kT1DownWarps));
   const dim3 down_threads(kT1DownWarps * 32);
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x
   // 2 rows x U x 4). Qwen3-30B-A3B (inter 768): 3, V2-Lite (1408): 6, inter 2048: 8.
   const int iters = ceil_div(p.inter / 8, 32);
-  // Default: pipelined up to 4 iterations (Qwen3-30B-A3B, 3: 240.3 -> 242.2 tok/s at batch 1);
-  // at 6 (V2-Lite) the 132 registers cost a resident CTA per SM and it lost (328.3 -> 314.2),
-  // H200, 29 Nov. DEEPINFER_MOE_T1_DOWN=pipe forces it up to 8, =v1 never.
+  // Default: pipelined up to 4 iterations (Qwen3-30B-A3B, 3: 240.3 -> 242.2 tok/s at batch 1;
+  // the smem kernel there: 340.4 -> 332.9, run 23 call 3); above that (V2-Lite's 6: the pipelined
+  // kernel's 132 registers cost a resident CTA per SM, 328.3 -> 314.2, 29 Nov) the smem kernel as
+  // a PDL dependent: V2-Lite 452.9 -> 466.4 against the pair kernel (run 23 call 2).
+  // DEEPINFER_MOE_T1_DOWN=pipe forces the pipelined kernel up to 8, =v1 the pair kernel, =smem
+  // the smem kernel.
   const MoeT1DownImpl impl = moe_t1_down_impl();
   const int slots = p.top_k + p.shared_slots;
   const int act_bytes = slots * p.inter * 4;
-  if (impl == MoeT1DownImpl::kSmem && iters <= 8 && act_bytes <= kT1SmemMaxAct) {
+  const bool smem_down = (impl == MoeT1DownImpl::kSmem || (impl == MoeT1DownImpl::kAuto && iters > 4)) &&
+                         iters <= 8 && act_bytes <= kT1SmemMaxAct;
+  const bool pdl = t1_pdl(p, smem_down);
+  p.early_rows = down_early_env && pdl && pdl_enabled();
+  if (smem_down) {
     static const bool deep = [] {
       const char* v = std::getenv("DEEPINFER_MOE_T1_SMEM");
       return v != nullptr && std::strcmp(v, "deep") == 0;
@@ -1156,17 +1164,20 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
                                              : t1_smem_kernel_for<16>(iters);
     if ((err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), act_bytes)) != cudaSuccess)
       return err;
-    return launch_dependent_if(t1_pdl(p), kernel, sgrid, dim3(warps * 32),
-                               static_cast<size_t>(act_bytes), stream, p);
+    return launch_dependent_if(pdl, kernel, sgrid, dim3(warps * 32), static_cast<size_t>(act_bytes),
+                               stream, p);
   }
   const bool pipelined = impl == MoeT1DownImpl::kPipelined ? iters <= kT1DownU
                                                            : impl == MoeT1DownImpl::kAuto && iters <= 4;
-  if (!pipelined) return launch_t1(moe_down_t1_kernel, grid, down_threads, stream, p);
-  if (iters <= 2) return launch_t1(moe_down_t1_pipe_kernel<2>, grid, down_threads, stream, p);
-  if (iters <= 3) return launch_t1(moe_down_t1_pipe_kernel<3>, grid, down_threads, stream, p);
-  if (iters <= 4) return launch_t1(moe_down_t1_pipe_kernel<4>, grid, down_threads, stream, p);
-  if (iters <= 6) return launch_t1(moe_down_t1_pipe_kernel<6>, grid, down_threads, stream, p);
-  return launch_t1(moe_down_t1_pipe_kernel<kT1DownU>, grid, down_threads, stream, p);
+  auto down = [&](void (*kernel)(MoeDecodeT1Params)) {
+    return launch_t1(pdl, kernel, grid, down_threads, stream, p);
+  };
+  if (!pipelined) return down(moe_down_t1_kernel);
+  if (iters <= 2) return down(moe_down_t1_pipe_kernel<2>);
+  if (iters <= 3) return down(moe_down_t1_pipe_kernel<3>);
+  if (iters <= 4) return down(moe_down_t1_pipe_kernel<4>);
+  if (iters <= 6) return down(moe_down_t1_pipe_kernel<6>);
+  return down(moe_down_t1_pipe_kernel<kT1DownU>);
 }
 
 void launch_moe_combine_f32(const MoeCombineF32Params& p, cudaStream_t stream) {

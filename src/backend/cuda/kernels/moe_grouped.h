@@ -126,10 +126,11 @@ struct MoeDecodeT1Params {
 };
 // down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
-// the earlier kernel (loads of one pair, then its sums). Bitwise equal. kAuto (default):
-// pipelined for inter <= 1024 only (measured: faster for Qwen3-30B-A3B, slower for V2-Lite).
-// kSmem (opt-in, run 21) stages act in shared memory once per CTA and streams each warp's rows
-// through a register ring (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too.
+// the earlier kernel (loads of one pair, then its sums). Bitwise equal. kSmem (run 21) stages
+// act in shared memory once per CTA and streams each warp's rows through a register ring
+// (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too. kAuto (default):
+// pipelined for inter <= 1024 (Qwen3-30B-A3B), smem above (V2-Lite: a PDL dependent of gate_up
+// that loads its first rows before the wait; run 23), by measurement.
 // DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem (read once); the
 // override (tests, benchmarks; not thread-safe, outside captures) wins over the env.
 enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem };
