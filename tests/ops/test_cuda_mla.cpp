@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -653,13 +654,14 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
     const Tensor padded = run_mla(*be, c, 31, true, kN);
     cb.set_attention_max_kv_len(0);
     const Tensor again = run_mla(*be, c, 31, true, kN);
-    // The merge kernels (16 columns per CTA; the wide one with 4 and 8 groups): the same bits.
+    // The merge kernels (16 columns per CTA; the wide one, parts by loads or bulk copies): the
+    // same bits.
     std::vector<Tensor> kernels;
-    for (int groups : {0, 4, 8}) {
-      cuda::set_mla_merge_override(groups);
+    for (const auto& [groups, bulk] : {std::pair{0, 0}, {4, 0}, {4, 1}}) {
+      cuda::set_mla_merge_override(groups, bulk);
       kernels.push_back(run_mla(*be, c, 31, true, kN));
     }
-    cuda::set_mla_merge_override(-1);
+    cuda::set_mla_merge_override(-1, -1);
     cb.set_mla_defer(0);
     const Tensor composed = run_mla(*be, c, 31, true, kN);
     cb.set_mla_defer(-1);

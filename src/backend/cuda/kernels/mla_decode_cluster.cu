@@ -724,20 +724,26 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
   if (tm != nullptr) tm[6] = globaltimer_ns();
 }
 
-// The deferred merge with G groups of W_UV columns per CTA (grid: ceil(n / 16 G), heads): the
-// CTA merges a row once for all its groups, so each head's parts cross L2 n / 16 G times instead
-// of n / 16 (V2-Lite, ctx 2048: 8 CTAs per head read the same 33 x 2 KB of O each, 8.6 MB per
-// layer, ~4.5 us from griddepcontrol.wait to the first part, H200 run 23 timing). Thread c < k
-// owns latent column c: its parts' O straight from L2 into registers (chunks of kWideChunk, the
-// first in flight while the (max, sum) reduce; kChunk 64 holds a 4K context's 65 parts but one in
-// one round trip). The arithmetic is mla_merge_uv_kernel's: the
-// (max, sum) of part s on thread s mod 128 (the first 4 warps, registers), the same tree and warp
-// order; O per column in split order with fmaf, skipping zero weights; one bf16 rounding. The
-// groups share the merged row (x_s) and keep their own weight rows and partial sums.
+// The deferred merge with G groups of W_UV columns per CTA (grid: ceil(n / 16 G), heads; G = 4):
+// the CTA merges a row once for all its groups, so each head's parts cross L2 n / 16 G times
+// instead of n / 16 (V2-Lite, ctx 2048: mla_merge_uv_kernel's 8 CTAs per head read the same
+// 33 x 2 KB of O each, 8.6 MB per layer, and took ~4.8 us from griddepcontrol.wait to the
+// first (max); H200 run 23 phase timing). Thread c < k owns latent column c. The parts' O rows
+// come either (kBulk, the default) into shared memory by bulk copies — thread 0 arms an mbarrier
+// and issues one 2 KB copy per part, chunks of kBulkChunk parts, the first while the (max, sum)
+// reduce — or (registers) straight from L2 into registers, chunks of kWideChunk, the first in
+// flight while the (max, sum) reduce. The arithmetic is mla_merge_uv_kernel's: the (max, sum) of
+// part s on thread s mod 128 (the first 4 warps, registers), the same tree and warp order; O per
+// column in split order with fmaf, skipping zero weights; one bf16 rounding. The groups share the
+// merged row (x_s) and keep their own weight rows and partial sums.
+constexpr int kBulkChunk = 48;
+constexpr int kMergeGroups = 4;
+
 struct WideMergeSmem {
-  int x_off, part_off, w_off, own_off, red_off, total;
+  int x_off, part_off, w_off, own_off, red_off, o_off, bar_off, total;
 };
-__host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts, int groups) {
+__host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts, int groups,
+                                                         bool bulk) {
   const int ld = pad16(k) + 8, tpad = pad16(t);
   WideMergeSmem L;
   L.x_off = groups * kHeadLinearCols * ld * 2;
@@ -745,11 +751,13 @@ __host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts
   L.w_off = L.part_off + groups * kHeadLinearWarps * tpad * kHeadLinearCols * 4;
   L.own_off = L.w_off + parts * 4;
   L.red_off = L.own_off + t * 4;
-  L.total = L.red_off + kHeadLinearWarps * 4;
+  L.o_off = align16(L.red_off + kHeadLinearWarps * 4);
+  L.bar_off = L.o_off + (bulk ? (parts < kBulkChunk ? parts : kBulkChunk) * k * 4 : 0);
+  L.total = L.bar_off + (bulk ? 8 : 0);
   return L;
 }
 
-template <int G, int kWideChunk>
+template <int G, int kWideChunk, bool kBulk>
 __global__ void __launch_bounds__(G * kHeadLinearThreads)
     mla_merge_uv_wide_kernel(MlaMergeUvParams mp) {
   pdl_trigger();
@@ -765,7 +773,7 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
   const int group = tid / kHeadLinearThreads, h = static_cast<int>(blockIdx.y);
   const int col0 = (static_cast<int>(blockIdx.x) * G + group) * kHeadLinearCols;
   const int k = p.k, parts = a.num_splits;
-  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, G);
+  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, G, kBulk);
   HeadLinearSmem m;
   m.ld = pad16(k) + 8;
   m.tpad = pad16(p.t);
@@ -776,6 +784,8 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
   float* w_s = reinterpret_cast<float*>(smem + L.w_off);
   int* own_s = reinterpret_cast<int*>(smem + L.own_off);
   float* red_s = reinterpret_cast<float*>(smem + L.red_off);
+  float* o_s = reinterpret_cast<float*>(smem + L.o_off);         // kBulk: [chunk][k]
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar_off);  // kBulk
   head_linear_load_w(p, col0, h, m);  // columns past n load zeros
   for (int i = tid; i < m.tpad * m.ld / 8; i += G * kHeadLinearThreads)
     reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
@@ -784,14 +794,33 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
     const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
     own_s[r] = min((n_kv + split - 1) / split, parts);
   }
+  if (kBulk && tid == 0) {
+    mbar_init(bar, 1);
+    fence_mbar_init();
+  }
   const int64_t rows_total = int64_t{p.t} * p.heads;
+  const int64_t part_stride = rows_total * k;  // floats between a row's consecutive parts
   const bool reducer = tid < kHeadLinearThreads;  // warp-uniform: the first 4 warps
+  uint32_t phase = 0;                             // kBulk: the barrier's next parity
   pdl_wait();  // the partials are the previous kernel's
   if (tm != nullptr) tm[1] = globaltimer_ns();
   __syncthreads();
   for (int r = 0; r < p.t; ++r) {
     const int own = own_s[r];
     const int64_t row = int64_t{r} * p.heads + h;
+    const float* o_col = a.partial_o + row * k + tid;
+    // kBulk: parts [s0, s0 + chunk) of this row into o_s (thread 0; the CTA has finished reading
+    // o_s: a barrier since).
+    auto issue_bulk = [&](int s0) {
+      const int n = min(kBulkChunk, own - s0);
+      if (tid != 0 || n <= 0) return;
+      fence_proxy_async();
+      mbar_expect_tx(bar, static_cast<uint32_t>(n * k * 4));
+      for (int j = 0; j < n; ++j)
+        bulk_copy_g2s(o_s + j * k, a.partial_o + (s0 + j) * part_stride + row * k,
+                      static_cast<uint32_t>(k * 4), bar);
+    };
+    if constexpr (kBulk) issue_bulk(0);
     constexpr int kPer = kMlaMergeMaxParts / kHeadLinearThreads;
     const float* ml = a.partial_ml + row * 2;
     float2 e[kPer];
@@ -805,16 +834,15 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
         mx = fmaxf(mx, e[i].x);
       }
     }
-    // Column tid's O of parts [s0, s0 + kWideChunk), in flight while the weights reduce.
-    const float* o_col = a.partial_o + row * k + tid;
-    const int64_t part_stride = rows_total * k;
-    float v[kWideChunk];
+    // Registers mode: column tid's O of parts [s0, s0 + kWideChunk), in flight while the
+    // weights reduce.
+    float v[kBulk ? 1 : kWideChunk];
     auto load_chunk = [&](int s0) {
 #pragma unroll
       for (int j = 0; j < kWideChunk; ++j)
         v[j] = tid < k && s0 + j < own ? __ldcg(o_col + (s0 + j) * part_stride) : 0.0f;
     };
-    load_chunk(0);
+    if constexpr (!kBulk) load_chunk(0);
     if (reducer) {
       mx = warp_max(mx);
       if (lane == 0) red_s[warp] = mx;
@@ -844,18 +872,37 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
     for (int w = 1; w < kHeadLinearWarps; ++w) total += red_s[w];
     const float inv = total > 0.0f ? 1.0f / total : 0.0f;
     float acc = 0.0f;
-    for (int s0 = 0; s0 < own; s0 += kWideChunk) {
-      if (s0 > 0) load_chunk(s0);
-#pragma unroll
-      for (int j = 0; j < kWideChunk; ++j) {
-        if (s0 + j >= own) break;
-        const float w = w_s[s0 + j];
-        if (w != 0.0f) acc = fmaf(w, v[j], acc);  // zero: too far below the max, or empty
+    if constexpr (kBulk) {
+      for (int s0 = 0; s0 < own; s0 += kBulkChunk) {
+        if (s0 > 0) {
+          __syncthreads();  // o_s read by everyone
+          issue_bulk(s0);
+        }
+        mbar_wait(bar, phase);
+        phase ^= 1u;
+        if (tid < k) {
+          const int n = min(kBulkChunk, own - s0);
+          for (int j = 0; j < n; ++j) {
+            const float w = w_s[s0 + j];
+            if (w != 0.0f) acc = fmaf(w, o_s[j * k + tid], acc);  // zero: far below the max
+          }
+        }
+        if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
       }
-      if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
+    } else {
+      for (int s0 = 0; s0 < own; s0 += kWideChunk) {
+        if (s0 > 0) load_chunk(s0);
+#pragma unroll
+        for (int j = 0; j < kWideChunk; ++j) {
+          if (s0 + j >= own) break;
+          const float w = w_s[s0 + j];
+          if (w != 0.0f) acc = fmaf(w, v[j], acc);  // zero: too far below the max, or empty
+        }
+        if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
+      }
     }
     if (tid < k) m.x_s[r * m.ld + tid] = __float2bfloat16_rn(acc * inv);
-    __syncthreads();  // x_s row r complete; red_s / w_s are the next token's
+    __syncthreads();  // x_s row r complete; red_s / w_s / o_s are the next token's
   }
   if (tm != nullptr) tm[5] = globaltimer_ns();
   head_linear_finish(p, col0, h, m, true);
@@ -1015,31 +1062,39 @@ cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStrea
 namespace {
 
 std::atomic<int> g_merge_override{-1};
+std::atomic<int> g_merge_bulk_override{-1};
 
 // 0: mla_merge_uv_kernel (16 columns per CTA), 4 / 8: the wide kernel with G groups.
-// DEEPINFER_MLA_MERGE=wide4c32 (A/B): 4 groups, chunks of 32 parts.
-bool merge_chunk32() {
-  static const bool v = [] {
+// The wide kernel's parts: 1 bulk copies into shared memory (default), 0 loads into registers in
+// chunks of 64 (DEEPINFER_MLA_MERGE=wide4reg). V2-Lite batch 1, ctx 2048, H200 run 23 call 7,
+// three interleaved pairs: 487.6 / 488.2 / 489.6 -> 492.0 / 489.9 / 491.2 tok/s.
+bool merge_bulk() {
+  static const bool env = [] {
     const char* e = std::getenv("DEEPINFER_MLA_MERGE");
-    return e != nullptr && std::strcmp(e, "wide4c32") == 0;
+    return e == nullptr || std::strcmp(e, "wide4reg") != 0;
   }();
-  return v;
+  const int o = g_merge_bulk_override.load();
+  return o >= 0 ? o != 0 : env;
 }
+// 0: mla_merge_uv_kernel (16 columns per CTA; DEEPINFER_MLA_MERGE=v1), 4: the wide kernel
+// (V2-Lite batch 1: 452.0 -> 468.7 tok/s with registers, run 23 call 4; 8 groups per CTA,
+// 16 CTAs, 453.0: the mma of 8 groups took 3.2 us against 4 groups' 1.8).
 int merge_groups(int64_t dv) {
   static const int env = [] {
     const char* v = std::getenv("DEEPINFER_MLA_MERGE");
-    if (v != nullptr && std::strcmp(v, "v1") == 0) return 0;
-    if (v != nullptr && std::strcmp(v, "wide8") == 0) return 8;
-    return 4;
+    return v != nullptr && std::strcmp(v, "v1") == 0 ? 0 : kMergeGroups;
   }();
   const int o = g_merge_override.load();
   const int g = o >= 0 ? o : env;
-  return g > 0 && dv <= int64_t{g} * kHeadLinearThreads ? g : 0;
+  return g > 0 && dv <= int64_t{kMergeGroups} * kHeadLinearThreads ? kMergeGroups : 0;
 }
 
 }  // namespace
 
-void set_mla_merge_override(int groups) { g_merge_override.store(groups); }
+void set_mla_merge_override(int groups, int bulk) {
+  g_merge_override.store(groups);
+  g_merge_bulk_override.store(bulk);
+}
 
 bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
   return head_linear_small_supported(tokens, heads, dv, n) && dv % 4 == 0 && parts >= 1 &&
@@ -1048,7 +1103,7 @@ bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n
 
 int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts) {
   const int g = merge_groups(dv);
-  if (g > 0) return wide_merge_smem(tokens, dv, parts, g).total;
+  if (g > 0) return wide_merge_smem(tokens, dv, parts, g, merge_bulk()).total;
   return merge_scratch_offset(tokens, dv) +
          (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
 }
@@ -1062,11 +1117,10 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
   // DEEPINFER_MLA_MERGE_REG=0 (mla_merge_uv_kernel): each part's (max, sum) read twice.
   static const bool reg_ml = env_int("DEEPINFER_MLA_MERGE_REG", 1) != 0;
   const int g = merge_groups(p.uv.k);
-  auto* kernel = g == 8           ? &mla_merge_uv_wide_kernel<8, 32>
-                 : g == 4 && merge_chunk32() ? &mla_merge_uv_wide_kernel<4, 32>
-                 : g == 4                    ? &mla_merge_uv_wide_kernel<4, 64>
-                 : reg_ml                    ? &mla_merge_uv_kernel<true>
-                                             : &mla_merge_uv_kernel<false>;
+  auto* kernel = g > 0 && merge_bulk() ? &mla_merge_uv_wide_kernel<kMergeGroups, 1, true>
+                 : g > 0                ? &mla_merge_uv_wide_kernel<kMergeGroups, 64, false>
+                 : reg_ml               ? &mla_merge_uv_kernel<true>
+                                        : &mla_merge_uv_kernel<false>;
   const int cols = kHeadLinearCols * std::max(1, g);
   const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);

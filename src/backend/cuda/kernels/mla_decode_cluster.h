@@ -144,9 +144,10 @@ bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n
 int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts);
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream);
 int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n);  // the launch's grid size
-// Which merge kernel (tests): 0 mla_merge_uv_kernel (16 W_UV columns per CTA), 4 / 8 the wide
-// kernel (4 / 8 groups of 16 columns per CTA, the row merged once per CTA), -1 back to
-// DEEPINFER_MLA_MERGE (v1 | wide4 | wide8; default wide4). Not thread-safe; outside captures.
-void set_mla_merge_override(int groups);
+// Which merge kernel (tests): groups 0 mla_merge_uv_kernel (16 W_UV columns per CTA), 4 the wide
+// kernel (4 groups of 16 columns per CTA, the row merged once per CTA); bulk 1: the wide kernel
+// copies the parts into shared memory by bulk copies, 0: loads them into registers; -1 back to
+// DEEPINFER_MLA_MERGE (v1 | wide4reg; default: wide, bulk). Not thread-safe; outside captures.
+void set_mla_merge_override(int groups, int bulk = -1);
 
 }  // namespace di::cuda
