@@ -118,16 +118,18 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
                                              bool defer = false);
 cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStream_t stream);
 
-// The deferred merge's consumer (run 22): W_UV of the merged attention rows. One CTA per (16
-// W_UV columns, head) as head_linear_small (head_linear.h): its W_UV rows stream before
+// The deferred merge's consumer (runs 22-23): W_UV of the merged attention rows. By default one
+// CTA per (64 W_UV columns = 4 groups of 16, head) (mla_merge_uv_wide_kernel; run 22's kernel,
+// one CTA per 16 columns, stays as DEEPINFER_MLA_MERGE=v1): the groups' W_UV rows stream before
 // griddepcontrol.wait, and so does the token's own split count (the cluster kernel's split rule
-// on the batch metadata); then per token the CTA copies the row's own parts into shared memory
-// (chunks of up to kMlaMergeChunk parts: one cp.async round trip each), weighs them with the max
-// over all of them (M = max_s m_s, w_s = e^(m_s - M)), and x = bf16(Σ_s w_s o_s / Σ_s w_s l_s),
-// which is what the cluster kernel would have written, goes through W_UV on mma.sync. Sums: O
-// per part in split order (fmaf); the normaliser by thread (part s on thread s mod 128) then the
-// warps' tree and the four warp sums in order. Only a token's own parts are read, so the bits do
-// not depend on the grid (a graph bucket's longer context) or the other tokens.
+// on the batch metadata); then per token the CTA brings the row's own parts on chip once for all
+// its groups (bulk copies into shared memory, chunks of up to 48 parts; or loads into registers,
+// DEEPINFER_MLA_MERGE=wide4reg), weighs them with the max over all of them (M = max_s m_s, w_s =
+// e^(m_s - M)), and x = bf16(Σ_s w_s o_s / Σ_s w_s l_s), which is what the cluster kernel would
+// have written, goes through W_UV on mma.sync. Sums: O per part in split order (fmaf); the
+// normaliser by thread (part s on thread s mod 128) then the warps' tree and the four warp sums
+// in order — the same in every merge kernel (bitwise equal). Only a token's own parts are read,
+// so the bits do not depend on the grid (a graph bucket's longer context) or the other tokens.
 struct MlaMergeUvParams {
   MlaClusterDecodeParams attn;  // the deferred launch: metadata, split rule, partials, num_splits
   HeadLinearParams uv;          // x unused; w = W_UV [heads, n, dv]; y = [num_tokens, heads, n]
