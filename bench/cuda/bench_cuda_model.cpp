@@ -220,7 +220,7 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
                                            static_cast<long long>(t0));
   }
   if (mk[0].empty()) return;
-  static const char* const kMergeNames[] = {"start", "waited", "max",   "norm",
+  static const char* const kMergeNames[] = {"start",  "waited", "max", "norm",
                                             "chunk0", "merged", "end"};
   static_assert(std::size(kMergeNames) == cuda::kMlaMergeTimingSlots);
   std::string line;
@@ -232,9 +232,10 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
                   v[v.size() / 2], v.back());
     line += part;
   }
-  std::printf("[mla-timing] conc=%d merge ctas=%zu, ns after the cluster kernel's first start "
-              "(min/median/max): cluster end=%llu%s\n",
-              conc, mk[0].size(), t1 - t0, line.c_str());
+  std::printf(
+      "[mla-timing] conc=%d merge ctas=%zu, ns after the cluster kernel's first start "
+      "(min/median/max): cluster end=%llu%s\n",
+      conc, mk[0].size(), t1 - t0, line.c_str());
 }
 
 int run(const Args& args) {

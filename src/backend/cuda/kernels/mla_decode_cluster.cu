@@ -724,20 +724,22 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
   if (tm != nullptr) tm[6] = globaltimer_ns();
 }
 
-// The deferred merge with G groups of W_UV columns per CTA (grid: ceil(n / 16 G), heads; G = 4):
-// the CTA merges a row once for all its groups, so each head's parts cross L2 n / 16 G times
-// instead of n / 16 (V2-Lite, ctx 2048: mla_merge_uv_kernel's 8 CTAs per head read the same
-// 33 x 2 KB of O each, 8.6 MB per layer, and took ~4.8 us from griddepcontrol.wait to the
-// first (max); H200 run 23 phase timing). Thread c < k owns latent column c. The parts' O rows
-// come either (kBulk, the default) into shared memory by bulk copies — thread 0 arms an mbarrier
-// and issues one 2 KB copy per part, chunks of kBulkChunk parts, the first while the (max, sum)
-// reduce — or (registers) straight from L2 into registers, chunks of kWideChunk, the first in
-// flight while the (max, sum) reduce. The arithmetic is mla_merge_uv_kernel's: the (max, sum) of
-// part s on thread s mod 128 (the first 4 warps, registers), the same tree and warp order; O per
-// column in split order with fmaf, skipping zero weights; one bf16 rounding. The groups share the
-// merged row (x_s) and keep their own weight rows and partial sums.
+// The deferred merge with G = kMergeGroups (4) groups of W_UV columns per CTA (grid:
+// ceil(n / 16 G), heads): the CTA merges a row once for all its groups, so each head's parts
+// cross L2 n / 16 G times instead of n / 16 (V2-Lite, ctx 2048: mla_merge_uv_kernel's 8 CTAs per
+// head read the same 33 x 2 KB of O each, 8.6 MB per layer, and took ~4.8 us from
+// griddepcontrol.wait to the first (max); H200 run 23 phase timing). Thread c < k owns latent
+// column c. The parts' O rows come either (kBulk, the default) into shared memory by bulk copies —
+// thread 0 arms an mbarrier and issues one 2 KB copy per part, chunks of kBulkChunk parts, the
+// first while the (max, sum) reduce — or (registers) straight from L2 into registers, chunks of
+// kWideChunk, the first in flight while the (max, sum) reduce. The arithmetic is
+// mla_merge_uv_kernel's: the (max, sum) of part s on thread s mod 128 (the first 4 warps,
+// registers), the same tree and warp order; O per column in split order with fmaf, skipping zero
+// weights; one bf16 rounding. The groups share the merged row (x_s) and keep their own weight rows
+// and partial sums.
 constexpr int kBulkChunk = 48;
 constexpr int kMergeGroups = 4;
+constexpr int kMergeThreads = kMergeGroups * kHeadLinearThreads;
 
 struct WideMergeSmem {
   int x_off, part_off, w_off, own_off, red_off, o_off, bar_off, total;
@@ -757,9 +759,8 @@ __host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts
   return L;
 }
 
-template <int G, int kWideChunk, bool kBulk>
-__global__ void __launch_bounds__(G * kHeadLinearThreads)
-    mla_merge_uv_wide_kernel(MlaMergeUvParams mp) {
+template <int kWideChunk, bool kBulk>
+__global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMergeUvParams mp) {
   pdl_trigger();
   unsigned long long* const tm =
       mp.timing == nullptr || threadIdx.x != 0
@@ -771,9 +772,9 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
   const HeadLinearParams& p = mp.uv;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int group = tid / kHeadLinearThreads, h = static_cast<int>(blockIdx.y);
-  const int col0 = (static_cast<int>(blockIdx.x) * G + group) * kHeadLinearCols;
+  const int col0 = (static_cast<int>(blockIdx.x) * kMergeGroups + group) * kHeadLinearCols;
   const int k = p.k, parts = a.num_splits;
-  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, G, kBulk);
+  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, kMergeGroups, kBulk);
   HeadLinearSmem m;
   m.ld = pad16(k) + 8;
   m.tpad = pad16(p.t);
@@ -784,12 +785,13 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
   float* w_s = reinterpret_cast<float*>(smem + L.w_off);
   int* own_s = reinterpret_cast<int*>(smem + L.own_off);
   float* red_s = reinterpret_cast<float*>(smem + L.red_off);
-  float* o_s = reinterpret_cast<float*>(smem + L.o_off);         // kBulk: [chunk][k]
+  float* o_s = reinterpret_cast<float*>(smem + L.o_off);          // kBulk: [chunk][k]
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar_off);  // kBulk
-  head_linear_load_w(p, col0, h, m);  // columns past n load zeros
-  for (int i = tid; i < m.tpad * m.ld / 8; i += G * kHeadLinearThreads)
+  // The groups' weight rows (columns past n load zeros).
+  head_linear_load_w(p, col0, h, m);
+  for (int i = tid; i < m.tpad * m.ld / 8; i += kMergeThreads)
     reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
-  for (int r = tid; r < p.t; r += G * kHeadLinearThreads) {
+  for (int r = tid; r < p.t; r += kMergeThreads) {
     const int n_kv = mla_token_context(a, r).n_kv;
     const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
     own_s[r] = min((n_kv + split - 1) / split, parts);
@@ -799,10 +801,10 @@ __global__ void __launch_bounds__(G * kHeadLinearThreads)
     fence_mbar_init();
   }
   const int64_t rows_total = int64_t{p.t} * p.heads;
-  const int64_t part_stride = rows_total * k;  // floats between a row's consecutive parts
+  const int64_t part_stride = rows_total * k;     // floats between a row's consecutive parts
   const bool reducer = tid < kHeadLinearThreads;  // warp-uniform: the first 4 warps
   uint32_t phase = 0;                             // kBulk: the barrier's next parity
-  pdl_wait();  // the partials are the previous kernel's
+  pdl_wait();                                     // the partials are the previous kernel's
   if (tm != nullptr) tm[1] = globaltimer_ns();
   __syncthreads();
   for (int r = 0; r < p.t; ++r) {
@@ -1117,19 +1119,19 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
   // DEEPINFER_MLA_MERGE_REG=0 (mla_merge_uv_kernel): each part's (max, sum) read twice.
   static const bool reg_ml = env_int("DEEPINFER_MLA_MERGE_REG", 1) != 0;
   const int g = merge_groups(p.uv.k);
-  auto* kernel = g > 0 && merge_bulk() ? &mla_merge_uv_wide_kernel<kMergeGroups, 1, true>
-                 : g > 0                ? &mla_merge_uv_wide_kernel<kMergeGroups, 64, false>
-                 : reg_ml               ? &mla_merge_uv_kernel<true>
-                                        : &mla_merge_uv_kernel<false>;
+  auto* kernel = g > 0 && merge_bulk() ? &mla_merge_uv_wide_kernel<1, true>
+                 : g > 0               ? &mla_merge_uv_wide_kernel<64, false>
+                 : reg_ml              ? &mla_merge_uv_kernel<true>
+                                       : &mla_merge_uv_kernel<false>;
   const int cols = kHeadLinearCols * std::max(1, g);
   const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
-  return launch_pdl(kernel,
-                    dim3(static_cast<unsigned>((p.uv.n + cols - 1) / cols),
-                         static_cast<unsigned>(p.uv.heads)),
-                    dim3(static_cast<unsigned>(kHeadLinearThreads * std::max(1, g))),
-                    static_cast<size_t>(smem), stream, p);
+  return launch_pdl(
+      kernel,
+      dim3(static_cast<unsigned>((p.uv.n + cols - 1) / cols), static_cast<unsigned>(p.uv.heads)),
+      dim3(static_cast<unsigned>(kHeadLinearThreads * std::max(1, g))), static_cast<size_t>(smem),
+      stream, p);
 }
 
 }  // namespace di::cuda

@@ -1149,8 +1149,9 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   const MoeT1DownImpl impl = moe_t1_down_impl();
   const int slots = p.top_k + p.shared_slots;
   const int act_bytes = slots * p.inter * 4;
-  const bool smem_down = (impl == MoeT1DownImpl::kSmem || (impl == MoeT1DownImpl::kAuto && iters > 4)) &&
-                         iters <= 8 && act_bytes <= kT1SmemMaxAct;
+  const bool smem_down =
+      (impl == MoeT1DownImpl::kSmem || (impl == MoeT1DownImpl::kAuto && iters > 4)) && iters <= 8 &&
+      act_bytes <= kT1SmemMaxAct;
   const bool pdl = t1_pdl(p, smem_down);
   p.early_rows = down_early_env && pdl && pdl_enabled();
   if (smem_down) {
