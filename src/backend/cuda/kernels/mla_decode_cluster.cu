@@ -581,39 +581,98 @@ __host__ __device__ inline int merge_chunk(int parts) {
   return parts < kMlaMergeChunk ? parts : kMlaMergeChunk;
 }
 
-// kRegMl: each part's (max, sum) loaded once into registers (kMlaMergeMaxParts / 128 per thread,
-// one L2 round trip); else loaded twice (for the max, then for the weights).
-template <bool kRegMl>
+// The merge kernels' phase-timing slots of this CTA (thread 0 only; null when off).
+__device__ inline unsigned long long* merge_timing(const MlaMergeUvParams& mp) {
+  if (mp.timing == nullptr || threadIdx.x != 0) return nullptr;
+  return mp.timing + (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * kMlaMergeTimingSlots;
+}
+
+// Each token's own parts, as the cluster kernel split its context (the batch metadata is no
+// kernel's output: read before the wait), by threads tid, tid + nthreads, ...
+__device__ inline void merge_own_parts(const MlaClusterDecodeParams& a, int tokens, int tid,
+                                       int nthreads, int* own_s) {
+  for (int r = tid; r < tokens; r += nthreads) {
+    const int n_kv = mla_token_context(a, r).n_kv;
+    const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
+    own_s[r] = min((n_kv + split - 1) / split, a.num_splits);
+  }
+}
+
+// The merges' (max, sum) pass over a row's `own` parts, part s on thread s mod 128 (the CTA's
+// first 4 warps, the reducers): merge_ml_load brings the pairs into registers (one L2 round
+// trip) and folds this thread's max; merge_ml_weights then takes the block's max, writes the
+// weights w_s = e^(m_s - M) and returns 1 / Σ_s w_s l_s (per-thread sums in part order, the warp
+// tree, the 4 warp sums in order). Every thread of the CTA calls merge_ml_weights (three
+// barriers); red_s holds 4 floats.
+struct MergeMl {
+  float2 e[kMlaMergeMaxParts / kHeadLinearThreads];
+  float mx = -INFINITY;
+};
+__device__ inline void merge_ml_load(const float* ml, int own, int64_t part_stride, int tid,
+                                     MergeMl& m) {
+#pragma unroll
+  for (int i = 0; i < kMlaMergeMaxParts / kHeadLinearThreads; ++i) {
+    const int s = tid + i * kHeadLinearThreads;
+    m.e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * part_stride))
+                     : make_float2(-INFINITY, 0.0f);
+    m.mx = fmaxf(m.mx, m.e[i].x);
+  }
+}
+__device__ inline float merge_ml_weights(MergeMl& m, int own, int tid, float* red_s, float* w_s,
+                                         unsigned long long* tm) {
+  constexpr int kWarpsM = kHeadLinearThreads / 32;
+  const int lane = tid & 31, warp = tid >> 5;
+  const bool reducer = tid < kHeadLinearThreads;  // warp-uniform
+  if (reducer) {
+    const float mx = warp_max(m.mx);
+    if (lane == 0) red_s[warp] = mx;
+  }
+  __syncthreads();
+  if (tm != nullptr) tm[2] = globaltimer_ns();
+  float sum = 0.0f;
+  if (reducer) {
+    float mx = red_s[0];
+#pragma unroll
+    for (int w = 1; w < kWarpsM; ++w) mx = fmaxf(mx, red_s[w]);
+#pragma unroll
+    for (int i = 0; i < kMlaMergeMaxParts / kHeadLinearThreads; ++i) {
+      const int s = tid + i * kHeadLinearThreads;
+      const float w = m.e[i].x == -INFINITY ? 0.0f : expf(m.e[i].x - mx);
+      if (s < own) w_s[s] = w;
+      sum += w * m.e[i].y;
+    }
+    sum = warp_sum(sum);
+  }
+  __syncthreads();  // the reducers have read red_s's maxima
+  if (reducer && lane == 0) red_s[warp] = sum;
+  __syncthreads();
+  if (tm != nullptr) tm[3] = globaltimer_ns();
+  float total = red_s[0];
+#pragma unroll
+  for (int w = 1; w < kWarpsM; ++w) total += red_s[w];
+  return total > 0.0f ? 1.0f / total : 0.0f;
+}
+
 __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMergeUvParams mp) {
   pdl_trigger();
-  unsigned long long* const tm =
-      mp.timing == nullptr || threadIdx.x != 0
-          ? nullptr
-          : mp.timing + (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * kMlaMergeTimingSlots;
+  unsigned long long* const tm = merge_timing(mp);
   if (tm != nullptr) tm[0] = globaltimer_ns();
   extern __shared__ __align__(16) unsigned char smem[];
   const MlaClusterDecodeParams& a = mp.attn;
   const HeadLinearParams& p = mp.uv;
   const int col0 = static_cast<int>(blockIdx.x) * kHeadLinearCols, h = static_cast<int>(blockIdx.y);
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  constexpr int kWarpsM = kHeadLinearThreads / 32;
+  const int tid = static_cast<int>(threadIdx.x);
   const int k = p.k, q4 = k / 4, parts = a.num_splits, chunk = merge_chunk(parts);
   head_linear_load_w(p, col0, h, smem);
   const HeadLinearSmem m = head_linear_smem(p, smem);
   float* o_s = reinterpret_cast<float*>(smem + merge_scratch_offset(p.t, k));  // [chunk][k]
   float* w_s = o_s + chunk * k;                                                 // [parts]
   int* own_s = reinterpret_cast<int*>(w_s + parts);                             // [t]
-  float* red_s = reinterpret_cast<float*>(own_s + p.t);                         // [kWarpsM]
+  float* red_s = reinterpret_cast<float*>(own_s + p.t);                         // [4]
   // Zero token rows: rows past t and columns past k stay zero (the mma's padding).
   for (int i = tid; i < m.tpad * m.ld / 8; i += kHeadLinearThreads)
     reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
-  // Each token's own parts, as the cluster kernel split its context (the batch metadata is no
-  // kernel's output: read before the wait).
-  for (int r = tid; r < p.t; r += kHeadLinearThreads) {
-    const int n_kv = mla_token_context(a, r).n_kv;
-    const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
-    own_s[r] = min((n_kv + split - 1) / split, parts);
-  }
+  merge_own_parts(a, p.t, tid, kHeadLinearThreads, own_s);
   const int64_t rows_total = int64_t{p.t} * p.heads;
   pdl_wait();  // the partials are the previous kernel's
   if (tm != nullptr) tm[1] = globaltimer_ns();
@@ -630,56 +689,10 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
       cp_async_commit();
     };
     copy_chunk(0);
-    // The weights and the normaliser, all threads: part s on thread s mod 128.
-    const float* ml = a.partial_ml + row * 2;
-    constexpr int kPer = kRegMl ? kMlaMergeMaxParts / kHeadLinearThreads : 1;
-    float2 e[kPer];
-    float mx = -INFINITY;
-    if constexpr (kRegMl) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int s = tid + i * kHeadLinearThreads;
-        e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2))
-                       : make_float2(-INFINITY, 0.0f);
-        mx = fmaxf(mx, e[i].x);
-      }
-    } else {
-      for (int s = tid; s < own; s += kHeadLinearThreads)
-        mx = fmaxf(mx, __ldcg(ml + s * rows_total * 2));
-    }
-    mx = warp_max(mx);
-    if (lane == 0) red_s[warp] = mx;
-    __syncthreads();
-    if (tm != nullptr && r == 0) tm[2] = globaltimer_ns();
-    mx = red_s[0];
-#pragma unroll
-    for (int w = 1; w < kWarpsM; ++w) mx = fmaxf(mx, red_s[w]);
-    float sum = 0.0f;
-    if constexpr (kRegMl) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int s = tid + i * kHeadLinearThreads;
-        const float w = e[i].x == -INFINITY ? 0.0f : expf(e[i].x - mx);
-        if (s < own) w_s[s] = w;
-        sum += w * e[i].y;
-      }
-    } else {
-      for (int s = tid; s < own; s += kHeadLinearThreads) {
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2));
-        const float w = v.x == -INFINITY ? 0.0f : expf(v.x - mx);
-        w_s[s] = w;
-        sum += w * v.y;
-      }
-    }
-    sum = warp_sum(sum);
-    __syncthreads();  // everyone has read red_s's maxima
-    if (lane == 0) red_s[warp] = sum;
-    __syncthreads();
-    if (tm != nullptr && r == 0) tm[3] = globaltimer_ns();
-    float total = red_s[0];
-#pragma unroll
-    for (int w = 1; w < kWarpsM; ++w) total += red_s[w];
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    // The weights and the normaliser (part s on thread s mod 128).
+    MergeMl ml;
+    merge_ml_load(a.partial_ml + row * 2, own, rows_total * 2, tid, ml);
+    const float inv = merge_ml_weights(ml, own, tid, red_s, w_s, r == 0 ? tm : nullptr);
     // O: the parts in split order, a chunk at a time (the next chunk after this one's sums).
     float4 acc[kHeadLinearMaxK / 4 / kHeadLinearThreads];
 #pragma unroll
@@ -762,15 +775,12 @@ __host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts
 template <int kWideChunk, bool kBulk>
 __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMergeUvParams mp) {
   pdl_trigger();
-  unsigned long long* const tm =
-      mp.timing == nullptr || threadIdx.x != 0
-          ? nullptr
-          : mp.timing + (int64_t{blockIdx.y} * gridDim.x + blockIdx.x) * kMlaMergeTimingSlots;
+  unsigned long long* const tm = merge_timing(mp);
   if (tm != nullptr) tm[0] = globaltimer_ns();
   extern __shared__ __align__(16) unsigned char smem[];
   const MlaClusterDecodeParams& a = mp.attn;
   const HeadLinearParams& p = mp.uv;
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int tid = static_cast<int>(threadIdx.x);
   const int group = tid / kHeadLinearThreads, h = static_cast<int>(blockIdx.y);
   const int col0 = (static_cast<int>(blockIdx.x) * kMergeGroups + group) * kHeadLinearCols;
   const int k = p.k, parts = a.num_splits;
@@ -791,20 +801,15 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
   head_linear_load_w(p, col0, h, m);
   for (int i = tid; i < m.tpad * m.ld / 8; i += kMergeThreads)
     reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
-  for (int r = tid; r < p.t; r += kMergeThreads) {
-    const int n_kv = mla_token_context(a, r).n_kv;
-    const int split = n_kv > a.long_split_from ? a.long_split_size : a.split_size;
-    own_s[r] = min((n_kv + split - 1) / split, parts);
-  }
+  merge_own_parts(a, p.t, tid, kMergeThreads, own_s);
   if (kBulk && tid == 0) {
     mbar_init(bar, 1);
     fence_mbar_init();
   }
   const int64_t rows_total = int64_t{p.t} * p.heads;
-  const int64_t part_stride = rows_total * k;     // floats between a row's consecutive parts
-  const bool reducer = tid < kHeadLinearThreads;  // warp-uniform: the first 4 warps
-  uint32_t phase = 0;                             // kBulk: the barrier's next parity
-  pdl_wait();                                     // the partials are the previous kernel's
+  const int64_t part_stride = rows_total * k;  // floats between a row's consecutive parts
+  uint32_t phase = 0;                          // kBulk: the barrier's next parity
+  pdl_wait();                                  // the partials are the previous kernel's
   if (tm != nullptr) tm[1] = globaltimer_ns();
   __syncthreads();
   for (int r = 0; r < p.t; ++r) {
@@ -823,19 +828,9 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
                       static_cast<uint32_t>(k * 4), bar);
     };
     if constexpr (kBulk) issue_bulk(0);
-    constexpr int kPer = kMlaMergeMaxParts / kHeadLinearThreads;
-    const float* ml = a.partial_ml + row * 2;
-    float2 e[kPer];
-    float mx = -INFINITY;
-    if (reducer) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int s = tid + i * kHeadLinearThreads;
-        e[i] = s < own ? __ldcg(reinterpret_cast<const float2*>(ml + s * rows_total * 2))
-                       : make_float2(-INFINITY, 0.0f);
-        mx = fmaxf(mx, e[i].x);
-      }
-    }
+    MergeMl ml;  // (max, sum): the first 4 warps
+    if (tid < kHeadLinearThreads)
+      merge_ml_load(a.partial_ml + row * 2, own, rows_total * 2, tid, ml);
     // Registers mode: column tid's O of parts [s0, s0 + kWideChunk), in flight while the
     // weights reduce.
     float v[kBulk ? 1 : kWideChunk];
@@ -845,34 +840,7 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
         v[j] = tid < k && s0 + j < own ? __ldcg(o_col + (s0 + j) * part_stride) : 0.0f;
     };
     if constexpr (!kBulk) load_chunk(0);
-    if (reducer) {
-      mx = warp_max(mx);
-      if (lane == 0) red_s[warp] = mx;
-    }
-    __syncthreads();
-    if (tm != nullptr && r == 0) tm[2] = globaltimer_ns();
-    float sum = 0.0f;
-    if (reducer) {
-      mx = red_s[0];
-#pragma unroll
-      for (int w = 1; w < kHeadLinearWarps; ++w) mx = fmaxf(mx, red_s[w]);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int s = tid + i * kHeadLinearThreads;
-        const float w = e[i].x == -INFINITY ? 0.0f : expf(e[i].x - mx);
-        if (s < own) w_s[s] = w;
-        sum += w * e[i].y;
-      }
-      sum = warp_sum(sum);
-    }
-    __syncthreads();  // the reducers have read red_s's maxima
-    if (reducer && lane == 0) red_s[warp] = sum;
-    __syncthreads();
-    if (tm != nullptr && r == 0) tm[3] = globaltimer_ns();
-    float total = red_s[0];
-#pragma unroll
-    for (int w = 1; w < kHeadLinearWarps; ++w) total += red_s[w];
-    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    const float inv = merge_ml_weights(ml, own, tid, red_s, w_s, r == 0 ? tm : nullptr);
     float acc = 0.0f;
     if constexpr (kBulk) {
       for (int s0 = 0; s0 < own; s0 += kBulkChunk) {
@@ -1116,13 +1084,10 @@ int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n) {
 }
 
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) {
-  // DEEPINFER_MLA_MERGE_REG=0 (mla_merge_uv_kernel): each part's (max, sum) read twice.
-  static const bool reg_ml = env_int("DEEPINFER_MLA_MERGE_REG", 1) != 0;
   const int g = merge_groups(p.uv.k);
   auto* kernel = g > 0 && merge_bulk() ? &mla_merge_uv_wide_kernel<1, true>
                  : g > 0               ? &mla_merge_uv_wide_kernel<64, false>
-                 : reg_ml              ? &mla_merge_uv_kernel<true>
-                                       : &mla_merge_uv_kernel<false>;
+                                       : &mla_merge_uv_kernel;
   const int cols = kHeadLinearCols * std::max(1, g);
   const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
