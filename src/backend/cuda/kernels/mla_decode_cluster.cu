@@ -134,6 +134,23 @@ __device__ __forceinline__ float4 ld_cluster4(uint32_t addr) {
 // kMt: m16 tiles of heads (rows = 16 kMt); kNt: n8 output tiles per warp (warp w owns tiles w,
 // w + 8, ...: dv <= 64 kNt).
 // kMinBlocks: CTAs per SM the registers must allow (2: <= 128 per thread, 3: <= 80).
+// The merges' fold of N partial states (max m_j, sum l_j, O v_j) under the running max mx:
+// w_j = e^(m_j - mx) (0 where m_j is -inf: no entries), sum += w_j l_j, o += w_j v_j, j in order.
+template <int N>
+__device__ __forceinline__ void add_weighted(const float (&m)[N], const float (&l)[N],
+                                             const float4 (&v)[N], float mx, float& sum,
+                                             float (&o)[4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const float w = m[j] == -INFINITY ? 0.0f : expf(m[j] - mx);
+    sum += w * l[j];
+    o[0] += w * v[j].x;
+    o[1] += w * v[j].y;
+    o[2] += w * v[j].z;
+    o[3] += w * v[j].w;
+  }
+}
+
 template <int kMt, int kNt, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     mla_cluster_decode_kernel(MlaClusterDecodeParams p) {
@@ -470,15 +487,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
     for (int c = 0; c < kMlaCluster; ++c) mx = fmaxf(mx, m[c]);
     float sum = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int c = 0; c < kMlaCluster; ++c) {
-      const float w = m[c] == -INFINITY ? 0.0f : expf(m[c] - mx);
-      sum += w * l[c];
-      o[0] += w * v[c].x;
-      o[1] += w * v[c].y;
-      o[2] += w * v[c].z;
-      o[3] += w * v[c].w;
-    }
+    add_weighted(m, l, v, mx, sum, o);
     if (own_clusters == 1) {
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       store_out(p.out + (row0 + r) * dv + col, o, inv, vec);
@@ -551,15 +560,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       sum *= a;
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[e] *= a;
-#pragma unroll
-      for (int j = 0; j < kMerge; ++j) {
-        const float w = m[j] == -INFINITY ? 0.0f : expf(m[j] - bm);
-        sum += w * l[j];
-        o[0] += w * v[j].x;
-        o[1] += w * v[j].y;
-        o[2] += w * v[j].z;
-        o[3] += w * v[j].w;
-      }
+      add_weighted(m, l, v, bm, sum, o);
       mx = bm;
     }
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
