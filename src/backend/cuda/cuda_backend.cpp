@@ -862,7 +862,7 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   mu.uv = contiguous_head_linear(nullptr, w, *p.head_out, 1, heads, dv, n);
   // The merge's CTAs record in the timing buffer's second half (bench_cuda_model --mla-timing).
   const int64_t merge_ctas = mla_merge_uv_ctas(heads, dv, n);
-  if (k.timing != nullptr && int64_t{plan.num_splits} * plan.head_tiles <= mla_timing_ctas_ / 2 &&
+  if (k.timing != nullptr &&
       merge_ctas * kMlaMergeTimingSlots <= mla_timing_ctas_ / 2 * kMlaTimingSlots)
     mu.timing = mla_timing_ + mla_timing_ctas_ / 2 * kMlaTimingSlots;
   CUDA_CHECK(launch_mla_merge_uv(mu, stream_));

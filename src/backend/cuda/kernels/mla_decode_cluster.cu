@@ -1080,7 +1080,7 @@ int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts) {
 }
 
 int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n) {
-  const int64_t cols = kHeadLinearCols * std::max(1, merge_groups(dv));
+  const int64_t cols = kHeadLinearCols * std::max(1, merge_groups(dv));  // per CTA
   return heads * ((n + cols - 1) / cols);
 }
 
@@ -1089,15 +1089,14 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
   auto* kernel = g > 0 && merge_bulk() ? &mla_merge_uv_wide_kernel<1, true>
                  : g > 0               ? &mla_merge_uv_wide_kernel<64, false>
                                        : &mla_merge_uv_kernel;
-  const int cols = kHeadLinearCols * std::max(1, g);
   const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
-  return launch_pdl(
-      kernel,
-      dim3(static_cast<unsigned>((p.uv.n + cols - 1) / cols), static_cast<unsigned>(p.uv.heads)),
-      dim3(static_cast<unsigned>(kHeadLinearThreads * std::max(1, g))), static_cast<size_t>(smem),
-      stream, p);
+  const int64_t col_blocks = mla_merge_uv_ctas(1, p.uv.k, p.uv.n);
+  return launch_pdl(kernel,
+                    dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(p.uv.heads)),
+                    dim3(static_cast<unsigned>(kHeadLinearThreads * std::max(1, g))),
+                    static_cast<size_t>(smem), stream, p);
 }
 
 }  // namespace di::cuda
