@@ -166,7 +166,7 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
   static const char* const kNames[] = {"prewait", "waited",   "stage0", "scores0", "softmax0",
                                        "stages",  "cluster1", "merged", "voted",   "end"};
   static_assert(std::size(kNames) == cuda::kMlaMarks);
-  const size_t ctas = h.size() / kSlots / 2;  // the second half: mla_merge_uv's CTAs
+  const size_t ctas = h.size() / kSlots / 2;  // the first half (the second: mla_merge_uv's)
   unsigned long long t0 = ~0ull, t1 = 0;
   for (size_t c = 0; c < ctas; ++c)
     if (h[c * kSlots] != 0) {
