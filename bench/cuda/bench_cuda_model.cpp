@@ -216,16 +216,18 @@ void print_mla_timing(const std::vector<unsigned long long>& h, int32_t conc) {
     const unsigned long long* r = m + c * cuda::kMlaMergeTimingSlots;
     if (r[0] == 0) continue;
     for (int i = 0; i < cuda::kMlaMergeTimingSlots; ++i)
-      mk[static_cast<size_t>(i)].push_back(static_cast<long long>(r[i]) -
-                                           static_cast<long long>(t0));
+      if (r[i] != 0)  // marks only some kernels write
+        mk[static_cast<size_t>(i)].push_back(static_cast<long long>(r[i]) -
+                                             static_cast<long long>(t0));
   }
   if (mk[0].empty()) return;
-  static const char* const kMergeNames[] = {"start",  "waited", "max", "norm",
-                                            "chunk0", "merged", "end"};
+  static const char* const kMergeNames[] = {"start", "waited",  "max",    "norm", "chunk0",
+                                            "merged", "mma",  "reduced", "stored", "end"};
   static_assert(std::size(kMergeNames) == cuda::kMlaMergeTimingSlots);
   std::string line;
   for (int i = 0; i < cuda::kMlaMergeTimingSlots; ++i) {
     std::vector<long long>& v = mk[static_cast<size_t>(i)];
+    if (v.empty()) continue;
     std::sort(v.begin(), v.end());
     char part[96];
     std::snprintf(part, sizeof part, " %s=%lld/%lld/%lld", kMergeNames[i], v.front(),

@@ -452,11 +452,14 @@ TEST(MlaDecodePlan, Clusters) {
 // The deferred merge's plan (batch 1 with W_UV): the same splits as the cluster plan, one
 // partial (dv + 2 f32) per split and row, no counters; in batch-invariant mode the split stays 32.
 TEST(MlaDecodePlan, DeferredSplitsAndPartials) {
+  // The deferred plan keeps 32-entry splits up to 4096 entries (the cluster kernel's own plan:
+  // up to 1024), then 64.
   struct Want {
-    int32_t max_kv, heads, splits;
+    int32_t max_kv, heads, splits, long_split;
   };
-  for (const Want w : {Want{1, 16, 1}, Want{1000, 16, 32}, Want{1024, 16, 32}, Want{1025, 16, 32},
-                       Want{2112, 16, 33}, Want{4100, 128, 65}, Want{32768, 16, 512}}) {
+  for (const Want w : {Want{1, 16, 1, 32}, Want{1000, 16, 32, 32}, Want{1024, 16, 32, 32},
+                       Want{1025, 16, 33, 32}, Want{2112, 16, 66, 32}, Want{4096, 16, 128, 32},
+                       Want{4100, 128, 128, 64}, Want{32768, 16, 512, 64}}) {
     const cuda::MlaClusterDecodePlan d = cuda::plan_mla_cluster_decode(1, w.max_kv, w.heads, 576,
                                                                        512, true);
     const cuda::MlaClusterDecodePlan c =
@@ -464,11 +467,19 @@ TEST(MlaDecodePlan, DeferredSplitsAndPartials) {
     EXPECT_TRUE(d.defer);
     EXPECT_EQ(d.num_splits, w.splits) << "kv " << w.max_kv;
     EXPECT_EQ(d.split_size, c.split_size);
-    EXPECT_EQ(d.long_split_size, c.long_split_size);
-    EXPECT_LE(d.num_splits, c.num_clusters * cuda::kMlaCluster);  // within the cluster grid
+    EXPECT_EQ(d.long_split_size, w.long_split) << "kv " << w.max_kv;
+    // The same split sizes as the cluster kernel's plan outside (1024, 4096]; up to 1024 the
+    // same grid. (Above 4096 a token of up to 4096 entries still takes 32-entry splits: 4100
+    // sizes the grid for 4096 / 32 = 128.)
+    if (w.max_kv <= 1024 || w.max_kv > 4096) {
+      EXPECT_EQ(d.long_split_size, c.long_split_size);
+      EXPECT_EQ(d.smem_bytes, c.smem_bytes);
+    }
+    if (w.max_kv <= 1024) {
+      EXPECT_LE(d.num_splits, c.num_clusters * cuda::kMlaCluster);
+    }
     EXPECT_EQ(d.num_counters, 0);
     EXPECT_EQ(d.partial_bytes, size_t(w.splits) * size_t(w.heads) * (512 + 2) * sizeof(float));
-    EXPECT_EQ(d.smem_bytes, c.smem_bytes);
   }
   EXPECT_LE(cuda::plan_mla_cluster_decode(1, 32768, 16, 576, 512, true).num_splits,
             cuda::kMlaMergeMaxParts);
@@ -654,14 +665,16 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
     const Tensor padded = run_mla(*be, c, 31, true, kN);
     cb.set_attention_max_kv_len(0);
     const Tensor again = run_mla(*be, c, 31, true, kN);
-    // The merge kernels (16 columns per CTA; the wide one, parts by loads or bulk copies): the
-    // same bits.
+    // The merge kernels (16 columns per CTA; the wide one, parts by loads or bulk copies; the
+    // k-split cluster): the same bits.
     std::vector<Tensor> kernels;
-    for (const auto& [groups, bulk] : {std::pair{0, 0}, {4, 0}, {4, 1}}) {
-      cuda::set_mla_merge_override(groups, bulk);
+    for (const cuda::MlaMergeKernel kind :
+         {cuda::MlaMergeKernel::kV1, cuda::MlaMergeKernel::kWideRegisters,
+          cuda::MlaMergeKernel::kWideBulk, cuda::MlaMergeKernel::kSplit}) {
+      cuda::set_mla_merge_override(kind);
       kernels.push_back(run_mla(*be, c, 31, true, kN));
     }
-    cuda::set_mla_merge_override(-1, -1);
+    cuda::set_mla_merge_override(cuda::MlaMergeKernel::kAuto);
     cb.set_mla_defer(0);
     const Tensor composed = run_mla(*be, c, 31, true, kN);
     cb.set_mla_defer(-1);

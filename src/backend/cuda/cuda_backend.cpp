@@ -842,13 +842,14 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   const MlaClusterDecodePlan plan =
       plan_mla_cluster_decode(1, max_kv, p.num_q_heads, p.head_dim_qk, p.head_dim_v, true);
   if (!mla_merge_uv_supported(1, heads, dv, n, plan.num_splits) ||
-      static_cast<size_t>(mla_merge_uv_smem(1, static_cast<int32_t>(dv), plan.num_splits)) >
+      static_cast<size_t>(mla_merge_uv_smem(1, static_cast<int32_t>(dv), static_cast<int32_t>(n),
+                                            plan.num_splits)) >
           max_smem_optin_ ||
       plan.smem_bytes > max_smem_optin_)
     return false;
   Tensor ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
   MlaClusterDecodeParams k = mla_cluster_params(p, plan, attention_counters_);  // not touched
-  k.defer = 1;
+  k.defer = mla_merge_uv_defer_layout(1, dv, n, plan.num_splits);
   k.num_splits = plan.num_splits;
   k.partial_o = mptr<float>(ws);
   k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits),
@@ -861,7 +862,7 @@ bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t
   mu.attn = k;
   mu.uv = contiguous_head_linear(nullptr, w, *p.head_out, 1, heads, dv, n);
   // The merge's CTAs record in the timing buffer's second half (bench_cuda_model --mla-timing).
-  const int64_t merge_ctas = mla_merge_uv_ctas(heads, dv, n);
+  const int64_t merge_ctas = mla_merge_uv_ctas(1, heads, dv, n, plan.num_splits);
   if (k.timing != nullptr &&
       merge_ctas * kMlaMergeTimingSlots <= mla_timing_ctas_ / 2 * kMlaTimingSlots)
     mu.timing = mla_timing_ + mla_timing_ctas_ / 2 * kMlaTimingSlots;

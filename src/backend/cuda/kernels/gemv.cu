@@ -32,8 +32,14 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
 
 // cp.async of 16 bytes global -> shared, cached in L2 only (the weights are read once).
 __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
+#if DI_L2_EVICT_FIRST
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)),
+               "l"(src), "l"(l2_stream_policy())
+               : "memory");
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src)
                : "memory");
+#endif
 }
 
 // Output row r of x row m from its fp32 sum, rounded as the composed path (cuBLAS bf16 output,

@@ -52,6 +52,10 @@ constexpr int kHugeBatchSplit = 256;
 // longest, so that a sequence's bits do not depend on its batch or the graph's context bucket.
 constexpr int kLongContextEntries = 1024;
 constexpr int kLongContextSplit = 64;
+// The deferred merge (batch 1) keeps 32-entry splits up to 4096 entries: with the k-split merge
+// the parts of a split cost little more to merge, and twice the CTAs read the context (V2-Lite
+// ctx 2048, H200 run 24: 491.8 / 492.9 tok/s at 64 -> 493.9 / 493.9 at 32).
+constexpr int kDeferLongContextEntries = 4096;
 static_assert(kMlaCluster == 8, "the column slices and weight rows assume 8 CTAs per cluster");
 
 __host__ __device__ inline int align16(int b) {
@@ -427,7 +431,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   mark(kMlaStages);
 
   // This CTA's O (unnormalised, rows < `rows`) from the accumulator fragments into o [row][dv].
-  auto write_o = [&](float* o, int rows) {
+  // at(r, col): where row r's columns col, col + 1 go.
+  auto write_o_at = [&](auto at, int rows) {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -438,15 +443,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         for (int j = 0; j < kNt; ++j) {
           const int col = (warp + kWarps * j) * 8 + 2 * t4;
           if (col >= dv) break;
-          *reinterpret_cast<float2*>(o + r * dv + col) =
+          *reinterpret_cast<float2*>(at(r, col)) =
               make_float2(acc[mt][j][2 * half], acc[mt][j][2 * half + 1]);
         }
       }
     }
   };
+  auto write_o = [&](float* o, int rows) {
+    write_o_at([&](int r, int col) { return o + r * dv + col; }, rows);
+  };
 
   if (p.defer) {  // this split's unnormalised O and (max, sum) per row, for the consumer
-    write_o(p.partial_o + (split * rows_total + row0) * dv, nr);
+    if (p.defer == 2) {  // [row][quarter][split][dv / 4]
+      const int kq = dv / 4;
+      write_o_at(
+          [&](int r, int col) {
+            return p.partial_o +
+                   (((row0 + r) * 4 + col / kq) * p.num_splits + split) * int64_t{kq} + col % kq;
+          },
+          nr);
+    } else {
+      write_o(p.partial_o + (split * rows_total + row0) * dv, nr);
+    }
     if (tid < nr) {
       const float l = l_s[tid];
       *reinterpret_cast<float2*>(p.partial_ml + (split * rows_total + row0 + tid) * 2) =
@@ -735,7 +753,7 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
   }
   if (tm != nullptr) tm[5] = globaltimer_ns();
   head_linear_finish(p, col0, h, smem, true);
-  if (tm != nullptr) tm[6] = globaltimer_ns();
+  if (tm != nullptr) tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
 }
 
 // The deferred merge with G = kMergeGroups (4) groups of W_UV columns per CTA (grid:
@@ -877,7 +895,210 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
   }
   if (tm != nullptr) tm[5] = globaltimer_ns();
   head_linear_finish(p, col0, h, m, true);
+  if (tm != nullptr) tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
+}
+
+// The deferred merge split over k (run 24): a cluster of kHeadLinearWarps (4) CTAs per head
+// (grid: 4, heads; k % 64 == 0). CTA q takes head_linear's warp q's k steps, latent columns
+// [q k / 4, (q + 1) k / 4): the cluster kernel wrote them for all of a row's parts as one
+// contiguous block (MlaClusterDecodeParams::defer 2), which comes into shared memory as one bulk
+// copy per chunk of kSplitChunk parts (V2-Lite, ctx 2048, split 32: 65 parts x 512 B; one copy
+// per part cost ~2 us of TMA issue, H200 run 24 phase timing), issued by a thread outside the
+// (max, sum) reducers. The CTA merges those columns and multiplies them by the same columns of
+// W_UV for all n outputs (warp w: column tiles w, w + 8, ...; the mma sequence of
+// head_linear_finish's warp q); the cluster then sums the four partials in rank order through
+// distributed shared memory, as head_linear sums its warps' partials in warp order. So every SM
+// pulls a quarter of a head's parts and of its W_UV, and the bits are the other merge kernels'
+// (the (max, sum) pass and the per-column sums are theirs; CudaMla deferred tests).
+constexpr int kSplitWarps = 8;
+constexpr int kSplitThreads = kSplitWarps * 32;  // >= k / 4 for k <= kHeadLinearMaxK
+constexpr int kSplitChunk = 64;                  // parts per bulk chunk
+constexpr int kSplitRanks = kHeadLinearWarps;    // CTAs per head: a cluster
+constexpr int kSplitMaxSmem = 160 * 1024;        // else the wide kernel
+
+struct SplitMergeSmem {
+  int ld, kq_max, x_off, part_off, wt_off, own_off, red_off, o_off, bar_off, total;
+};
+// Weights [npad][ld] bf16 (W_UV rows, this CTA's columns), token rows [tpad][ld] bf16, partial
+// sums [tpad][npad] f32, part weights [parts], own part counts [t], reduction scratch, the parts'
+// quarter rows [chunk][kq_max] f32, the mbarrier.
+__host__ __device__ inline SplitMergeSmem split_merge_smem(int t, int k, int n, int parts) {
+  SplitMergeSmem L;
+  const int nsteps = pad16(k) / 16, tpad = pad16(t), npad = pad16(n);
+  L.kq_max = 16 * ((nsteps + kSplitRanks - 1) / kSplitRanks);
+  L.ld = L.kq_max + 8;
+  L.x_off = npad * L.ld * 2;
+  L.part_off = align16(L.x_off + tpad * L.ld * 2);
+  L.wt_off = L.part_off + tpad * npad * 4;
+  L.own_off = L.wt_off + parts * 4;
+  L.red_off = L.own_off + t * 4;
+  L.o_off = align16(L.red_off + kHeadLinearWarps * 4);
+  L.bar_off = L.o_off + (parts < kSplitChunk ? parts : kSplitChunk) * L.kq_max * 4;
+  L.total = L.bar_off + 8;
+  return L;
+}
+
+__device__ __forceinline__ float2 ld_cluster2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+__global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMergeUvParams mp) {
+  pdl_trigger();
+  unsigned long long* const tm = merge_timing(mp);
+  if (tm != nullptr) tm[0] = globaltimer_ns();
+  extern __shared__ __align__(16) unsigned char smem[];
+  const MlaClusterDecodeParams& a = mp.attn;
+  const HeadLinearParams& p = mp.uv;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int q = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);  // q: the rank
+  const int k = p.k, n = p.n, parts = a.num_splits;
+  const SplitMergeSmem L = split_merge_smem(p.t, k, n, parts);
+  int s0, s1;
+  head_linear_warp_steps(p, q, s0, s1);
+  const int steps = s1 - s0, c0 = 16 * s0;
+  const int kq = max(0, min(16 * s1, k) - c0);  // this CTA's latent columns (k % 8 == 0)
+  const int ld = L.ld, tpad = pad16(p.t), npad = pad16(n);
+  bf16* w_s = reinterpret_cast<bf16*>(smem);
+  bf16* x_s = reinterpret_cast<bf16*>(smem + L.x_off);
+  float* part_s = reinterpret_cast<float*>(smem + L.part_off);
+  float* wt_s = reinterpret_cast<float*>(smem + L.wt_off);
+  int* own_s = reinterpret_cast<int*>(smem + L.own_off);
+  float* red_s = reinterpret_cast<float*>(smem + L.red_off);
+  float* o_s = reinterpret_cast<float*>(smem + L.o_off);
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar_off);
+  // W_UV rows r < n of head h, columns [c0, c0 + 16 steps) (past k or n: zeros), by every thread.
+  const bf16* wh = static_cast<const bf16*>(p.w) + int64_t{h} * n * k;
+  const int cpr = 2 * steps;  // 16-byte chunks per row
+  for (int i = tid; i < npad * cpr; i += kSplitThreads) {
+    const int r = i / cpr, c = c0 + 8 * (i % cpr);
+    const bool valid = r < n && c < k;
+    cp_async16(w_s + r * ld + (c - c0), valid ? wh + int64_t{r} * k + c : p.w, valid ? 16 : 0);
+  }
+  cp_async_commit();
+  for (int i = tid; i < tpad * ld / 8; i += kSplitThreads)
+    reinterpret_cast<uint4*>(x_s)[i] = make_uint4(0, 0, 0, 0);
+  merge_own_parts(a, p.t, tid, kSplitThreads, own_s);
+  if (tid == 0) {
+    mbar_init(bar, 1);
+    fence_mbar_init();
+  }
+  const int64_t rows_total = int64_t{p.t} * p.heads;
+  uint32_t phase = 0;  // the barrier's next parity
+  pdl_wait();          // the partials are the previous kernel's
+  if (tm != nullptr) tm[1] = globaltimer_ns();
+  __syncthreads();
+  for (int r = 0; r < p.t; ++r) {
+    const int own = own_s[r];
+    const int64_t row = int64_t{r} * p.heads + h;
+    // This row's quarter: [parts][kq] contiguous (the cluster kernel's defer == 2 layout).
+    const float* src = a.partial_o + (row * kSplitRanks + q) * parts * int64_t{kq};
+    // Parts [sc, sc + chunk) of this row's columns into o_s: one bulk copy by thread
+    // kHeadLinearThreads, not a reducer (the CTA has finished reading o_s: a barrier since).
+    auto issue = [&](int sc) {
+      const int cnt = min(kSplitChunk, own - sc);
+      if (tid != kHeadLinearThreads || cnt <= 0) return;
+      fence_proxy_async();
+      mbar_expect_tx(bar, static_cast<uint32_t>(cnt * kq * 4));
+      bulk_copy_g2s(o_s, src + sc * int64_t{kq}, static_cast<uint32_t>(cnt * kq * 4), bar);
+    };
+    if (kq > 0) issue(0);
+    MergeMl ml;  // (max, sum): the first 4 warps
+    if (tid < kHeadLinearThreads)
+      merge_ml_load(a.partial_ml + row * 2, own, rows_total * 2, tid, ml);
+    const float inv = merge_ml_weights(ml, own, tid, red_s, wt_s, r == 0 ? tm : nullptr);
+    float acc = 0.0f;
+    for (int sc = 0; kq > 0 && sc < own; sc += kSplitChunk) {
+      if (sc > 0) {
+        __syncthreads();  // o_s read by everyone
+        issue(sc);
+      }
+      mbar_wait(bar, phase);
+      phase ^= 1u;
+      if (tid < kq) {
+        const int cnt = min(kSplitChunk, own - sc);
+        for (int j = 0; j < cnt; ++j) {
+          const float w = wt_s[sc + j];
+          if (w != 0.0f) acc = fmaf(w, o_s[j * kq + tid], acc);  // zero: far below the max
+        }
+      }
+      if (tm != nullptr && r == 0 && sc == 0) tm[4] = globaltimer_ns();
+    }
+    if (tid < kq) x_s[r * ld + tid] = __float2bfloat16_rn(acc * inv);
+    __syncthreads();  // x_s row r complete; red_s / wt_s / o_s are the next token's
+  }
+  if (tm != nullptr) tm[5] = globaltimer_ns();
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's weight copies landed
+  // This CTA's k steps for all n columns: warp w takes column tiles w, w + 8, ... (16 each).
+  constexpr int kMaxMt = kHeadLinearMaxTokens / 16;
+  const int mtiles = tpad / 16;
+  const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
+  const int g = lane >> 2, t4 = lane & 3;
+  for (int ct = warp; ct < npad / 16; ct += kSplitWarps) {
+    float acc[kMaxMt][2][4];
+#pragma unroll
+    for (int mt = 0; mt < kMaxMt; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+    const bf16* wb = w_s + (ct * 16 + (lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
+    for (int ks = 0; ks < steps; ++ks) {
+      uint32_t b[4];
+      ldsm_x4(b, wb + ks * 16);
+#pragma unroll
+      for (int mt = 0; mt < kMaxMt; ++mt) {
+        if (mt < mtiles) {
+          uint32_t af[4];
+          ldsm_x4(af, x_s + (mt * 16 + frag_row) * ld + frag_col + ks * 16);
+          mma_bf16_16816(acc[mt][0], af, b[0], b[1]);
+          mma_bf16_16816(acc[mt][1], af, b[2], b[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMaxMt; ++mt) {
+      if (mt >= mtiles) break;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int r = mt * 16 + g, c = ct * 16 + nt * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(part_s + r * npad + c) =
+            make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+        *reinterpret_cast<float2*>(part_s + (r + 8) * npad + c) =
+            make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      }
+    }
+  }
   if (tm != nullptr) tm[6] = globaltimer_ns();
+  cluster_arrive();  // release: this CTA's partials
+  cluster_wait();
+  if (tm != nullptr) tm[7] = globaltimer_ns();
+  // The four partials in rank order (head_linear's warp order), rounded once to bf16; the
+  // cluster's CTAs take interleaved column pairs.
+  bf16* y = static_cast<bf16*>(p.y);
+  const int64_t ldy = int64_t{p.heads} * n;
+  const int pairs = n / 2;
+  for (int i = q * kSplitThreads + tid; i < p.t * pairs; i += kSplitRanks * kSplitThreads) {
+    const int r = i / pairs, c = 2 * (i % pairs);
+    float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+    for (int rank = 0; rank < kSplitRanks; ++rank) {
+      const float2 v = ld_cluster2(cluster_addr(part_s + r * npad + c, rank));
+      v0 += v.x;
+      v1 += v.y;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(y + r * ldy + int64_t{h} * n + c) =
+        __floats2bfloat162_rn(v0, v1);
+  }
+  if (tm != nullptr) tm[8] = globaltimer_ns();
+  cluster_arrive_relaxed();  // the peers' reads of this CTA's partials are done before it exits
+  cluster_wait();
+  if (tm != nullptr) tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
 }
 
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
@@ -977,24 +1198,25 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
   plan.head_tiles = (num_heads + plan.rows_per_tile - 1) / plan.rows_per_tile;
   const int64_t kv = max_kv_len > 0 ? max_kv_len : 1;
   // The long split only when some token may need it (its shared-memory layout has two stages).
-  const bool long_ctx = small_batch && kv > kLongContextEntries;
+  const int64_t long_from = defer ? kDeferLongContextEntries : kLongContextEntries;
+  const bool long_ctx = small_batch && kv > long_from;
   int64_t split = kSplit, long_split = long_ctx ? kLongContextSplit : kSplit;
   auto clusters = [&](int64_t n, int64_t sp) {
     return ((n + sp - 1) / sp + kMlaCluster - 1) / kMlaCluster;
   };
-  // The most clusters any token of the launch needs: one with a context of up to
-  // kLongContextEntries at `split`, or the longest at `long_split`.
+  // The most clusters any token of the launch needs: one with a context of up to long_from
+  // (kLongContextEntries; deferred: kDeferLongContextEntries) at `split`, or the longest at
+  // `long_split`.
   auto grid_clusters = [&] {
-    const int64_t short_kv = small_batch ? std::min<int64_t>(kv, kLongContextEntries) : kv;
+    const int64_t short_kv = small_batch ? std::min<int64_t>(kv, long_from) : kv;
     const int64_t c = clusters(short_kv, split);
     return long_ctx ? std::max(c, clusters(kv, long_split)) : c;
   };
   // Very long contexts: the split doubles while the clusters' weights (one f32 per row and
   // cluster) would not fit the stage buffers, which bounds the clusters (and partials) of a token
   // (~150K entries at 32 heads; the rule of the last merge's former shared-memory weights, kept so
-  // that plans do not change). Small batches grow only the long split (contexts up to
-  // kLongContextEntries need at most 4 clusters at 32), so a short context's split never depends
-  // on its batch.
+  // that plans do not change). Small batches grow only the long split (contexts up to long_from
+  // need at most 16 clusters at 32), so a short context's split never depends on its batch.
   while (plan.rows_per_tile * grid_clusters() * 4 >
          cluster_smem(plan.rows_per_tile, dqk, dv, static_cast<int>(long_split)).kv_bytes) {
     if (!small_batch) split *= 2;
@@ -1002,12 +1224,12 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
   }
   plan.split_size = static_cast<int32_t>(split);
   plan.long_split_size = static_cast<int32_t>(long_split);
-  plan.long_split_from = small_batch ? kLongContextEntries : 0x7fffffff;
+  plan.long_split_from = small_batch ? static_cast<int32_t>(long_from) : 0x7fffffff;
   plan.num_clusters = static_cast<int32_t>(grid_clusters());
   plan.num_counters = int64_t{num_tokens} * plan.head_tiles * kMlaCluster;
   if (defer) {  // a partial per split of the grid: the most splits any token may need
     auto splits = [](int64_t n, int64_t sp) { return (n + sp - 1) / sp; };
-    const int64_t short_kv = small_batch ? std::min<int64_t>(kv, kLongContextEntries) : kv;
+    const int64_t short_kv = small_batch ? std::min<int64_t>(kv, long_from) : kv;
     const int64_t n = std::max(splits(short_kv, split), long_ctx ? splits(kv, long_split) : 0);
     plan.defer = true;
     plan.num_splits = static_cast<int32_t>(n);
@@ -1033,38 +1255,44 @@ cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStrea
 namespace {
 
 std::atomic<int> g_merge_override{-1};
-std::atomic<int> g_merge_bulk_override{-1};
 
-// 0: mla_merge_uv_kernel (16 columns per CTA), 4 / 8: the wide kernel with G groups.
-// The wide kernel's parts: 1 bulk copies into shared memory (default), 0 loads into registers in
-// chunks of 64 (DEEPINFER_MLA_MERGE=wide4reg). V2-Lite batch 1, ctx 2048, H200 run 23 call 7,
-// three interleaved pairs: 487.6 / 488.2 / 489.6 -> 492.0 / 489.9 / 491.2 tok/s.
-bool merge_bulk() {
-  static const bool env = [] {
-    const char* e = std::getenv("DEEPINFER_MLA_MERGE");
-    return e == nullptr || std::strcmp(e, "wide4reg") != 0;
-  }();
-  const int o = g_merge_bulk_override.load();
-  return o >= 0 ? o != 0 : env;
-}
-// 0: mla_merge_uv_kernel (16 columns per CTA; DEEPINFER_MLA_MERGE=v1), 4: the wide kernel
-// (V2-Lite batch 1: 452.0 -> 468.7 tok/s with registers, run 23 call 4; 8 groups per CTA,
-// 16 CTAs, 453.0: the mma of 8 groups took 3.2 us against 4 groups' 1.8).
-int merge_groups(int64_t dv) {
-  static const int env = [] {
+// The merge kernel: DEEPINFER_MLA_MERGE = v1 (mla_merge_uv_kernel, 16 W_UV columns per CTA),
+// wide4reg / wide (the wide kernel, 4 groups of 16 columns per CTA, parts by loads into registers
+// in chunks of 64 / by bulk copies), split (the k-split cluster kernel). History (V2-Lite batch 1,
+// ctx 2048, H200): v1 -> wide with registers 452.0 -> 468.7 tok/s (run 23 call 4; 8 groups per
+// CTA: 453.0), registers -> bulk 487.6 / 488.2 / 489.6 -> 492.0 / 489.9 / 491.2 (run 23 call 7).
+MlaMergeKernel merge_env() {
+  static const MlaMergeKernel env = [] {
     const char* v = std::getenv("DEEPINFER_MLA_MERGE");
-    return v != nullptr && std::strcmp(v, "v1") == 0 ? 0 : kMergeGroups;
+    if (v == nullptr) return MlaMergeKernel::kSplit;
+    if (std::strcmp(v, "v1") == 0) return MlaMergeKernel::kV1;
+    if (std::strcmp(v, "wide4reg") == 0) return MlaMergeKernel::kWideRegisters;
+    if (std::strcmp(v, "wide") == 0) return MlaMergeKernel::kWideBulk;
+    return MlaMergeKernel::kSplit;
   }();
+  return env;
+}
+
+// The kernel for a shape: the wide kernels need k <= 512 (a latent column per thread), the split
+// kernel its weights in shared memory (n rows of a quarter of k).
+MlaMergeKernel merge_kind(int64_t t, int64_t dv, int64_t n, int64_t parts) {
   const int o = g_merge_override.load();
-  const int g = o >= 0 ? o : env;
-  return g > 0 && dv <= int64_t{kMergeGroups} * kHeadLinearThreads ? kMergeGroups : 0;
+  MlaMergeKernel kind = o >= 0 ? static_cast<MlaMergeKernel>(o) : merge_env();
+  if (kind == MlaMergeKernel::kSplit &&
+      (dv % (16 * kSplitRanks) != 0 || split_merge_smem(static_cast<int>(t), static_cast<int>(dv), static_cast<int>(n),
+                       static_cast<int>(parts))
+                                               .total > kSplitMaxSmem))
+    kind = MlaMergeKernel::kWideBulk;
+  if ((kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters) &&
+      dv > int64_t{kMergeGroups} * kHeadLinearThreads)
+    kind = MlaMergeKernel::kV1;
+  return kind;
 }
 
 }  // namespace
 
-void set_mla_merge_override(int groups, int bulk) {
-  g_merge_override.store(groups);
-  g_merge_bulk_override.store(bulk);
+void set_mla_merge_override(MlaMergeKernel kind) {
+  g_merge_override.store(static_cast<int>(kind));
 }
 
 bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
@@ -1072,30 +1300,78 @@ bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n
          parts <= kMlaMergeMaxParts;
 }
 
-int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts) {
-  const int g = merge_groups(dv);
-  if (g > 0) return wide_merge_smem(tokens, dv, parts, g, merge_bulk()).total;
-  return merge_scratch_offset(tokens, dv) +
-         (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
+int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t n, int32_t parts) {
+  switch (merge_kind(tokens, dv, n, parts)) {
+    case MlaMergeKernel::kSplit:
+      return split_merge_smem(tokens, dv, n, parts).total;
+    case MlaMergeKernel::kWideBulk:
+    case MlaMergeKernel::kWideRegisters:
+      return wide_merge_smem(tokens, dv, parts, kMergeGroups,
+                             merge_kind(tokens, dv, n, parts) == MlaMergeKernel::kWideBulk)
+          .total;
+    default:
+      return merge_scratch_offset(tokens, dv) +
+             (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
+  }
 }
 
-int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n) {
-  const int64_t cols = kHeadLinearCols * std::max(1, merge_groups(dv));  // per CTA
-  return heads * ((n + cols - 1) / cols);
+int32_t mla_merge_uv_defer_layout(int64_t tokens, int64_t dv, int64_t n, int64_t parts) {
+  return merge_kind(tokens, dv, n, parts) == MlaMergeKernel::kSplit ? 2 : 1;
+}
+
+int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
+  switch (merge_kind(tokens, dv, n, parts)) {
+    case MlaMergeKernel::kSplit:
+      return heads * kSplitRanks;
+    case MlaMergeKernel::kWideBulk:
+    case MlaMergeKernel::kWideRegisters: {
+      const int64_t cols = int64_t{kHeadLinearCols} * kMergeGroups;
+      return heads * ((n + cols - 1) / cols);
+    }
+    default:
+      return heads * ((n + kHeadLinearCols - 1) / kHeadLinearCols);
+  }
 }
 
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) {
-  const int g = merge_groups(p.uv.k);
-  auto* kernel = g > 0 && merge_bulk() ? &mla_merge_uv_wide_kernel<1, true>
-                 : g > 0               ? &mla_merge_uv_wide_kernel<64, false>
-                                       : &mla_merge_uv_kernel;
-  const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.attn.num_splits);
+  const int parts = p.attn.num_splits;
+  const MlaMergeKernel kind = merge_kind(p.uv.t, p.uv.k, p.uv.n, parts);
+  const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.uv.n, parts);
+  const auto heads = static_cast<unsigned>(p.uv.heads);
+  if (kind == MlaMergeKernel::kSplit) {
+    auto* kernel = &mla_merge_uv_split_kernel;
+    cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kSplitRanks, heads);
+    cfg.blockDim = dim3(kSplitThreads);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kSplitRanks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    int na = 1;
+    if (pdl_enabled()) {
+      attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[na].val.programmaticStreamSerializationAllowed = 1;
+      ++na;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = static_cast<unsigned>(na);
+    return cudaLaunchKernelEx(&cfg, kernel, p);
+  }
+  const bool wide =
+      kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters;
+  auto* kernel = kind == MlaMergeKernel::kWideBulk        ? &mla_merge_uv_wide_kernel<1, true>
+                 : kind == MlaMergeKernel::kWideRegisters ? &mla_merge_uv_wide_kernel<64, false>
+                                                          : &mla_merge_uv_kernel;
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
-  const int64_t col_blocks = mla_merge_uv_ctas(1, p.uv.k, p.uv.n);
-  return launch_pdl(kernel,
-                    dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(p.uv.heads)),
-                    dim3(static_cast<unsigned>(kHeadLinearThreads * std::max(1, g))),
+  const int64_t col_blocks = mla_merge_uv_ctas(p.uv.t, 1, p.uv.k, p.uv.n, parts);
+  return launch_pdl(kernel, dim3(static_cast<unsigned>(col_blocks), heads),
+                    dim3(static_cast<unsigned>(wide ? kMergeThreads : kHeadLinearThreads)),
                     static_cast<size_t>(smem), stream, p);
 }
 

@@ -58,10 +58,12 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   // [num_tokens * head_tiles * 8], all 0 between launches (each launch leaves them 0)
   uint32_t* counters;
   // Deferred merge (run 22; plan `defer`): no merge here. CTA (split s, tile, token) writes its
-  // rows' unnormalised O to partial_o [num_splits][num_tokens * num_heads][dv] and (max, sum) to
-  // partial_ml [num_splits][num_tokens * num_heads][2] (max -inf: no entries); the grid's splits
-  // past the token's own write nothing, and the consumer (mla_merge_uv below) merges the token's
-  // own in split order. Launched without clusters; grid.x = num_splits.
+  // rows' unnormalised O to partial_o — defer 1: [num_splits][num_tokens * num_heads][dv];
+  // defer 2 (the k-split merge, run 24): [num_tokens * num_heads][4 quarters][num_splits][dv / 4],
+  // so a merge CTA's quarter of a row is one contiguous block — and (max, sum) to partial_ml
+  // [num_splits][num_tokens * num_heads][2] (max -inf: no entries); the grid's splits past the
+  // token's own write nothing, and the consumer (mla_merge_uv below) merges the token's own in
+  // split order. Launched without clusters; grid.x = num_splits.
   int32_t defer = 0;
   int32_t num_splits = 0;
   // Phase timing (benchmarks; null = off): per CTA (linear index over the grid) kMlaTimingSlots
@@ -136,20 +138,28 @@ struct MlaMergeUvParams {
   // Phase timing (benchmarks; null = off): per CTA (linear index) kMlaMergeTimingSlots words of
   // %globaltimer (ns): the start, griddepcontrol.wait returned, then for the first token the max
   // over its parts, the normaliser, its first chunk of parts in shared memory, then the merged
-  // rows in shared memory, the end (W_UV's outputs stored).
+  // rows in shared memory, (the k-split kernel only:) its partial W_UV sums in shared memory,
+  // the cluster barrier passed, the outputs stored; the end (W_UV's outputs stored).
   unsigned long long* timing = nullptr;
 };
-constexpr int kMlaMergeTimingSlots = 7;
+constexpr int kMlaMergeTimingSlots = 10;
 constexpr int32_t kMlaMergeChunk = 64;     // parts per shared-memory chunk (128 KB at dv = 512)
 constexpr int32_t kMlaMergeMaxParts = 512;  // grid splits (ctx 32K at 64 entries per split)
 bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts);
-int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t parts);
+int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t n, int32_t parts);
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream);
-int64_t mla_merge_uv_ctas(int64_t heads, int64_t dv, int64_t n);  // the launch's grid size
-// Which merge kernel (tests): groups 0 mla_merge_uv_kernel (16 W_UV columns per CTA), 4 the wide
-// kernel (4 groups of 16 columns per CTA, the row merged once per CTA); bulk 1: the wide kernel
-// copies the parts into shared memory by bulk copies, 0: loads them into registers; -1 back to
-// DEEPINFER_MLA_MERGE (v1 | wide4reg; default: wide, bulk). Not thread-safe; outside captures.
-void set_mla_merge_override(int groups, int bulk = -1);
+// The partial layout the merge for this shape reads (MlaClusterDecodeParams::defer): 2 for the
+// k-split kernel, else 1.
+int32_t mla_merge_uv_defer_layout(int64_t tokens, int64_t dv, int64_t n, int64_t parts);
+// The launch's grid size (CTAs).
+int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts);
+// The merge kernels, all bitwise equal: kV1 mla_merge_uv_kernel (16 W_UV columns per CTA);
+// kWideRegisters / kWideBulk the wide kernel (4 groups of 16 columns per CTA, the row merged once
+// per CTA; its parts loaded into registers / bulk-copied into shared memory); kSplit the k-split
+// cluster kernel (4 CTAs per head, each a quarter of the latent columns for all n outputs).
+enum class MlaMergeKernel : int { kAuto = -1, kV1 = 0, kWideRegisters = 1, kWideBulk = 2, kSplit = 3 };
+// Which merge kernel (tests); kAuto: DEEPINFER_MLA_MERGE (v1 | wide4reg | wide | split; default
+// split). Not thread-safe; outside captures.
+void set_mla_merge_override(MlaMergeKernel kind);
 
 }  // namespace di::cuda
