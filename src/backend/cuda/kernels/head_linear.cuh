@@ -69,6 +69,31 @@ __device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, i
   head_linear_load_w(p, col0, h, head_linear_smem(p, smem));
 }
 
+// acc[mt][0..1] (m16 tiles mt < mtiles of the token rows x_s, two n8 tiles of the 16 weight rows
+// w_s; row stride ld) += the products over k steps [s0, s1), in k order.
+template <int kMaxMt>
+__device__ __forceinline__ void head_linear_mma(float (&acc)[kMaxMt][2][4], const bf16* w_s,
+                                                const bf16* x_s, int ld, int s0, int s1,
+                                                int mtiles, int lane) {
+  const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
+  // Weight rows are the n index: lane L gives row (L & 7) + 8 (L >> 4), column 8 ((L >> 3) & 1):
+  // b0, b1 of n-tiles 0 and 1 for one k step.
+  const bf16* wb = w_s + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
+  for (int ks = s0; ks < s1; ++ks) {
+    uint32_t b[4];
+    ldsm_x4(b, wb + ks * 16);
+#pragma unroll
+    for (int mt = 0; mt < kMaxMt; ++mt) {
+      if (mt < mtiles) {
+        uint32_t a[4];
+        ldsm_x4(a, x_s + (mt * 16 + frag_row) * ld + frag_col + ks * 16);
+        mma_bf16_16816(acc[mt][0], a, b[0], b[1]);
+        mma_bf16_16816(acc[mt][1], a, b[2], b[3]);
+      }
+    }
+  }
+}
+
 // After head_linear_load_w: griddepcontrol.wait, the token rows (x + r·x_ld + h·x_hs) unless
 // `x_ready` (the CTA wrote them into x_s and passed a barrier), then y[:, h, col0 .. + 16).
 // Contains one __syncthreads: every thread of the CTA must call it (each group with its own
@@ -106,23 +131,7 @@ __device__ inline void head_linear_finish(const HeadLinearParams& p, int col0, i
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-  const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
-  // Weight rows are the n index: lane L gives row (L & 7) + 8 (L >> 4), column 8 ((L >> 3) & 1):
-  // b0, b1 of n-tiles 0 and 1 for one k step.
-  const bf16* wb = w_s + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
-  for (int ks = s0; ks < s1; ++ks) {
-    uint32_t b[4];
-    ldsm_x4(b, wb + ks * 16);
-#pragma unroll
-    for (int mt = 0; mt < kMaxMt; ++mt) {
-      if (mt < mtiles) {
-        uint32_t a[4];
-        ldsm_x4(a, x_s + (mt * 16 + frag_row) * ld + frag_col + ks * 16);
-        mma_bf16_16816(acc[mt][0], a, b[0], b[1]);
-        mma_bf16_16816(acc[mt][1], a, b[2], b[3]);
-      }
-    }
-  }
+  head_linear_mma(acc, w_s, x_s, ld, s0, s1, mtiles, lane);
   const int g = lane >> 2, t4 = lane & 3;
   float* mine = part_s + warp * tpad * kHeadLinearCols;
 #pragma unroll

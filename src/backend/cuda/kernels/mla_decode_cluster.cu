@@ -771,6 +771,36 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
 // and partial sums.
 constexpr int kBulkChunk = 48;
 constexpr int kMergeGroups = 4;
+
+// The bulk rounds of a row's `own` parts (the wide and k-split merges): parts [s0, s0 + chunk)
+// arrive in o_s ([chunk][ld] f32) on `bar` — the caller issued the first round, issue(s0) arms
+// the barrier and copies the next ones —, and thread tid < cols folds its column in split order
+// (fmaf, zero weights skipped). tm0: the first round's timing mark, or null.
+template <class Issue>
+__device__ __forceinline__ float merge_bulk_rounds(int own, int chunk, int cols, int ld,
+                                                   const float* w_s, const float* o_s,
+                                                   uint64_t* bar, uint32_t& phase,
+                                                   const Issue& issue, unsigned long long* tm0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float acc = 0.0f;
+  for (int s0 = 0; s0 < own; s0 += chunk) {
+    if (s0 > 0) {
+      __syncthreads();  // o_s read by everyone
+      issue(s0);
+    }
+    mbar_wait(bar, phase);
+    phase ^= 1u;
+    if (tid < cols) {
+      const int n = min(chunk, own - s0);
+      for (int j = 0; j < n; ++j) {
+        const float w = w_s[s0 + j];
+        if (w != 0.0f) acc = fmaf(w, o_s[j * ld + tid], acc);  // zero: far below the max
+      }
+    }
+    if (tm0 != nullptr && s0 == 0) *tm0 = globaltimer_ns();
+  }
+  return acc;
+}
 constexpr int kMergeThreads = kMergeGroups * kHeadLinearThreads;
 
 struct WideMergeSmem {
@@ -862,22 +892,8 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
     const float inv = merge_ml_weights(ml, own, tid, red_s, w_s, r == 0 ? tm : nullptr);
     float acc = 0.0f;
     if constexpr (kBulk) {
-      for (int s0 = 0; s0 < own; s0 += kBulkChunk) {
-        if (s0 > 0) {
-          __syncthreads();  // o_s read by everyone
-          issue_bulk(s0);
-        }
-        mbar_wait(bar, phase);
-        phase ^= 1u;
-        if (tid < k) {
-          const int n = min(kBulkChunk, own - s0);
-          for (int j = 0; j < n; ++j) {
-            const float w = w_s[s0 + j];
-            if (w != 0.0f) acc = fmaf(w, o_s[j * k + tid], acc);  // zero: far below the max
-          }
-        }
-        if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
-      }
+      acc = merge_bulk_rounds(own, kBulkChunk, k, k, w_s, o_s, bar, phase, issue_bulk,
+                              tm != nullptr && r == 0 ? tm + 4 : nullptr);
     } else {
       for (int s0 = 0; s0 < own; s0 += kWideChunk) {
         if (s0 > 0) load_chunk(s0);
@@ -961,7 +977,7 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   int s0, s1;
   head_linear_warp_steps(p, q, s0, s1);
   const int steps = s1 - s0, c0 = 16 * s0;
-  const int kq = max(0, min(16 * s1, k) - c0);  // this CTA's latent columns (k % 8 == 0)
+  const int kq = 16 * steps;  // this CTA's latent columns: k / 4 (k % 64 == 0)
   const int ld = L.ld, tpad = pad16(p.t), npad = pad16(n);
   bf16* w_s = reinterpret_cast<bf16*>(smem);
   bf16* x_s = reinterpret_cast<bf16*>(smem + L.x_off);
@@ -1006,28 +1022,13 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
       mbar_expect_tx(bar, static_cast<uint32_t>(cnt * kq * 4));
       bulk_copy_g2s(o_s, src + sc * int64_t{kq}, static_cast<uint32_t>(cnt * kq * 4), bar);
     };
-    if (kq > 0) issue(0);
+    issue(0);
     MergeMl ml;  // (max, sum): the first 4 warps
     if (tid < kHeadLinearThreads)
       merge_ml_load(a.partial_ml + row * 2, own, rows_total * 2, tid, ml);
     const float inv = merge_ml_weights(ml, own, tid, red_s, wt_s, r == 0 ? tm : nullptr);
-    float acc = 0.0f;
-    for (int sc = 0; kq > 0 && sc < own; sc += kSplitChunk) {
-      if (sc > 0) {
-        __syncthreads();  // o_s read by everyone
-        issue(sc);
-      }
-      mbar_wait(bar, phase);
-      phase ^= 1u;
-      if (tid < kq) {
-        const int cnt = min(kSplitChunk, own - sc);
-        for (int j = 0; j < cnt; ++j) {
-          const float w = wt_s[sc + j];
-          if (w != 0.0f) acc = fmaf(w, o_s[j * kq + tid], acc);  // zero: far below the max
-        }
-      }
-      if (tm != nullptr && r == 0 && sc == 0) tm[4] = globaltimer_ns();
-    }
+    const float acc = merge_bulk_rounds(own, kSplitChunk, kq, kq, wt_s, o_s, bar, phase, issue,
+                                        tm != nullptr && r == 0 ? tm + 4 : nullptr);
     if (tid < kq) x_s[r * ld + tid] = __float2bfloat16_rn(acc * inv);
     __syncthreads();  // x_s row r complete; red_s / wt_s / o_s are the next token's
   }
@@ -1037,7 +1038,6 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   // This CTA's k steps for all n columns: warp w takes column tiles w, w + 8, ... (16 each).
   constexpr int kMaxMt = kHeadLinearMaxTokens / 16;
   const int mtiles = tpad / 16;
-  const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
   const int g = lane >> 2, t4 = lane & 3;
   for (int ct = warp; ct < npad / 16; ct += kSplitWarps) {
     float acc[kMaxMt][2][4];
@@ -1047,20 +1047,7 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-    const bf16* wb = w_s + (ct * 16 + (lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
-    for (int ks = 0; ks < steps; ++ks) {
-      uint32_t b[4];
-      ldsm_x4(b, wb + ks * 16);
-#pragma unroll
-      for (int mt = 0; mt < kMaxMt; ++mt) {
-        if (mt < mtiles) {
-          uint32_t af[4];
-          ldsm_x4(af, x_s + (mt * 16 + frag_row) * ld + frag_col + ks * 16);
-          mma_bf16_16816(acc[mt][0], af, b[0], b[1]);
-          mma_bf16_16816(acc[mt][1], af, b[2], b[3]);
-        }
-      }
-    }
+    head_linear_mma(acc, w_s + ct * 16 * ld, x_s, ld, 0, steps, mtiles, lane);
 #pragma unroll
     for (int mt = 0; mt < kMaxMt; ++mt) {
       if (mt >= mtiles) break;
