@@ -73,8 +73,8 @@ __device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, i
 // w_s; row stride ld) += the products over k steps [s0, s1), in k order.
 template <int kMaxMt>
 __device__ __forceinline__ void head_linear_mma(float (&acc)[kMaxMt][2][4], const bf16* w_s,
-                                                const bf16* x_s, int ld, int s0, int s1,
-                                                int mtiles, int lane) {
+                                                const bf16* x_s, int ld, int s0, int s1, int mtiles,
+                                                int lane) {
   const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
   // Weight rows are the n index: lane L gives row (L & 7) + 8 (L >> 4), column 8 ((L >> 3) & 1):
   // b0, b1 of n-tiles 0 and 1 for one k step.
