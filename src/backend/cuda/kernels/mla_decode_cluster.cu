@@ -1088,6 +1088,30 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   if (tm != nullptr) tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
 }
 
+// cfg (grid, block, shared memory, stream) launched with clusters of `cluster` CTAs along x
+// (0: none) and, where enabled, as a PDL dependent.
+template <typename Params>
+cudaError_t launch_cluster_pdl(cudaLaunchConfig_t& cfg, int cluster, void (*kernel)(Params),
+                               const Params& p) {
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (cluster > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = static_cast<unsigned>(n);
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
 // 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
 int min_blocks_setting() {
@@ -1110,23 +1134,8 @@ cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream)
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (!p.defer) {  // the deferred mode never touches another CTA's shared memory
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = kMlaCluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = static_cast<unsigned>(n);
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  // The deferred mode never touches another CTA's shared memory: no clusters.
+  return launch_cluster_pdl(cfg, p.defer ? 0 : kMlaCluster, kernel, p);
 }
 
 template <int kMt, int kNt>
@@ -1334,20 +1343,7 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
     cfg.blockDim = dim3(kSplitThreads);
     cfg.dynamicSmemBytes = static_cast<size_t>(smem);
     cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kSplitRanks;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    int na = 1;
-    if (pdl_enabled()) {
-      attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[na].val.programmaticStreamSerializationAllowed = 1;
-      ++na;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = static_cast<unsigned>(na);
-    return cudaLaunchKernelEx(&cfg, kernel, p);
+    return launch_cluster_pdl(cfg, kSplitRanks, kernel, p);
   }
   const bool wide =
       kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters;
