@@ -1254,31 +1254,42 @@ std::atomic<int> g_merge_override{-1};
 
 // The merge kernel: DEEPINFER_MLA_MERGE = v1 (mla_merge_uv_kernel, 16 W_UV columns per CTA),
 // wide4reg / wide (the wide kernel, 4 groups of 16 columns per CTA, parts by loads into registers
-// in chunks of 64 / by bulk copies), split (the k-split cluster kernel). History (V2-Lite batch 1,
-// ctx 2048, H200): v1 -> wide with registers 452.0 -> 468.7 tok/s (run 23 call 4; 8 groups per
-// CTA: 453.0), registers -> bulk 487.6 / 488.2 / 489.6 -> 492.0 / 489.9 / 491.2 (run 23 call 7).
+// in chunks of 64 / by bulk copies), split (the k-split cluster kernel); unset: by the grid's
+// parts (kAuto). History (V2-Lite batch 1, ctx 2048, H200): v1 -> wide with registers 452.0 ->
+// 468.7 tok/s (run 23 call 4; 8 groups per CTA: 453.0), registers -> bulk 487.6 / 488.2 / 489.6
+// -> 492.0 / 489.9 / 491.2 (run 23 call 7).
 MlaMergeKernel merge_env() {
   static const MlaMergeKernel env = [] {
     const char* v = std::getenv("DEEPINFER_MLA_MERGE");
-    if (v == nullptr) return MlaMergeKernel::kSplit;
+    if (v == nullptr) return MlaMergeKernel::kAuto;
     if (std::strcmp(v, "v1") == 0) return MlaMergeKernel::kV1;
     if (std::strcmp(v, "wide4reg") == 0) return MlaMergeKernel::kWideRegisters;
     if (std::strcmp(v, "wide") == 0) return MlaMergeKernel::kWideBulk;
-    return MlaMergeKernel::kSplit;
+    if (std::strcmp(v, "split") == 0) return MlaMergeKernel::kSplit;
+    return MlaMergeKernel::kAuto;
   }();
   return env;
 }
 
+// kAuto: the k-split kernel from kSplitMinParts parts of the grid on, else the wide one (bulk).
+// V2-Lite batch 1, H200 run 24 (k-split / wide, the same binary): ctx 512 (16 parts) 506.5 /
+// 504.3 vs 511.5 / 511.6 tok/s, ctx 1024 (32) 507.0 / 506.4 vs 509.8 / 509.0; ctx 2048 (65 parts
+// at 32-entry splits) 497-501 vs the wide kernel's 486-490 at its best (33 parts).
+constexpr int64_t kSplitMinParts = 48;
+
 // The kernel for a shape: the wide kernels need k <= 512 (a latent column per thread), the split
-// kernel its weights in shared memory (n rows of a quarter of k).
+// kernel k % 64 == 0 and its weights in shared memory (n rows of a quarter of k).
 MlaMergeKernel merge_kind(int64_t t, int64_t dv, int64_t n, int64_t parts) {
   const int o = g_merge_override.load();
   MlaMergeKernel kind = o >= 0 ? static_cast<MlaMergeKernel>(o) : merge_env();
-  if (kind == MlaMergeKernel::kSplit &&
-      (dv % (16 * kSplitRanks) != 0 || split_merge_smem(static_cast<int>(t), static_cast<int>(dv), static_cast<int>(n),
-                       static_cast<int>(parts))
-                                               .total > kSplitMaxSmem))
-    kind = MlaMergeKernel::kWideBulk;
+  if (kind == MlaMergeKernel::kAuto)
+    kind = parts >= kSplitMinParts ? MlaMergeKernel::kSplit : MlaMergeKernel::kWideBulk;
+  if (kind == MlaMergeKernel::kSplit) {
+    const int smem = split_merge_smem(static_cast<int>(t), static_cast<int>(dv),
+                                      static_cast<int>(n), static_cast<int>(parts))
+                         .total;
+    if (dv % (16 * kSplitRanks) != 0 || smem > kSplitMaxSmem) kind = MlaMergeKernel::kWideBulk;
+  }
   if ((kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters) &&
       dv > int64_t{kMergeGroups} * kHeadLinearThreads)
     kind = MlaMergeKernel::kV1;

@@ -158,8 +158,8 @@ int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, 
 // per CTA; its parts loaded into registers / bulk-copied into shared memory); kSplit the k-split
 // cluster kernel (4 CTAs per head, each a quarter of the latent columns for all n outputs).
 enum class MlaMergeKernel : int { kAuto = -1, kV1 = 0, kWideRegisters = 1, kWideBulk = 2, kSplit = 3 };
-// Which merge kernel (tests); kAuto: DEEPINFER_MLA_MERGE (v1 | wide4reg | wide | split; default
-// split). Not thread-safe; outside captures.
+// Which merge kernel (tests); kAuto: DEEPINFER_MLA_MERGE (v1 | wide4reg | wide | split; default:
+// split from 48 parts in the grid on, else wide). Not thread-safe; outside captures.
 void set_mla_merge_override(MlaMergeKernel kind);
 
 }  // namespace di::cuda
