@@ -70,11 +70,17 @@ __device__ inline void head_linear_load_w(const HeadLinearParams& p, int col0, i
 }
 
 // acc[mt][0..1] (m16 tiles mt < mtiles of the token rows x_s, two n8 tiles of the 16 weight rows
-// w_s; row stride ld) += the products over k steps [s0, s1), in k order.
+// w_s; row stride ld) = the products over k steps [s0, s1), summed from zero in k order.
 template <int kMaxMt>
 __device__ __forceinline__ void head_linear_mma(float (&acc)[kMaxMt][2][4], const bf16* w_s,
                                                 const bf16* x_s, int ld, int s0, int s1, int mtiles,
                                                 int lane) {
+#pragma unroll
+  for (int mt = 0; mt < kMaxMt; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   const int frag_row = (lane & 7) + 8 * ((lane >> 3) & 1), frag_col = 8 * (lane >> 4);
   // Weight rows are the n index: lane L gives row (L & 7) + 8 (L >> 4), column 8 ((L >> 3) & 1):
   // b0, b1 of n-tiles 0 and 1 for one k step.
@@ -125,12 +131,6 @@ __device__ inline void head_linear_finish(const HeadLinearParams& p, int col0, i
   __syncwarp();
 
   float acc[kMaxMt][2][4];
-#pragma unroll
-  for (int mt = 0; mt < kMaxMt; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
   head_linear_mma(acc, w_s, x_s, ld, s0, s1, mtiles, lane);
   const int g = lane >> 2, t4 = lane & 3;
   float* mine = part_s + warp * tpad * kHeadLinearCols;

@@ -1041,12 +1041,6 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   const int g = lane >> 2, t4 = lane & 3;
   for (int ct = warp; ct < npad / 16; ct += kSplitWarps) {
     float acc[kMaxMt][2][4];
-#pragma unroll
-    for (int mt = 0; mt < kMaxMt; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
     head_linear_mma(acc, w_s + ct * 16 * ld, x_s, ld, 0, steps, mtiles, lane);
 #pragma unroll
     for (int mt = 0; mt < kMaxMt; ++mt) {
@@ -1307,27 +1301,24 @@ bool mla_merge_uv_supported(int64_t tokens, int64_t heads, int64_t dv, int64_t n
          parts <= kMlaMergeMaxParts;
 }
 
-int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t n, int32_t parts) {
-  switch (merge_kind(tokens, dv, n, parts)) {
+namespace {
+
+// Shared memory and grid size of the merge kernel `kind` (merge_kind's choice).
+int32_t merge_smem(MlaMergeKernel kind, int32_t tokens, int32_t dv, int32_t n, int32_t parts) {
+  switch (kind) {
     case MlaMergeKernel::kSplit:
       return split_merge_smem(tokens, dv, n, parts).total;
     case MlaMergeKernel::kWideBulk:
     case MlaMergeKernel::kWideRegisters:
-      return wide_merge_smem(tokens, dv, parts, kMergeGroups,
-                             merge_kind(tokens, dv, n, parts) == MlaMergeKernel::kWideBulk)
+      return wide_merge_smem(tokens, dv, parts, kMergeGroups, kind == MlaMergeKernel::kWideBulk)
           .total;
     default:
       return merge_scratch_offset(tokens, dv) +
              (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
   }
 }
-
-int32_t mla_merge_uv_defer_layout(int64_t tokens, int64_t dv, int64_t n, int64_t parts) {
-  return merge_kind(tokens, dv, n, parts) == MlaMergeKernel::kSplit ? 2 : 1;
-}
-
-int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
-  switch (merge_kind(tokens, dv, n, parts)) {
+int64_t merge_ctas(MlaMergeKernel kind, int64_t heads, int64_t n) {
+  switch (kind) {
     case MlaMergeKernel::kSplit:
       return heads * kSplitRanks;
     case MlaMergeKernel::kWideBulk:
@@ -1340,10 +1331,24 @@ int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, 
   }
 }
 
+}  // namespace
+
+int32_t mla_merge_uv_smem(int32_t tokens, int32_t dv, int32_t n, int32_t parts) {
+  return merge_smem(merge_kind(tokens, dv, n, parts), tokens, dv, n, parts);
+}
+
+int32_t mla_merge_uv_defer_layout(int64_t tokens, int64_t dv, int64_t n, int64_t parts) {
+  return merge_kind(tokens, dv, n, parts) == MlaMergeKernel::kSplit ? 2 : 1;
+}
+
+int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts) {
+  return merge_ctas(merge_kind(tokens, dv, n, parts), heads, n);
+}
+
 cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) {
   const int parts = p.attn.num_splits;
   const MlaMergeKernel kind = merge_kind(p.uv.t, p.uv.k, p.uv.n, parts);
-  const int smem = mla_merge_uv_smem(p.uv.t, p.uv.k, p.uv.n, parts);
+  const int smem = merge_smem(kind, p.uv.t, p.uv.k, p.uv.n, parts);
   const auto heads = static_cast<unsigned>(p.uv.heads);
   if (kind == MlaMergeKernel::kSplit) {
     auto* kernel = &mla_merge_uv_split_kernel;
@@ -1363,7 +1368,7 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
                                                           : &mla_merge_uv_kernel;
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
-  const int64_t col_blocks = mla_merge_uv_ctas(p.uv.t, 1, p.uv.k, p.uv.n, parts);
+  const int64_t col_blocks = merge_ctas(kind, 1, p.uv.n);
   return launch_pdl(kernel, dim3(static_cast<unsigned>(col_blocks), heads),
                     dim3(static_cast<unsigned>(wide ? kMergeThreads : kHeadLinearThreads)),
                     static_cast<size_t>(smem), stream, p);
