@@ -220,7 +220,11 @@ Status DpEngineGroup::submit(EngineRequest request, TokenSink sink) {
   if (placement_.contains(id)) {
     return make_status(StatusCode::kAlreadyExists, "request {} is already running", id.value());
   }
-  const int32_t r = pick_rank();
+  if (request.dp_rank < -1 || request.dp_rank >= num_ranks()) {
+    return make_status(StatusCode::kInvalidArgument, "dp_rank must be in [-1, {}), got {}",
+                       num_ranks(), request.dp_rank);
+  }
+  const int32_t r = request.dp_rank >= 0 ? request.dp_rank : pick_rank();
   auto user = std::make_shared<TokenSink>(std::move(sink));
   TokenSink wrapped = [this, user, id](const TokenEvent& e) {
     if (e.finish != EngineFinish::kNone) release_sample(id);

@@ -15,7 +15,7 @@
 //
 // Placement: the rank with the fewest open samples of requests placed on it (running + waiting
 // sequences, counting requests still in its inbox), then the fewest KV blocks in use (its last
-// stats snapshot), then the lowest rank.
+// stats snapshot), then the lowest rank; or the rank the request names (EngineRequest::dp_rank).
 //
 // Dense models have no collective: the ranks run independently (plain DP, no barrier, no hook).
 // EPLB (--eplb): one EplbRuntime per rank over the group's N ranks; every rank holds all N·S

@@ -35,6 +35,7 @@ struct EngineRequest {
   int32_t priority = 0;    // lower = more urgent
   std::string cache_salt;  // isolates prefix-cache entries (mixed into block 0's hash)
   bool logprobs = false;   // report each token's logprob (also implied by sampling.top_logprobs)
+  int32_t dp_rank = -1;    // DP group: the rank that runs it (-1: the least-loaded rank)
 };
 
 struct TokenLogprob {

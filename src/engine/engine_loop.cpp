@@ -195,6 +195,10 @@ Status EngineLoop::validate(const EngineRequest& r) const {
     }
   }
   if (r.max_tokens < 1) return bad(fmt::format("max_tokens must be >= 1, got {}", r.max_tokens));
+  if (r.dp_rank != -1 && r.dp_rank != hooks_.rank_idx) {
+    return bad(fmt::format("dp_rank {} is not this engine's rank ({}; -1 for any)", r.dp_rank,
+                           hooks_.rank_idx));
+  }
   if (r.n < 1 || r.n > config_.max_running) {
     return bad(fmt::format("n must be in [1, {}], got {}", config_.max_running, r.n));
   }
