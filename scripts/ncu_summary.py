@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Summarises `ncu --csv --page raw --metrics gpu__time_duration.sum` output: device time per
 kernel name (grouped), count, share, and the total — the graph step's kernel time without launch
-gaps. Usage: ncu ... > x.csv; python3 scripts/ncu_summary.py x.csv [label] [top]"""
+gaps. Usage: ncu ... > x.csv; python3 scripts/ncu_summary.py x.csv [label] [top]
+
+With PC-sampling columns in the CSV (`smsp__pcsamp_sample_count` and
+`smsp__pcsamp_warps_issue_stalled_<reason>`, e.g. from scripts/gpu_steps/33_batch1.sh), each
+kernel line also gets its samples and the share of them per stall reason (the largest few),
+and a last line gives those shares over all kernels."""
 import csv
 import re
 import sys
@@ -33,6 +38,11 @@ def main():
         print(f"[ncu] {label}: no kernel rows in {path}")
         return
     ki, ti = header.index("Kernel Name"), header.index("gpu__time_duration.sum")
+    stall_prefix = "smsp__pcsamp_warps_issue_stalled_"
+    si = header.index("smsp__pcsamp_sample_count") if "smsp__pcsamp_sample_count" in header else -1
+    reasons = [(i, h[len(stall_prefix):]) for i, h in enumerate(header)
+               if h.startswith(stall_prefix) and not h.endswith("_not_issued")]
+    samples = {}  # kernel group -> [sample count, {reason: samples}]
     unit = "ns"
     for r in reader:
         if len(r) <= max(ki, ti):
@@ -46,6 +56,11 @@ def main():
             continue
         scale = {"ns": 1e-3, "nsecond": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3}.get(unit, 1e-3)
         rows.append((short(r[ki]), v * scale))
+        if si >= 0:
+            acc = samples.setdefault(short(r[ki]), [0.0, {}])
+            acc[0] += number(r[si])
+            for i, reason in reasons:
+                acc[1][reason] = acc[1].get(reason, 0.0) + number(r[i])
     total = sum(t for _, t in rows)
     agg = {}
     for n, t in rows:
@@ -54,7 +69,33 @@ def main():
         a[1] += 1
     print(f"[ncu] {label}: {len(rows)} kernels, {total:.1f} us of kernel time")
     for n, (t, c) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:top]:
-        print(f"  {t:9.1f} us {100 * t / max(total, 1e-9):5.1f}% {c:5d}x {t / c:8.2f} us/call  {n}")
+        line = f"  {t:9.1f} us {100 * t / max(total, 1e-9):5.1f}% {c:5d}x {t / c:8.2f} us/call  {n}"
+        if n in samples:
+            line += "  |" + stall_shares(*samples[n])
+        print(line)
+    if samples:
+        count = sum(a[0] for a in samples.values())
+        merged = {}
+        for _, by_reason in samples.values():
+            for reason, v in by_reason.items():
+                merged[reason] = merged.get(reason, 0.0) + v
+        print(f"[ncu] {label}: stall reasons over all kernels |" + stall_shares(count, merged, 8))
+
+
+def number(cell):
+    try:
+        return float(cell.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def stall_shares(count, by_reason, top=4):
+    """' N samples: reason a%, ...' for the largest `top` reasons."""
+    parts = [f" {count:.0f} samples"]
+    for reason, v in sorted(by_reason.items(), key=lambda kv: -kv[1])[:top]:
+        if v > 0:
+            parts.append(f"{reason} {100 * v / max(count, 1e-9):.0f}%")
+    return ": ".join(parts[:1]) + (": " + ", ".join(parts[1:]) if len(parts) > 1 else "")
 
 
 if __name__ == "__main__":
