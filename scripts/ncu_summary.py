@@ -55,9 +55,10 @@ def main():
         except ValueError:
             continue
         scale = {"ns": 1e-3, "nsecond": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3}.get(unit, 1e-3)
-        rows.append((short(r[ki]), v * scale))
+        name = short(r[ki])
+        rows.append((name, v * scale))
         if si >= 0:
-            acc = samples.setdefault(short(r[ki]), [0.0, {}])
+            acc = samples.setdefault(name, [0.0, {}])
             acc[0] += number(r[si])
             for i, reason in reasons:
                 acc[1][reason] = acc[1].get(reason, 0.0) + number(r[i])
@@ -91,11 +92,9 @@ def number(cell):
 
 def stall_shares(count, by_reason, top=4):
     """' N samples: reason a%, ...' for the largest `top` reasons."""
-    parts = [f" {count:.0f} samples"]
-    for reason, v in sorted(by_reason.items(), key=lambda kv: -kv[1])[:top]:
-        if v > 0:
-            parts.append(f"{reason} {100 * v / max(count, 1e-9):.0f}%")
-    return ": ".join(parts[:1]) + (": " + ", ".join(parts[1:]) if len(parts) > 1 else "")
+    largest = sorted(by_reason.items(), key=lambda kv: -kv[1])[:top]
+    shares = [f"{reason} {100 * v / max(count, 1e-9):.0f}%" for reason, v in largest if v > 0]
+    return f" {count:.0f} samples" + (": " + ", ".join(shares) if shares else "")
 
 
 if __name__ == "__main__":
