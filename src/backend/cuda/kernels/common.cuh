@@ -197,14 +197,24 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 
 // DEEPINFER_PDL_DECODE (a bit mask, read once): which of the decode path's small kernels are
 // launched as PDL dependents of their predecessor (launch_decode) instead of plainly: 1 the
-// rope/store kernels (qkv_rope_store, mla_rope_store), 2 the GQA decode attention kernels, 4 the
-// split combine. As dependents they start while the previous kernel runs (hiding their launch)
-// and wait (griddepcontrol.wait) before reading anything. Default 5 (rope/store and combine),
-// from the H200 A/B (docs/performance.md, run 18, batch 1): the rope/store kernels V2-Lite
-// 391 -> 400 tok/s, the combine Qwen3-30B-A3B 296 -> 304; the GQA kernels lose (Qwen3 -2.4 %).
-enum PdlDecodeKernel : int { kPdlRopeStore = 1, kPdlGqaDecode = 2, kPdlSplitCombine = 4 };
+// rope/store kernels (qkv_rope_store, mla_rope_store), 2 the CUDA-core GQA decode kernel, 4 the
+// split combine, 8 the tensor-core GQA decode kernel. As dependents they start while the
+// previous kernel runs (hiding their launch) and wait (griddepcontrol.wait) before reading what
+// their predecessors write. Default 13 (all but the CUDA-core GQA kernel), from H200 A/Bs at
+// batch 1 (docs/performance.md): the rope/store kernels V2-Lite 391 -> 400 tok/s and the combine
+// Qwen3-30B-A3B 296 -> 304 (run 18); the GQA kernels lost (-2.4 %, waiting first) until the
+// tensor-core one issued its first K/V copies of earlier steps' entries before its wait (run 26:
+// Qwen3-30B-A3B 336.7 -> 343.6, Llama-3.1-8B 223.8 -> 227.1). The CUDA-core kernel still waits
+// first, so it stays a plain launch.
+enum PdlDecodeKernel : int {
+  kPdlRopeStore = 1,
+  kPdlGqaDecode = 2,
+  kPdlSplitCombine = 4,
+  kPdlGqaDecodeMma = 8,
+};
 inline bool pdl_decode_enabled(PdlDecodeKernel kernel) {
-  static const int mask = env_int("DEEPINFER_PDL_DECODE", kPdlRopeStore | kPdlSplitCombine);
+  static const int mask = env_int("DEEPINFER_PDL_DECODE",
+                                  kPdlRopeStore | kPdlSplitCombine | kPdlGqaDecodeMma);
   return (mask & kernel) != 0 && pdl_enabled();
 }
 

@@ -19,6 +19,11 @@
 // equal to the CUDA-core kernel (P in bf16, another summation order); chosen by the model's group
 // (not by the batch), so a sequence's bits do not depend on its batch.
 //
+// Launched as a PDL dependent of the rope/store kernel (DEEPINFER_PDL_DECODE bit 8, run 26): the
+// first token's first sub-tile of entries stored by earlier steps is copied before
+// griddepcontrol.wait, so those loads overlap the store kernel (and the qkv GEMV's tail); this
+// step's entries and q are read after it.
+//
 // H200, same call (docs/performance.md, run 15): Qwen3-30B-A3B (8 heads per kv head) batch 1 /
 // 32 / 256 262.4 / 1,011 / 2,393 -> 274.5 / 1,201 / 3,778 tok/s; Llama-3.1-8B (4) batch 1 / 8 /
 // 32 / 64 227.8 / 1,519 / 4,862 / 7,765 -> 229.3 / 1,548 / 5,224 / 8,698.
@@ -65,7 +70,6 @@ template <int D, int G, int B>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
-  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
   constexpr int kKSteps = D / 16;
@@ -82,37 +86,59 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const float c2 = p.scale * kLog2e;
   const bf16* layer_base = p.pool + p.layer_offset + int64_t{kvh} * p.kv_head_stride;
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  for (int i = p.qo_indptr[s]; i < p.qo_indptr[s + 1]; ++i) {
-    const int limit = min(seq.kv_len, p.positions[i] + 1);
-    // K and V rows [base, base + 16) of this kv head into buffer `buf` (rows past t1 zero-filled);
-    // nothing when base >= t1. The caller commits.
-    auto copy_sub = [&](int base, int t1, int buf) {
-      if (base >= t1) return;
-      bf16* k_s = &sh.kv[buf][warp][0][0][0];
-      bf16* v_s = &sh.kv[buf][warp][1][0][0];
-      // Lane r < 16 looks up row r's entry (one block-id load per lane, all in flight together;
-      // -1 past t1); the copies take it by shuffle. (A block-id load per copy serialised four
-      // rounds of dependent loads per sub-tile.)
-      const int tr = base + (lane & 15);
-      int64_t my_ent = -1;
-      if (tr < t1) {
+  // K and V rows [base, base + 16) of this kv head into buffer `buf`: the rows below t1 whose
+  // position is in [lo, hi), and with zero_tail the rows past t1 as zeros; nothing when base >=
+  // t1. The caller commits.
+  auto copy_sub = [&](int base, int t1, int buf, int lo, int hi, bool zero_tail) {
+    if (base >= t1) return;
+    bf16* k_s = &sh.kv[buf][warp][0][0][0];
+    bf16* v_s = &sh.kv[buf][warp][1][0][0];
+    // Lane r < 16 looks up row r's entry (one block-id load per lane, all in flight together;
+    // -1 for a zero row, -2 for a row left alone); the copies take it by shuffle. (A block-id
+    // load per copy serialised four rounds of dependent loads per sub-tile.)
+    const int tr = base + (lane & 15);
+    int64_t my_ent = -2;
+    if (tr < t1) {
+      if (tr >= lo && tr < hi)
         my_ent = int64_t{p.kv_indices[seq.b0 + tr / p.block_size]} * p.block_stride +
                  int64_t{tr % p.block_size} * p.entry_size;
-      }
-      static_assert(kSub * kChunks % 32 == 0, "whole copy rounds per warp");
+    } else if (zero_tail) {
+      my_ent = -1;
+    }
+    static_assert(kSub * kChunks % 32 == 0, "whole copy rounds per warp");
 #pragma unroll
-      for (int it = 0; it < kSub * kChunks / 32; ++it) {
-        const int idx = lane + 32 * it, j = idx / kChunks, c = idx % kChunks;
-        const int64_t e = __shfl_sync(0xffffffffu, my_ent, j);
-        const bool ok = e >= 0;
-        const bf16* ent = ok ? layer_base + e + c * 8 : p.pool;
-        cp_async16(k_s + j * kLd + c * 8, ok ? ent + p.k_offset : ent, ok ? 16 : 0);
-        cp_async16(v_s + j * kLd + c * 8, ok ? ent + p.v_offset : ent, ok ? 16 : 0);
-      }
-    };
+    for (int it = 0; it < kSub * kChunks / 32; ++it) {
+      const int idx = lane + 32 * it, j = idx / kChunks, c = idx % kChunks;
+      const int64_t e = __shfl_sync(0xffffffffu, my_ent, j);
+      if (e == -2) continue;
+      const bool ok = e >= 0;
+      const bf16* ent = ok ? layer_base + e + c * 8 : p.pool;
+      cp_async16(k_s + j * kLd + c * 8, ok ? ent + p.k_offset : ent, ok ? 16 : 0);
+      cp_async16(v_s + j * kLd + c * 8, ok ? ent + p.v_offset : ent, ok ? 16 : 0);
+    }
+  };
+  auto first_base = [&](int sp) { return sp * p.split_size + warp * kSub; };
+  constexpr int kAll = 0x7fffffff;
+  // Launched as a PDL dependent (launch_decode) of the store kernel: before pdl_wait only what
+  // that kernel (and any still running before it) cannot be writing — the batch metadata, the
+  // block ids and the first token's first sub-tile of entries stored by earlier steps
+  // (positions < old_end) — so that these loads overlap the store. This step's entries and q
+  // come after the wait.
+  const int i0 = p.qo_indptr[s], i1 = p.qo_indptr[s + 1];
+  const int old_end = seq.kv_len - (i1 - i0);
+  if (i0 < i1) {
+    const int t1 = min(min(seq.kv_len, p.positions[i0] + 1), split0 * p.split_size + p.split_size);
+    copy_sub(first_base(split0), t1, 0, 0, old_end, true);
+  }
+  cp_async_commit();  // (maybe empty) the first token's old entries
+  pdl_wait();
+  for (int i = i0; i < i1; ++i) {
+    const int limit = min(seq.kv_len, p.positions[i] + 1);
     auto split_t1 = [&](int sp) { return min(limit, sp * p.split_size + p.split_size); };
-    auto first_base = [&](int sp) { return sp * p.split_size + warp * kSub; };
-    copy_sub(first_base(split0), split_t1(split0), 0);
+    if (i == i0)
+      copy_sub(first_base(split0), split_t1(split0), 0, old_end, kAll, false);
+    else
+      copy_sub(first_base(split0), split_t1(split0), 0, 0, kAll, true);
     cp_async_commit();
     // Q's A fragments: per row half r (row g + 8r) the registers a_r and a_(2+r); zero rows past
     // the group (rows g + 8 are not held at all for groups of at most 8).
@@ -142,7 +168,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     };
     for (int n = 0; n < nsp; ++n) {
       const int sp = split0 + n, buf = n & (B - 1);
-      if (n + 1 < nsp) copy_sub(first_base(sp + 1), split_t1(sp + 1), (n + 1) & (B - 1));
+      if (n + 1 < nsp) copy_sub(first_base(sp + 1), split_t1(sp + 1), (n + 1) & (B - 1), 0, kAll, true);
       cp_async_commit();  // one group per iteration (maybe empty): the wait below stays exact
       cp_async_wait<1>();
       __syncwarp();
@@ -155,7 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8 (base 2)
       for (int base = t0 + warp * kSub; base < t1; base += kWarps * kSub) {
         if (base != t0 + warp * kSub) {  // splits longer than 64 keys: later sub-tiles in place
-          copy_sub(base, t1, buf);
+          copy_sub(base, t1, buf, 0, kAll, true);
           cp_async_commit();
           cp_async_wait<0>();
           __syncwarp();
@@ -276,7 +302,7 @@ void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t strea
   open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(kPdlGqaDecode, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem,
+  (void)launch_decode(kPdlGqaDecodeMma, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem,
                       stream, p, spc);
 }
 template <int D, int G>
