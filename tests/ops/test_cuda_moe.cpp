@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -689,58 +690,80 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
                                    {"v3", 1, 7168, v3, true}};
   int bad = 0;
   be->set_moe_norm_route_max_elems(cuda::kNormRouteMaxElems);  // the kernel at every size it takes
-  for (const Case& c : cases) {
-    const int64_t t = c.tokens, h = c.hidden, e = c.r.num_experts, k = c.r.top_k;
-    const Tensor x = act(*be, host_fill({t, h}, 21, 2.0f));
-    const Tensor nw = act(*be, host_fill({h}, 22, 1.0f));
-    const Tensor gate = act(*be, host_fill({e, h}, 23, 0.1f));
-    const Tensor bias = host_fill({e}, 24, 0.1f);
-    MoeRoutingParams r = c.r;
-    r.correction_bias = c.bias ? &bias : nullptr;
-    Tensor hf = be->empty({t, h}, DType::kBF16), ids = be->empty({t, k}, DType::kI32),
-           w = be->empty({t, k}, DType::kF32), logits = be->empty({t, e}, DType::kF32);
-    MoeNormRouteParams q;
-    q.x = &x;
-    q.norm_w = &nw;
-    q.eps = 1e-6f;
-    q.gate = &gate;
-    q.routing = r;
-    q.h = &hf;
-    q.topk_ids = &ids;
-    q.topk_weights = &w;
-    q.logits = &logits;
-    be->set_moe_fused(1);
-    int64_t differing = 0;
-    double logit_err = 0.0;
-    for (int rep = 0; rep < 2; ++rep) {
-      const int64_t calls = be->moe_fused_route_calls();
-      be->moe_norm_route(q);
-      const bool fused = be->moe_fused_route_calls() == calls + 1;
-      // The composed ops: rms_norm, the router GEMM, the warp router on the kernel's logits.
-      Tensor hc = be->empty({t, h}, DType::kBF16), lc = be->empty({t, e}, DType::kF32);
-      Tensor ids_r = be->empty({t, k}, DType::kI32), w_r = be->empty({t, k}, DType::kF32);
-      be->rms_norm(x, nw, 1e-6f, hc);
-      be->linear(hc, gate, nullptr, lc);
-      be->moe_route(logits, r, ids_r, w_r);
-      const Tensor a = be->download(hf), b = be->download(hc), la = be->download(logits),
-                   lb = be->download(lc), ia = be->download(ids), ib = be->download(ids_r),
-                   wa = be->download(w), wb = be->download(w_r);
-      for (int64_t i = 0; i < a.numel(); ++i) differing += a.f32()[i] != b.f32()[i];
-      for (int64_t i = 0; i < ia.numel(); ++i)
-        differing += ia.data<int32_t>()[i] != ib.data<int32_t>()[i] || wa.f32()[i] != wb.f32()[i];
-      double scale = 0.0;
-      for (int64_t i = 0; i < lb.numel(); ++i)
-        scale = std::max(scale, std::fabs(double{lb.f32()[i]}));
-      for (int64_t i = 0; i < lb.numel(); ++i)
-        logit_err = std::max(logit_err, std::fabs(double{la.f32()[i]} - lb.f32()[i]) / scale);
-      if (!fused) ++differing;
+  // Both fused routers where both apply: the cluster router (up to 128 experts) and the counter
+  // kernel; each against the composed ops, and the second against the first bitwise.
+  std::vector<std::vector<Tensor>> first_outputs(cases.size());
+  for (const int cluster : {1, 0}) {
+    cuda::set_moe_route_cluster_override(cluster);
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
+      const int64_t t = c.tokens, h = c.hidden, e = c.r.num_experts, k = c.r.top_k;
+      const Tensor x = act(*be, host_fill({t, h}, 21, 2.0f));
+      const Tensor nw = act(*be, host_fill({h}, 22, 1.0f));
+      const Tensor gate = act(*be, host_fill({e, h}, 23, 0.1f));
+      const Tensor bias = host_fill({e}, 24, 0.1f);
+      MoeRoutingParams r = c.r;
+      r.correction_bias = c.bias ? &bias : nullptr;
+      Tensor hf = be->empty({t, h}, DType::kBF16), ids = be->empty({t, k}, DType::kI32),
+             w = be->empty({t, k}, DType::kF32), logits = be->empty({t, e}, DType::kF32);
+      MoeNormRouteParams q;
+      q.x = &x;
+      q.norm_w = &nw;
+      q.eps = 1e-6f;
+      q.gate = &gate;
+      q.routing = r;
+      q.h = &hf;
+      q.topk_ids = &ids;
+      q.topk_weights = &w;
+      q.logits = &logits;
+      be->set_moe_fused(1);
+      int64_t differing = 0;
+      double logit_err = 0.0;
+      for (int rep = 0; rep < 2; ++rep) {
+        const int64_t calls = be->moe_fused_route_calls();
+        be->moe_norm_route(q);
+        const bool fused = be->moe_fused_route_calls() == calls + 1;
+        // The composed ops: rms_norm, the router GEMM, the warp router on the kernel's logits.
+        Tensor hc = be->empty({t, h}, DType::kBF16), lc = be->empty({t, e}, DType::kF32);
+        Tensor ids_r = be->empty({t, k}, DType::kI32), w_r = be->empty({t, k}, DType::kF32);
+        be->rms_norm(x, nw, 1e-6f, hc);
+        be->linear(hc, gate, nullptr, lc);
+        be->moe_route(logits, r, ids_r, w_r);
+        const Tensor a = be->download(hf), b = be->download(hc), la = be->download(logits),
+                     lb = be->download(lc), ia = be->download(ids), ib = be->download(ids_r),
+                     wa = be->download(w), wb = be->download(w_r);
+        for (int64_t i = 0; i < a.numel(); ++i) differing += a.f32()[i] != b.f32()[i];
+        for (int64_t i = 0; i < ia.numel(); ++i)
+          differing += ia.data<int32_t>()[i] != ib.data<int32_t>()[i] || wa.f32()[i] != wb.f32()[i];
+        double scale = 0.0;
+        for (int64_t i = 0; i < lb.numel(); ++i)
+          scale = std::max(scale, std::fabs(double{lb.f32()[i]}));
+        for (int64_t i = 0; i < lb.numel(); ++i)
+          logit_err = std::max(logit_err, std::fabs(double{la.f32()[i]} - lb.f32()[i]) / scale);
+        if (!fused) ++differing;
+      }
+      // The other router's outputs of the same inputs (second pass): bitwise the first pass's.
+      const std::vector<Tensor> outs = {be->download(hf), be->download(logits), be->download(ids),
+                                        be->download(w)};
+      int64_t cross = 0;
+      if (first_outputs[ci].empty()) {
+        first_outputs[ci] = outs;
+      } else {
+        for (size_t o = 0; o < outs.size(); ++o)
+          cross += std::memcmp(outs[o].raw(), first_outputs[ci][o].raw(), outs[o].nbytes()) != 0;
+      }
+      const bool ok = differing == 0 && logit_err < 1e-4 && cross == 0;
+      bad += !ok;
+      std::printf(
+          "[moe-op] norm_route_%s_t%lld_h%lld router=%s differing=%lld logit_err=%.2e "
+          "vs_first_pass=%s %s\n",
+          c.name, static_cast<long long>(t), static_cast<long long>(h),
+          cuda::moe_norm_route_uses_cluster(static_cast<int>(e)) ? "cluster" : "counter",
+          static_cast<long long>(differing), logit_err,
+          cluster == 1 ? "-" : (cross == 0 ? "equal" : "DIFFER"), ok ? "PASS" : "FAIL");
     }
-    const bool ok = differing == 0 && logit_err < 1e-4;
-    bad += !ok;
-    std::printf("[moe-op] norm_route_%s_t%lld_h%lld differing=%lld logit_err=%.2e %s\n", c.name,
-                static_cast<long long>(t), static_cast<long long>(h),
-                static_cast<long long>(differing), logit_err, ok ? "PASS" : "FAIL");
   }
+  cuda::set_moe_route_cluster_override(-1);
   be->set_moe_fused(-1);
   be->set_moe_norm_route_max_elems(4096);
   EXPECT_EQ(bad, 0);

@@ -63,6 +63,30 @@ inline cudaError_t launch_dependent_if(bool dependent, void (*kernel)(KernelArgs
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+// cfg (grid, block, shared memory, stream) launched with clusters of `cluster` CTAs along x
+// (0: none) and, where enabled, as a PDL dependent.
+template <typename Params>
+inline cudaError_t launch_cluster_pdl(cudaLaunchConfig_t& cfg, int cluster, void (*kernel)(Params),
+                                      const Params& p) {
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (cluster > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = static_cast<unsigned>(n);
+  return cudaLaunchKernelEx(&cfg, kernel, p);
+}
+
 // launch_dependent_if(true, ...): a PDL dependent whenever PDL is on.
 template <typename... KernelArgs, typename... Args>
 inline cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
@@ -273,6 +297,12 @@ __device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
   uint32_t out;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_u32(p)), "r"(rank));
   return out;
+}
+// A float from distributed shared memory (an address from cluster_addr).
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
 }
 // 16 bytes global -> shared (cp.async.cg); src_bytes 0 zero-fills (src must still be a valid
 // pointer).

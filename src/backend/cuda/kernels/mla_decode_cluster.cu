@@ -1082,30 +1082,6 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   if (tm != nullptr) tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
 }
 
-// cfg (grid, block, shared memory, stream) launched with clusters of `cluster` CTAs along x
-// (0: none) and, where enabled, as a PDL dependent.
-template <typename Params>
-cudaError_t launch_cluster_pdl(cudaLaunchConfig_t& cfg, int cluster, void (*kernel)(Params),
-                               const Params& p) {
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (cluster > 0) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = static_cast<unsigned>(n);
-  return cudaLaunchKernelEx(&cfg, kernel, p);
-}
-
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
 // 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
 int min_blocks_setting() {

@@ -8,6 +8,7 @@
 //     warp arg-max that orders (value descending, id ascending) like the CPU's stable sort.
 // A softmax without bias or group limit (MoeRouteParams::on_logits) selects on the logits and
 // computes only the k selected weights, as the CPU op does.
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
@@ -154,13 +155,15 @@ __device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kS
 }
 
 // Token t's routing by one warp from its logits row l (read through L2: the fused router's last
-// CTA reads rows other CTAs wrote). Every lane of the warp calls it. Expert i = lane + 32·s is
-// held by lane i % 32 in register slot s (score, choice); slots past the experts are skipped by
-// warp-uniform branches. Each top-k round is two warp reductions (redux.sync): the largest choice
-// key, then the lowest id holding it.
-template <int kSlots>
+// CTA reads rows other CTAs wrote; or from shared memory: the cluster router's gathered rows).
+// Every lane of the warp calls it. Expert i = lane + 32·s is held by lane i % 32 in register slot s
+// (score, choice); slots past the experts are skipped by warp-uniform branches. Each top-k round is
+// two warp reductions (redux.sync): the largest choice key, then the lowest id holding it.
+template <int kSlots, bool kSharedLogits = false>
 __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float* l, int lane,
                                  RouteWarpScratch& sm) {
+  // l in global memory (read through L2) or, kSharedLogits, in this CTA's shared memory.
+  auto logit = [&](int i) { return kSharedLogits ? l[i] : __ldcg(l + i); };
   const int e = p.num_experts;
   float score[kSlots], choice[kSlots];
   // on_logits (a softmax without bias or groups): the logits are the scores and the choices; the
@@ -175,7 +178,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       lg[s] = -INFINITY;
       if (32 * s < e) {  // warp-uniform
         const int i = lane + 32 * s;
-        if (i < e) lg[s] = __ldcg(l + i);
+        if (i < e) lg[s] = logit(i);
         mx = fmaxf(mx, lg[s]);
       }
     }
@@ -202,7 +205,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       score[s] = 0.0f;
       if (32 * s < e) {
         const int i = lane + 32 * s;
-        if (i < e) score[s] = 1.0f / (1.0f + expf(-__ldcg(l + i)));
+        if (i < e) score[s] = 1.0f / (1.0f + expf(-logit(i)));
       }
     }
   }
@@ -323,29 +326,38 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_warp_kernel(MoeRou
 }
 
 // ---- the fused router of a decode step: rms_norm, gate GEMV, routing (moe.h) ----
-// Block b, warp w: expert b·4 + w. Its gate row's first kNormRoutePre chunks per lane are loaded
-// before griddepcontrol.wait (the weights do not depend on the previous kernel). Every CTA then
-// normalises the tokens' rows into shared memory (the rms_norm kernel's arithmetic: see
-// norm_rows), CTA 0 also writes them out as h, each warp writes its expert's logits, and the last
-// CTA to finish (arrival counter) routes token t with warp t.
+// Block b, warp w of W: expert b·W + w. Its gate row's first kNormRoutePre chunks per lane are
+// loaded before griddepcontrol.wait (the weights do not depend on the previous kernel). Every CTA
+// then normalises the tokens' rows into shared memory (the rms_norm kernel's arithmetic: see
+// norm_rows), CTA 0 also writes them out as h, and each warp writes its expert's logits. Then
+// either (W = 4, any expert count) the last CTA to finish (arrival counter) routes token t with
+// warp t, reading the logits back through L2, or (the cluster router, W = 16, one cluster of at
+// most kRouteClusterMaxCtas CTAs: up to 128 experts) the CTAs keep their logits in shared
+// memory too, CTA 0 gathers them over distributed shared memory after a cluster barrier and
+// routes: no global round trip and no atomic between the logits and the routing (run 26).
 constexpr int kNormRouteWarps = 4;
+constexpr int kRouteClusterWarps = 16;
+constexpr int kRouteClusterMaxCtas = 8;  // the portable cluster size
+constexpr int kRouteClusterMaxExperts = kRouteClusterWarps * kRouteClusterMaxCtas;
 constexpr int kNormRoutePre = 8;       // 16-byte chunks per lane in registers (hidden 2048: all)
 constexpr int kNormRouteNwChunks = 2;  // norm_w chunks per thread in registers (hidden 2048: all)
 
 // rms_norm_kernel (elementwise.cu) with R = launch threads: thread v of R sums x[v + R·m]² in m
 // order (fmaf), warps of 32 reduce by warp_sum, then warp 0 sums the R/32 warp sums (zeros
-// above). Here 128 threads play the R = 128 / 256 / 512 threads' parts (thread i: i + 128·r)
-// and the same trees over the row staged in shared memory: bitwise the rms_norm kernel's h.
-// xs: the rows, replaced by h in place; nw: this thread's chunks c = tid + 128·i of norm_w.
+// above). Here the CTA's W·32 threads play the R = 128 / 256 / 512 threads' parts (thread i: v =
+// i, i + 32·W, ... below R) and the same trees over the row staged in shared memory: bitwise the
+// rms_norm kernel's h. xs: the rows, replaced by h in place; nw: this thread's chunks
+// c = tid + 32·W·i of norm_w.
+template <int W>
 __device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, float* red,
                           const uint4 (&nw)[kNormRouteNwChunks]) {
+  constexpr int kT = W * 32;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int d = p.hidden, R = rms_norm_threads(d), reps = R / (kNormRouteWarps * 32);
+  const int d = p.hidden, R = rms_norm_threads(d);
   const int chunks = d / 8;
   for (int t = 0; t < p.tokens; ++t) {
     __nv_bfloat16* x = xs + int64_t{t} * d;
-    for (int r = 0; r < reps; ++r) {
-      const int v = tid + r * kNormRouteWarps * 32;
+    for (int v = tid; v < R; v += kT) {  // warp-uniform: R and kT are multiples of 32
       float ss = 0.0f;
       for (int i = v; i < d; i += R) {
         const float f = __bfloat162float(x[i]);
@@ -364,7 +376,7 @@ __device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, 
     const float inv = rsqrtf(red[16] / static_cast<float>(d) + p.eps);
     uint4* xv = reinterpret_cast<uint4*>(x);
     uint4* hv = reinterpret_cast<uint4*>(p.h + int64_t{t} * d);
-    for (int c = tid, i = 0; c < chunks; c += kNormRouteWarps * 32, ++i) {
+    for (int c = tid, i = 0; c < chunks; c += kT, ++i) {
       float xf[8], wf[8];
       unpack8(xv[c], xf);
       unpack8(i < kNormRouteNwChunks ? nw[i] : __ldg(reinterpret_cast<const uint4*>(p.norm_w) + c),
@@ -382,34 +394,36 @@ __device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, 
   }
 }
 
-template <int kSlots>
-__global__ void __launch_bounds__(kNormRouteWarps * 32)
-    moe_norm_route_kernel(MoeNormRouteKernelParams p) {
-  // The rows while the logits are computed, then (last CTA) the routing scratch.
+template <int kSlots, int W, bool kCluster>
+__global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKernelParams p) {
+  // The rows while the logits are computed, then (the routing CTA) the routing scratch.
   constexpr size_t kRowBytes = kNormRouteMaxElems * sizeof(__nv_bfloat16);
   constexpr size_t kScratchBytes = kNormRouteMaxTokens * sizeof(RouteWarpScratch);
   __shared__ __align__(
       16) unsigned char smem[kRowBytes > kScratchBytes ? kRowBytes : kScratchBytes];
   __shared__ float red[17];
   __shared__ bool is_last;
+  // The cluster router: this CTA's logits [token][warp], and in CTA 0 all of them [token][E].
+  __shared__ float cta_logits[kCluster ? kNormRouteMaxTokens * W : 1];
+  __shared__ float all_logits[kCluster ? kNormRouteMaxTokens * kRouteClusterMaxExperts : 1];
   __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
   RouteWarpScratch* scratch = reinterpret_cast<RouteWarpScratch*>(smem);
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
-  const int e = static_cast<int>(blockIdx.x) * kNormRouteWarps + warp;
+  const int e = static_cast<int>(blockIdx.x) * W + warp;
+  const int ne = p.route.num_experts;
   const int chunks = p.hidden / 8;
   // Before the wait: the warp's gate row and the thread's norm_w chunks (weights).
-  const uint4* wr =
-      reinterpret_cast<const uint4*>(p.gate + int64_t{e < p.route.num_experts ? e : 0} * p.hidden);
+  const uint4* wr = reinterpret_cast<const uint4*>(p.gate + int64_t{e < ne ? e : 0} * p.hidden);
   uint4 w[kNormRoutePre], nw[kNormRouteNwChunks];
 #pragma unroll
   for (int i = 0; i < kNormRoutePre; ++i) {
     const int c = lane + 32 * i;
-    w[i] = e < p.route.num_experts && c < chunks ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
+    w[i] = e < ne && c < chunks ? ld_stream(wr + c) : make_uint4(0, 0, 0, 0);
   }
 #pragma unroll
   for (int i = 0; i < kNormRouteNwChunks; ++i) {
-    const int c = tid + kNormRouteWarps * 32 * i;
+    const int c = tid + W * 32 * i;
     nw[i] =
         c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_w) + c) : make_uint4(0, 0, 0, 0);
   }
@@ -418,11 +432,11 @@ __global__ void __launch_bounds__(kNormRouteWarps * 32)
   {  // the tokens' rows of x into shared memory (16-byte loads)
     const uint4* xg = reinterpret_cast<const uint4*>(p.x);
     uint4* xs = reinterpret_cast<uint4*>(hs);
-    for (int c = tid; c < p.tokens * chunks; c += kNormRouteWarps * 32) xs[c] = xg[c];
+    for (int c = tid; c < p.tokens * chunks; c += W * 32) xs[c] = xg[c];
   }
   __syncthreads();
-  norm_rows(p, hs, red, nw);
-  if (e < p.route.num_experts) {  // warp-uniform
+  norm_rows<W>(p, hs, red, nw);
+  if (e < ne) {  // warp-uniform
     for (int t = 0; t < p.tokens; ++t) {
       const uint4* hr = reinterpret_cast<const uint4*>(hs + int64_t{t} * p.hidden);
       float acc = 0.0f;
@@ -443,20 +457,46 @@ __global__ void __launch_bounds__(kNormRouteWarps * 32)
         acc = dot8(wf, hf, acc);
       }
       acc = warp_sum(acc);
-      if (lane == 0) p.logits[int64_t{t} * p.route.num_experts + e] = acc;
+      if (lane == 0) {
+        p.logits[int64_t{t} * ne + e] = acc;
+        if constexpr (kCluster) cta_logits[t * W + warp] = acc;
+      }
     }
   }
-  // The last CTA to arrive routes (atomic_add_acq_rel_gpu: release of this CTA's logits,
-  // acquire of the others').
-  __syncthreads();  // also: every warp is done with hs before scratch overwrites it
-  if (tid == 0) is_last = atomic_add_acq_rel_gpu(p.counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!is_last) return;
-  if (warp < p.tokens) {
-    route_token_warp<kSlots>(p.route, warp, p.logits + int64_t{warp} * p.route.num_experts, lane,
-                             scratch[warp]);
+  if constexpr (kCluster) {
+    // After the barrier (release / acquire at cluster scope) every CTA's logits are readable;
+    // CTA 0 (the cluster spans the grid: rank = blockIdx.x) gathers them, and a second barrier
+    // keeps the others' shared memory alive until it has.
+    cluster_arrive();
+    cluster_wait();
+    const bool router = blockIdx.x == 0;
+    if (router) {
+      for (int i = tid; i < p.tokens * ne; i += W * 32) {
+        const int t = i / ne, x = i - t * ne;
+        all_logits[t * kRouteClusterMaxExperts + x] =
+            ld_cluster_f32(cluster_addr(cta_logits + t * W + x % W, x / W));
+      }
+    }
+    cluster_arrive_relaxed();
+    cluster_wait();
+    if (!router) return;
+    __syncthreads();  // all_logits complete (every warp is done with hs: scratch may reuse it)
+    if (warp < p.tokens) {
+      route_token_warp<kSlots, true>(p.route, warp, all_logits + warp * kRouteClusterMaxExperts,
+                                     lane, scratch[warp]);
+    }
+  } else {
+    // The last CTA to arrive routes (atomic_add_acq_rel_gpu: release of this CTA's logits,
+    // acquire of the others').
+    __syncthreads();  // also: every warp is done with hs before scratch overwrites it
+    if (tid == 0) is_last = atomic_add_acq_rel_gpu(p.counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!is_last) return;
+    if (warp < p.tokens) {
+      route_token_warp<kSlots>(p.route, warp, p.logits + int64_t{warp} * ne, lane, scratch[warp]);
+    }
+    if (tid == 0) *p.counter = 0;  // for the next launch (stream order)
   }
-  if (tid == 0) *p.counter = 0;  // for the next launch (stream order)
 }
 
 __global__ void moe_combine_kernel(MoeCombineParams p) {
@@ -497,12 +537,46 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream, MoeRouteImpl
   }
 }
 
+namespace {
+std::atomic<int> g_route_cluster{-1};  // -1: DEEPINFER_MOE_ROUTE_CLUSTER (default on)
+bool route_cluster_on() {
+  const int forced = g_route_cluster.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool on = env_int("DEEPINFER_MOE_ROUTE_CLUSTER", 1) != 0;
+  return on;
+}
+}  // namespace
+
+void set_moe_route_cluster_override(int on) {
+  g_route_cluster.store(on, std::memory_order_relaxed);
+}
+
+bool moe_norm_route_uses_cluster(int num_experts) {
+  // (DEEPINFER_MOE_ROUTE_SLOTS=16 asks for the 16-slot kernel: the counter one has it.)
+  return route_cluster_on() && num_experts <= kRouteClusterMaxExperts &&
+         route_slots(num_experts) <= 4;
+}
+
 cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_t stream) {
   const int slots = route_slots(p.route.num_experts);
-  void (*kernel)(MoeNormRouteKernelParams) = slots == 2   ? moe_norm_route_kernel<2>
-                                             : slots == 4 ? moe_norm_route_kernel<4>
-                                             : slots == 8 ? moe_norm_route_kernel<8>
-                                                          : moe_norm_route_kernel<kRoutePerLane>;
+  if (moe_norm_route_uses_cluster(p.route.num_experts)) {
+    // slots <= 4 here (at most 128 experts); the cluster is the whole grid (<= 8 CTAs).
+    void (*kernel)(MoeNormRouteKernelParams) =
+        slots == 2 ? moe_norm_route_kernel<2, kRouteClusterWarps, true>
+                   : moe_norm_route_kernel<4, kRouteClusterWarps, true>;
+    const int ctas = ceil_div(p.route.num_experts, kRouteClusterWarps);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(kRouteClusterWarps * 32);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    return launch_cluster_pdl(cfg, ctas, kernel, p);
+  }
+  void (*kernel)(MoeNormRouteKernelParams) =
+      slots == 2   ? moe_norm_route_kernel<2, kNormRouteWarps, false>
+      : slots == 4 ? moe_norm_route_kernel<4, kNormRouteWarps, false>
+      : slots == 8 ? moe_norm_route_kernel<8, kNormRouteWarps, false>
+                   : moe_norm_route_kernel<kRoutePerLane, kNormRouteWarps, false>;
   return launch_pdl(kernel, dim3(ceil_div(p.route.num_experts, kNormRouteWarps)),
                     dim3(kNormRouteWarps * 32), 0, stream, p);
 }

@@ -65,6 +65,12 @@ struct MoeNormRouteKernelParams {
   int32_t hidden;
 };
 cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_t stream);
+// Whether launch_moe_norm_route runs the cluster router for `num_experts` (at most 128: one
+// cluster of 16-warp CTAs; the logits meet in distributed shared memory, no arrival counter;
+// same bits as the counter kernel). DEEPINFER_MOE_ROUTE_CLUSTER=0 (read once) or the override
+// (1 / 0 forced, -1 back to the environment) keeps the counter kernel.
+bool moe_norm_route_uses_cluster(int num_experts);
+void set_moe_route_cluster_override(int on);
 
 // out[t, :] = sum_j topk_weights[t, j] * y[slot_row[t * top_k + j], :], j ascending, f32 sums.
 struct MoeCombineParams {
