@@ -684,10 +684,19 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
   };
   const MoeRoutingParams qwen = qwen3_moe_routing(), v2 = v2_lite_routing(),
                          v3 = deepseek_v3_routing();
-  const std::vector<Case> cases = {{"qwen3", 1, 2048, qwen, false}, {"qwen3", 4, 2048, qwen, false},
-                                   {"v2lite", 1, 2048, v2, false},  {"v2lite", 3, 1024, v2, false},
-                                   {"v2lite", 2, 264, v2, false},   {"v3", 2, 7168, v3, true},
-                                   {"v3", 1, 7168, v3, true}};
+  // The golden models' sizes too: 8 experts (one CTA of the cluster router, half its warps
+  // without an expert) and 20 (two CTAs, the second partly empty).
+  MoeRoutingParams tiny8 = qwen, tiny20 = v2;
+  tiny8.num_experts = 8;
+  tiny8.top_k = 2;
+  tiny20.num_experts = 20;
+  tiny20.top_k = 3;
+  const std::vector<Case> cases = {
+      {"qwen3", 1, 2048, qwen, false},   {"qwen3", 4, 2048, qwen, false},
+      {"v2lite", 1, 2048, v2, false},    {"v2lite", 3, 1024, v2, false},
+      {"v2lite", 2, 264, v2, false},     {"v3", 2, 7168, v3, true},
+      {"v3", 1, 7168, v3, true},         {"tiny8", 1, 264, tiny8, false},
+      {"tiny20", 2, 1024, tiny20, false}};
   int bad = 0;
   be->set_moe_norm_route_max_elems(cuda::kNormRouteMaxElems);  // the kernel at every size it takes
   // Both fused routers where both apply: the cluster router (up to 128 experts) and the counter
