@@ -237,8 +237,8 @@ enum PdlDecodeKernel : int {
   kPdlGqaDecodeMma = 8,
 };
 inline bool pdl_decode_enabled(PdlDecodeKernel kernel) {
-  static const int mask = env_int("DEEPINFER_PDL_DECODE",
-                                  kPdlRopeStore | kPdlSplitCombine | kPdlGqaDecodeMma);
+  static const int mask =
+      env_int("DEEPINFER_PDL_DECODE", kPdlRopeStore | kPdlSplitCombine | kPdlGqaDecodeMma);
   return (mask & kernel) != 0 && pdl_enabled();
 }
 

@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     };
     for (int n = 0; n < nsp; ++n) {
       const int sp = split0 + n, buf = n & (B - 1);
-      if (n + 1 < nsp) copy_sub(first_base(sp + 1), split_t1(sp + 1), (n + 1) & (B - 1), 0, kAll, true);
+      if (n + 1 < nsp)
+        copy_sub(first_base(sp + 1), split_t1(sp + 1), (n + 1) & (B - 1), 0, kAll, true);
       cp_async_commit();  // one group per iteration (maybe empty): the wait below stays exact
       cp_async_wait<1>();
       __syncwarp();
@@ -302,8 +303,8 @@ void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t strea
   open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(kPdlGqaDecodeMma, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32), smem,
-                      stream, p, spc);
+  (void)launch_decode(kPdlGqaDecodeMma, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32),
+                      smem, stream, p, spc);
 }
 template <int D, int G>
 void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
