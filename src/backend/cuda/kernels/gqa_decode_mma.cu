@@ -118,6 +118,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     }
   };
   auto first_base = [&](int sp) { return sp * p.split_size + warp * kSub; };
+  // Token i attends keys [0, limit_of(i)); split sp's part of them ends at split_end(sp, limit).
+  auto limit_of = [&](int i) { return min(seq.kv_len, p.positions[i] + 1); };
+  auto split_end = [&](int sp, int limit) { return min(limit, sp * p.split_size + p.split_size); };
   constexpr int kAll = 0x7fffffff;
   // Launched as a PDL dependent (launch_decode) of the store kernel: before pdl_wait only what
   // that kernel (and any still running before it) cannot be writing — the batch metadata, the
@@ -126,15 +129,12 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   // come after the wait.
   const int i0 = p.qo_indptr[s], i1 = p.qo_indptr[s + 1];
   const int old_end = seq.kv_len - (i1 - i0);
-  if (i0 < i1) {
-    const int t1 = min(min(seq.kv_len, p.positions[i0] + 1), split0 * p.split_size + p.split_size);
-    copy_sub(first_base(split0), t1, 0, 0, old_end, true);
-  }
+  if (i0 < i1) copy_sub(first_base(split0), split_end(split0, limit_of(i0)), 0, 0, old_end, true);
   cp_async_commit();  // (maybe empty) the first token's old entries
   pdl_wait();
   for (int i = i0; i < i1; ++i) {
-    const int limit = min(seq.kv_len, p.positions[i] + 1);
-    auto split_t1 = [&](int sp) { return min(limit, sp * p.split_size + p.split_size); };
+    const int limit = limit_of(i);
+    auto split_t1 = [&](int sp) { return split_end(sp, limit); };
     if (i == i0)
       copy_sub(first_base(split0), split_t1(split0), 0, old_end, kAll, false);
     else
