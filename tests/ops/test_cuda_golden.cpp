@@ -21,6 +21,10 @@
 #ifdef DI_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/kernels/attention.h"
+#include "backend/decode_step.h"
+#include "model/config.h"
+#include "model/weight_loader.h"
 #endif
 
 namespace di {
@@ -241,6 +245,100 @@ TEST(CudaGraph, DecodeReplayEqualsEager) {
   std::printf("[graph] %s bucket %d: replay vs eager max |diff| over 6 steps = %.3e %s\n",
               base_name(dir).c_str(), bucket, worst, worst == 0.0 ? "PASS (bitwise)" : "");
   EXPECT_EQ(worst, 0.0) << "graph replay differs from the eager step";
+#endif
+}
+
+// A captured decode step covers its bucket's longest context: every sequence's KV is split as if
+// it were that long, and the splits past a sequence's end are empty. The engine mixes graph steps
+// with eager ones (eager splits a batch by its own longest context), so the two must agree bit
+// for bit. The golden fixtures are too short to split and their 2 q heads per kv head take the
+// CUDA-core kernel, so this runs a random-weight Qwen3-MoE shape with 4 q heads per kv head
+// (head dim 128: the tensor-core decode kernel and the split combine), q/k norms, MoE layers
+// (the one-token router and experts), at contexts of 300 / 517 / 1000 in a graph sized for 2048:
+// 32 splits in the graph against 16 eager.
+TEST(CudaGraph, LongContextReplayEqualsEagerAtItsOwnSplits) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "CUDA graph test skipped: " << why;
+#ifdef DI_HAVE_CUDA
+  const std::string config_json = R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 512,
+    "head_dim": 128, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "intermediate_size": 1024, "moe_intermediate_size": 256, "num_experts": 16,
+    "num_experts_per_tok": 4, "norm_topk_prob": true, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+    "max_position_embeddings": 4096, "tie_word_embeddings": false, "vocab_size": 1009,
+    "hidden_act": "silu", "attention_bias": false})";
+  const ModelConfig config = parse_model_config(config_json, "graph_long_context").value();
+  ASSERT_TRUE(cuda::gqa_decode_mma_for(4, 128));
+  auto be_ptr = make_backend("cuda");
+  auto& be = static_cast<cuda::CudaBackend&>(*be_ptr);
+  RandomWeights random;
+  random.seed = 11;
+  random.fill = [&be](Tensor& t, uint64_t seed, float scale) { be.fill_random(t, seed, scale); };
+  LoadOptions opts;
+  opts.max_context = 2048 + 16;
+  auto model = make_random_model(config, be, random, opts);
+  const int32_t bs = 16, max_blocks = 2048 / bs, bucket = 4;
+  const KvLayout layout = model->kv_layout(bucket * max_blocks, bs);
+  Tensor pool = be.empty({layout.num_blocks, layout.num_layers, bs, layout.entry_size},
+                         DType::kBF16);
+  be.fill_random(pool, 4242, 1.0f);  // earlier positions' K/V: random, as in the benchmark
+  const std::vector<int32_t> lens = {300, 517, 1000};
+  std::vector<std::vector<int32_t>> tables(lens.size());
+  for (size_t s = 0; s < lens.size(); ++s)
+    for (int32_t b = 0; b < max_blocks; ++b)
+      tables[s].push_back(static_cast<int32_t>(s) * max_blocks + b);
+  cuda::DecodeGraph graph(
+      be,
+      [&](const Tensor& ids, const PagedBatch& b, const Tensor& rows) {
+        return model->forward(ids, b, pool, rows);
+      },
+      bucket, max_blocks, bs);
+  graph.capture();
+  const int64_t vocab = config.vocab_size;
+  std::vector<int32_t> tokens = {17, 401, 999};
+  int64_t differing = 0;
+  for (int32_t step = 0; step < 3; ++step) {
+    cuda::DecodeStepInputs in;
+    in.block_size = bs;
+    int32_t longest = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const int32_t p = lens[s] + step;
+      in.token_ids.push_back(tokens[s]);
+      in.positions.push_back(p);
+      in.slots.push_back(tables[s][static_cast<size_t>(p / bs)] * bs + p % bs);
+      in.block_tables.push_back(tables[s]);
+      longest = std::max(longest, p + 1);
+    }
+    // Eager: the same padded batch of `bucket` rows (so every GEMM has the graph's shape), but
+    // the attention planned for this batch's longest context instead of the bucket's.
+    const PaddedDecodeStep padded = pad_decode_step(in, bucket, max_blocks, bs);
+    PagedBatch b;
+    b.positions = be.upload(padded.positions, DType::kI32);
+    b.slot_mapping = be.upload(padded.slots, DType::kI32);
+    b.qo_indptr = be.upload(padded.qo_indptr, DType::kI32);
+    b.kv_indptr = be.upload(padded.kv_indptr, DType::kI32);
+    b.kv_indices = be.upload(padded.kv_indices, DType::kI32);
+    b.kv_last_len = be.upload(padded.kv_last_len, DType::kI32);
+    b.num_seqs = bucket;
+    b.num_tokens = bucket;
+    b.max_kv_len = longest;
+    const Tensor eager = be.download(model->forward(be.upload(padded.ids, DType::kI32), b, pool,
+                                                    be.upload(padded.rows, DType::kI32)));
+    const Tensor replay = be.download(graph.run(in));
+    ASSERT_EQ(eager.numel(), replay.numel());
+    const int64_t live = static_cast<int64_t>(lens.size()) * vocab;
+    for (int64_t i = 0; i < live; ++i)
+      differing += std::memcmp(eager.f32() + i, replay.f32() + i, sizeof(float)) != 0 ? 1 : 0;
+    for (size_t s = 0; s < lens.size(); ++s) {  // greedy next tokens, from the eager logits
+      const float* l = eager.f32() + static_cast<int64_t>(s) * vocab;
+      tokens[s] = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
+    }
+  }
+  std::printf("[graph] long context (300/517/1000 in a 2048 graph, 32 vs 16 splits): "
+              "%lld logits differ over 3 steps %s\n",
+              static_cast<long long>(differing), differing == 0 ? "PASS (bitwise)" : "FAIL");
+  EXPECT_EQ(differing, 0) << "graph replay differs from the eager step at its own split count";
 #endif
 }
 
