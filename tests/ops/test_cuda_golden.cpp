@@ -280,8 +280,8 @@ TEST(CudaGraph, LongContextReplayEqualsEagerAtItsOwnSplits) {
   auto model = make_random_model(config, be, random, opts);
   const int32_t bs = 16, max_blocks = 2048 / bs, bucket = 4;
   const KvLayout layout = model->kv_layout(bucket * max_blocks, bs);
-  Tensor pool = be.empty({layout.num_blocks, layout.num_layers, bs, layout.entry_size},
-                         DType::kBF16);
+  Tensor pool =
+      be.empty({layout.num_blocks, layout.num_layers, bs, layout.entry_size}, DType::kBF16);
   be.fill_random(pool, 4242, 1.0f);  // earlier positions' K/V: random, as in the benchmark
   const std::vector<int32_t> lens = {300, 517, 1000};
   std::vector<std::vector<int32_t>> tables(lens.size());
@@ -335,9 +335,10 @@ TEST(CudaGraph, LongContextReplayEqualsEagerAtItsOwnSplits) {
       tokens[s] = static_cast<int32_t>(std::max_element(l, l + vocab) - l);
     }
   }
-  std::printf("[graph] long context (300/517/1000 in a 2048 graph, 32 vs 16 splits): "
-              "%lld logits differ over 3 steps %s\n",
-              static_cast<long long>(differing), differing == 0 ? "PASS (bitwise)" : "FAIL");
+  std::printf(
+      "[graph] long context (300/517/1000 in a 2048 graph, 32 vs 16 splits): "
+      "%lld logits differ over 3 steps %s\n",
+      static_cast<long long>(differing), differing == 0 ? "PASS (bitwise)" : "FAIL");
   EXPECT_EQ(differing, 0) << "graph replay differs from the eager step at its own split count";
 #endif
 }
