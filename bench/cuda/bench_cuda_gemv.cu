@@ -28,19 +28,14 @@
 
 #include "backend/cuda/kernels/gemv.h"
 
+#include "graph_timing.h"
+
 namespace {
 
 constexpr double kCopyBw = 4.28e12;  // bytes/s, measured D2D copy on the H200
 constexpr int kMats = 16;            // distinct matrices per graph: 16 x 34 MB > 50 MB of L2
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#define CK(x) DI_BENCH_CK(x)
 
 __global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -87,37 +82,6 @@ __nv_bfloat16* alloc_random(int64_t n, uint64_t seed, float scale) {
   fill_kernel<<<1024, 256>>>(p, n, seed, scale);
   CK(cudaGetLastError());
   return p;
-}
-
-// Median per-replay time (ms) of a graph of whatever `enqueue` issues on `s`.
-double graph_ms(cudaStream_t s, int reps, const std::function<void()>& enqueue) {
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  enqueue();
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 struct Proj {
@@ -207,7 +171,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&b, bytes));
     CK(cudaMemsetAsync(a, 1, bytes, s));
     const double ms =
-        graph_ms(s, reps, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+        di::bench::graph_replay_ms(s, reps, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
     std::printf("[copy] 1 GiB D2D: %.3f ms = %.2f TB/s (read + write)\n", ms,
                 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e12);
     CK(cudaFree(a));
@@ -221,7 +185,7 @@ int main(int argc, char** argv) {
       int occ = 0;
       CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, read_floor_kernel<U>, 256, 0));
       const int grid = occ * sms;
-      const double ms = graph_ms(s, reps, [&] {
+      const double ms = di::bench::graph_replay_ms(s, reps, [&] {
         for (int i = 0; i < kMats; ++i) {
           read_floor_kernel<U>
               <<<grid, 256, 0, s>>>(reinterpret_cast<const uint4*>(mats[i]), bytes / 16, sink);
@@ -295,7 +259,7 @@ int main(int argc, char** argv) {
               "[gemv] %s %s split %d: output differs from regs by %.2e rel (expected: other k "
               "split)\n",
               pr.name, setting_name(st).c_str(), sp, rel_diff(got, ref[i]));
-        const double ms = graph_ms(s, reps, [&] {
+        const double ms = di::bench::graph_replay_ms(s, reps, [&] {
           for (int j = 0; j < kMats; ++j)
             CK(di::cuda::launch_gemv(params(pr, bufs[i], j, true), sms, s));
         });
@@ -315,7 +279,7 @@ int main(int argc, char** argv) {
       const double rd = rel_diff(got, ref[i]);
       // Every setting sums in the same order: the registers' outputs bitwise.
       if (!same) ++mismatches;
-      const double ms = graph_ms(s, reps, [&] {
+      const double ms = di::bench::graph_replay_ms(s, reps, [&] {
         for (int j = 0; j < kMats; ++j) {
           CK(di::cuda::launch_gemv(params(pr, bufs[i], j, true), sms, s));
         }
@@ -331,7 +295,7 @@ int main(int argc, char** argv) {
           same ? "bitwise equal" : "differs", rd);
     }
     // A decoder layer's four projections in sequence, 8 layers (distinct weights).
-    const double ms = graph_ms(s, reps, [&] {
+    const double ms = di::bench::graph_replay_ms(s, reps, [&] {
       for (int l = 0; l < 8; ++l) {
         for (int i = 0; i < 4; ++i)
           CK(di::cuda::launch_gemv(params(projs[i], bufs[i], l, true), sms, s));

@@ -25,16 +25,11 @@
 #include <functional>
 #include <vector>
 
+#include "graph_timing.h"
+
 namespace {
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#define CK(x) DI_BENCH_CK(x)
 
 // Each CTA's thread 0 reads the word another CTA of the previous step wrote and writes its own:
 // a dependency that spans the whole grid, so no step can start its read early.
@@ -110,37 +105,6 @@ __global__ void cluster_kernel(unsigned* out) {
   if (threadIdx.x == 0) out[blockIdx.x] += word & 1u;
 }
 
-// Median over `reps` replays of a graph holding what `enqueue` launches on `stream`.
-double graph_ms(cudaStream_t stream, int reps, const std::function<void()>& enqueue) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  enqueue();
-  CK(cudaStreamEndCapture(stream, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(exec, stream));
-  CK(cudaStreamSynchronize(stream));
-  cudaEvent_t t0, t1;
-  CK(cudaEventCreate(&t0));
-  CK(cudaEventCreate(&t1));
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(t0, stream));
-    CK(cudaGraphLaunch(exec, stream));
-    CK(cudaEventRecord(t1, stream));
-    CK(cudaEventSynchronize(t1));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, t0, t1));
-    ms.push_back(t);
-  }
-  CK(cudaEventDestroy(t0));
-  CK(cudaEventDestroy(t1));
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 cudaError_t launch(void (*kernel)(const unsigned*, unsigned*, int), int ctas, bool pdl,
                    cudaStream_t stream, const unsigned* in, unsigned* out, int step) {
   cudaLaunchConfig_t cfg{};
@@ -194,7 +158,7 @@ int main(int argc, char** argv) {
   constexpr int kChain = kChainMax;  // a Qwen3-30B-A3B step at batch 1: 48 layers x 8 kernels
   for (const int ctas : {32, sms, 4 * sms}) {
     for (const bool pdl : {false, true}) {
-      const double ms = graph_ms(stream, reps, [&] {
+      const double ms = di::bench::graph_replay_ms(stream, reps, [&] {
         for (int k = 0; k < kChain; ++k)
           CK(launch(chain_kernel, ctas, pdl, stream, k % 2 == 0 ? a : b, k % 2 == 0 ? b : a, k));
       });
@@ -205,11 +169,11 @@ int main(int argc, char** argv) {
 
   // The same dependency at a grid barrier inside one kernel.
   for (const int ctas : {32, sms}) {
-    const double ms = graph_ms(stream, reps, [&] {
+    const double ms = di::bench::graph_replay_ms(stream, reps, [&] {
       reset_kernel<<<1, 32, 0, stream>>>(counter, 1);
       barrier_kernel<<<ctas, 128, 0, stream>>>(a, b, counter, kChain);
     });
-    const double fms = graph_ms(stream, reps, [&] {
+    const double fms = di::bench::graph_replay_ms(stream, reps, [&] {
       reset_kernel<<<1, 256, 0, stream>>>(flags, ctas);
       flag_kernel<<<ctas, 128, 0, stream>>>(data, flags, kChain);
     });
@@ -248,7 +212,7 @@ int main(int argc, char** argv) {
                       smem);
           continue;
         }
-        const double ms = graph_ms(stream, reps, [&] {
+        const double ms = di::bench::graph_replay_ms(stream, reps, [&] {
           for (int k = 0; k < kClusterLaunches; ++k)
             CK(cudaLaunchKernelEx(&cfg, cluster_kernel, k % 2 == 0 ? a : b));
         });
