@@ -4,6 +4,8 @@
 // logit error). Also: a decode step captured in a CUDA graph replays to the same logits as eager.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -328,6 +330,10 @@ TEST(CudaGraph, LongContextReplayEqualsEagerAtItsOwnSplits) {
     const Tensor replay = be.download(graph.run(in));
     ASSERT_EQ(eager.numel(), replay.numel());
     const int64_t live = static_cast<int64_t>(lens.size()) * vocab;
+    // Real logits (a NaN row would compare equal bit for bit too): finite, not constant.
+    const auto [lo, hi] = std::minmax_element(eager.f32(), eager.f32() + live);
+    ASSERT_TRUE(std::isfinite(*lo) && std::isfinite(*hi) && *hi > *lo)
+        << "eager logits " << *lo << " .. " << *hi;
     for (int64_t i = 0; i < live; ++i)
       differing += std::memcmp(eager.f32() + i, replay.f32() + i, sizeof(float)) != 0 ? 1 : 0;
     for (size_t s = 0; s < lens.size(); ++s) {  // greedy next tokens, from the eager logits
