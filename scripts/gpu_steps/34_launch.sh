@@ -4,5 +4,5 @@
 # CTA count and shared memory. Seconds; [launch] lines into the summary.
 if [ -x .gpu_bin/bench_cuda_launch ]; then
   run_step launch_costs 60 .gpu_bin/bench_cuda_launch --reps 20
-  grep -E '^\[launch\] (chain|barrier)' "$OUT/launch_costs.log" >>"$OUT/summary_extra.txt"
+  grep -E '^\[launch\] (chain|barrier|flags)' "$OUT/launch_costs.log" >>"$OUT/summary_extra.txt"
 fi
