@@ -42,34 +42,22 @@ inline bool pdl_enabled() {
   return on;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when
-// `dependent` (and PDL is on): it may then start while the stream's previous kernel still runs,
-// so it must pdl_wait() before reading that kernel's outputs (and may load its own weights
-// before). Otherwise a plain launch.
+// kernel<<<grid, block, smem, stream>>>(args...) in thread-block clusters of `cluster` CTAs along
+// x (grid.x a multiple of it; 0: no clusters) and, when `dependent` (and PDL is on), as a
+// programmatic dependent launch: it may then start while the stream's previous kernel still
+// runs, so it must pdl_wait() before reading that kernel's outputs (and may load its own weights
+// before). The one place the decode path's launch attributes are built.
 template <typename... KernelArgs, typename... Args>
-inline cudaError_t launch_dependent_if(bool dependent, void (*kernel)(KernelArgs...), dim3 grid,
-                                       dim3 block, size_t smem, cudaStream_t stream,
-                                       Args... args) {
+inline cudaError_t launch_attrs(bool dependent, int cluster, void (*kernel)(KernelArgs...),
+                                dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                Args... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent && pdl_enabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
-// cfg (grid, block, shared memory, stream) launched with clusters of `cluster` CTAs along x
-// (0: none) and, where enabled, as a PDL dependent.
-template <typename Params>
-inline cudaError_t launch_cluster_pdl(cudaLaunchConfig_t& cfg, int cluster, void (*kernel)(Params),
-                                      const Params& p) {
   cudaLaunchAttribute attr[2];
-  int n = 0;
+  unsigned n = 0;
   if (cluster > 0) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
     attr[n].val.clusterDim.x = static_cast<unsigned>(cluster);
@@ -77,14 +65,30 @@ inline cudaError_t launch_cluster_pdl(cudaLaunchConfig_t& cfg, int cluster, void
     attr[n].val.clusterDim.z = 1;
     ++n;
   }
-  if (pdl_enabled()) {
+  if (dependent && pdl_enabled()) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
   cfg.attrs = attr;
-  cfg.numAttrs = static_cast<unsigned>(n);
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// A launch without clusters; a PDL dependent when `dependent` (and PDL is on), else plain.
+template <typename... KernelArgs, typename... Args>
+inline cudaError_t launch_dependent_if(bool dependent, void (*kernel)(KernelArgs...), dim3 grid,
+                                       dim3 block, size_t smem, cudaStream_t stream,
+                                       Args... args) {
+  return launch_attrs(dependent, 0, kernel, grid, block, smem, stream, args...);
+}
+
+// A launch in clusters of `cluster` CTAs along x (0: none), a PDL dependent whenever PDL is on.
+template <typename... KernelArgs, typename... Args>
+inline cudaError_t launch_cluster_pdl(int cluster, void (*kernel)(KernelArgs...), dim3 grid,
+                                      dim3 block, size_t smem, cudaStream_t stream,
+                                      Args... args) {
+  return launch_attrs(true, cluster, kernel, grid, block, smem, stream, args...);
 }
 
 // launch_dependent_if(true, ...): a PDL dependent whenever PDL is on.

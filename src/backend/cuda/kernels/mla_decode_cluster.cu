@@ -1098,14 +1098,11 @@ cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream)
   const int smem = cluster_smem(16 * kMt, p.dqk, p.dv, p.long_split_size).total;
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.defer ? p.num_splits : p.num_clusters * kMlaCluster),
-                     static_cast<unsigned>(p.head_tiles), static_cast<unsigned>(p.num_tokens));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
+  const dim3 grid(static_cast<unsigned>(p.defer ? p.num_splits : p.num_clusters * kMlaCluster),
+                  static_cast<unsigned>(p.head_tiles), static_cast<unsigned>(p.num_tokens));
   // The deferred mode never touches another CTA's shared memory: no clusters.
-  return launch_cluster_pdl(cfg, p.defer ? 0 : kMlaCluster, kernel, p);
+  return launch_cluster_pdl(p.defer ? 0 : kMlaCluster, kernel, grid, dim3(kThreads),
+                            static_cast<size_t>(smem), stream, p);
 }
 
 template <int kMt, int kNt>
@@ -1330,12 +1327,8 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
     auto* kernel = &mla_merge_uv_split_kernel;
     cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
     if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kSplitRanks, heads);
-    cfg.blockDim = dim3(kSplitThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cfg.stream = stream;
-    return launch_cluster_pdl(cfg, kSplitRanks, kernel, p);
+    return launch_cluster_pdl(kSplitRanks, kernel, dim3(kSplitRanks, heads), dim3(kSplitThreads),
+                              static_cast<size_t>(smem), stream, p);
   }
   const bool wide =
       kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters;

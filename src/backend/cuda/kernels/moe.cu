@@ -565,12 +565,8 @@ cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_
         slots == 2 ? moe_norm_route_kernel<2, kRouteClusterWarps, true>
                    : moe_norm_route_kernel<4, kRouteClusterWarps, true>;
     const int ctas = ceil_div(p.route.num_experts, kRouteClusterWarps);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-    cfg.blockDim = dim3(kRouteClusterWarps * 32);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    return launch_cluster_pdl(cfg, ctas, kernel, p);
+    return launch_cluster_pdl(ctas, kernel, dim3(static_cast<unsigned>(ctas)),
+                              dim3(kRouteClusterWarps * 32), 0, stream, p);
   }
   void (*kernel)(MoeNormRouteKernelParams) =
       slots == 2   ? moe_norm_route_kernel<2, kNormRouteWarps, false>
