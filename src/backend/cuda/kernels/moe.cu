@@ -402,7 +402,6 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
   __shared__ __align__(
       16) unsigned char smem[kRowBytes > kScratchBytes ? kRowBytes : kScratchBytes];
   __shared__ float red[17];
-  __shared__ bool is_last;
   // The cluster router: this CTA's logits [token][warp], and in CTA 0 all of them [token][E].
   __shared__ float cta_logits[kCluster ? kNormRouteMaxTokens * W : 1];
   __shared__ float all_logits[kCluster ? kNormRouteMaxTokens * kRouteClusterMaxExperts : 1];
@@ -488,6 +487,7 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
   } else {
     // The last CTA to arrive routes (atomic_add_acq_rel_gpu: release of this CTA's logits,
     // acquire of the others').
+    __shared__ bool is_last;
     __syncthreads();  // also: every warp is done with hs before scratch overwrites it
     if (tid == 0) is_last = atomic_add_acq_rel_gpu(p.counter, 1u) == gridDim.x - 1;
     __syncthreads();
