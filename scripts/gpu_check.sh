@@ -101,7 +101,7 @@ run_step() {  # name timeout_s command...
   echo "[gpu_check] $name rc=$rc ($(($(date +%s) - t0)) s)"
 }
 
-run_step ops 110 .gpu_bin/test_backend_ops --gtest_color=no
+run_step ops 160 .gpu_bin/test_backend_ops --gtest_color=no
 # A kernel fault (illegal address) is sticky for the whole process: rerun each failed op test
 # alone so one bad kernel does not hide the others' results.
 if [ "${rcs[0]}" != 0 ]; then

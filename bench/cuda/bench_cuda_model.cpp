@@ -24,6 +24,9 @@
 //                    [--dup PATTERN] (every op whose profiling key contains PATTERN issued
 //                                   twice in the step: the step time's growth over the plain run
 //                                   is that op's cost inside the graph; ProfilingBackend)
+//                    [--trace FILE] (a build with -DDI_TRACE=1: one more step as timed, every
+//                                   instrumented kernel's CTAs' start / wait / end written to
+//                                   FILE as CSV; scripts/trace_layers.py summarizes it)
 // Prints one line per concurrency:
 //   [model] preset=deepseek-v2-lite conc=32 ctx=2048 mode=eager step_ms=.. tok_s=..
 //           roofline_tok_s=.. pct=..
@@ -45,6 +48,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
+#include "backend/cuda/kernels/trace.h"
 #include "backend/profiling_backend.h"
 #include "bench_timing.h"
 #include "model/config.h"
@@ -71,6 +75,7 @@ struct Args {
   bool profile = false;        // after timing, one eager step op by op (ProfilingBackend)
   bool ncu = false;            // after timing, one step inside a profiler range (see header)
   bool mla_timing = false;     // after timing, the MLA cluster kernel's phases in one replay
+  std::string trace;           // --trace: the kernel timeline of one step (trace.h) to this file
 };
 
 std::string arch_of(const std::string& preset) {
@@ -147,6 +152,8 @@ Args parse(int argc, char** argv) {
       a.ncu = true;
     } else if (!std::strcmp(argv[i], "--mla-timing")) {
       a.mla_timing = true;
+    } else if (!std::strcmp(argv[i], "--trace")) {
+      a.trace = next();
     } else if (!std::strcmp(argv[i], "--roofline-only")) {
       a.roofline_only = true;
     } else {
@@ -155,6 +162,25 @@ Args parse(int argc, char** argv) {
     }
   }
   return a;
+}
+
+// The trace of one step as CSV, times in ns from the step's first recorded CTA start.
+void write_trace(const std::string& path, const std::vector<cuda::TraceEvent>& ev) {
+  uint64_t t0 = UINT64_MAX;
+  for (const auto& e : ev) t0 = std::min<uint64_t>(t0, e.t_start);
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::printf("[trace] cannot write %s\n", path.c_str());
+    return;
+  }
+  std::fprintf(f, "site,tag,cta,smid,start_ns,wait_ns,end_ns\n");
+  for (const auto& e : ev) {
+    const auto rel = [&](uint64_t t) { return t == 0 ? -1ll : static_cast<long long>(t - t0); };
+    std::fprintf(f, "%u,%u,%u,%u,%lld,%lld,%lld\n", e.site, e.tag, e.cta, e.smid, rel(e.t_start),
+                 rel(e.t_wait), rel(e.t_end));
+  }
+  std::fclose(f);
+  std::printf("[trace] %zu CTA events -> %s\n", ev.size(), path.c_str());
 }
 
 // The MLA cluster kernel's phases (MlaClusterDecodeParams::timing) of one launch: per CTA that
@@ -369,6 +395,18 @@ int run(const Args& args) {
         std::vector<unsigned long long> h(kTimingWords);
         CUDA_CHECK(cudaMemcpy(h.data(), timing, kTimingBytes, cudaMemcpyDeviceToHost));
         print_mla_timing(h, conc);
+      }
+      if (!args.trace.empty()) {  // one more step as timed, its kernels' CTAs recorded
+        be.synchronize();
+        if (!cuda::trace_enable(1u << 21)) {
+          std::printf("[trace] not recorded: this binary was built without -DDI_TRACE=1\n");
+        } else {
+          step_as_timed();
+          const std::vector<cuda::TraceEvent> ev = cuda::trace_read();
+          std::string path = args.trace;  // one file per concurrency when there are several
+          if (args.conc.size() > 1) path.append(1, '.').append(std::to_string(conc));
+          write_trace(path, ev);
+        }
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op
         (void)graph.run_eager(in);

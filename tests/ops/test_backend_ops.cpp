@@ -21,7 +21,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_sampler.h"
 #include "backend/cuda/kernels/attention.h"
-#include "backend/cuda/kernels/gemv.h"
 #endif
 
 namespace di::testing {
@@ -1072,45 +1071,6 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
   for (int64_t j = 0; j < std::min(a.value.numel(), b.value.numel()); ++j)
     bad += a.value.f32()[j] != b.value.f32()[j];
   return bad;
-}
-
-// The resident one-row GEMV (weights in shared memory, gemv_resident_kernel) against the
-// register kernel, bitwise, on every one-row fused_linear case of the table it takes (it sums in
-// the register kernel's order for the same split); checks that it ran for those cases.
-TEST(GemvResident, BitEqualToRegisterKernel) {
-#ifdef DI_HAVE_CUDA
-  Backend* be = gpu();
-  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
-  const int saved = cuda::gemv_resident();
-  int64_t checked = 0;
-  for (const auto& c : all_cases()) {
-    const auto* f = dynamic_cast<const TestFusedLinear*>(c.get());
-    if (f == nullptr || f->m != 1 || f->silu_out || f->k % 8 != 0) continue;
-    cuda::set_gemv_resident(0);
-    const std::vector<Output> ref = c->run(*be);
-    cuda::set_gemv_resident(1);
-    const int64_t before = cuda::gemv_resident_launches();
-    const std::vector<Output> got = c->run(*be);
-    const int64_t launches = cuda::gemv_resident_launches() - before;
-    if (launches == 0) {  // rows that do not fit one CTA per SM keep the register kernel
-      std::printf("[op] %-60s resident: does not fit, register kernel\n", c->name().c_str());
-      continue;
-    }
-    ASSERT_EQ(ref.size(), got.size());
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const int64_t bad = bits_differ(ref[i], got[i]);
-      std::printf("[op] %-60s %-8s resident_vs_registers_bits_differ=%lld of %lld %s\n",
-                  c->name().c_str(), ref[i].name.c_str(), static_cast<long long>(bad),
-                  static_cast<long long>(ref[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
-      EXPECT_EQ(bad, 0) << c->name() << " output '" << ref[i].name << "'";
-    }
-    ++checked;
-  }
-  cuda::set_gemv_resident(saved);
-  EXPECT_GE(checked, 6);  // the four MoE-model projections, the odd shape, the silu prologue
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
 }
 
 // The GQA decode kernel's warp layouts: 4 or 8 token warps (TW) times 1 or 2 warps per head group

@@ -263,6 +263,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
 // Merges the splits of every (token, q head) row (split_combine.cuh).
 template <typename T>
 __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKernelParams p) {
+  DI_TRACE_SCOPE(kTraceCombineSplits, 0);
   combine_split_row<T>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_q_heads,
                        p.num_splits, p.head_dim_v, blockIdx.x, out_of<T>(p));
 }

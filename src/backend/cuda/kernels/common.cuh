@@ -11,6 +11,8 @@
 #include <mutex>
 #include <utility>
 
+#include "backend/cuda/kernels/trace.h"
+
 namespace di::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -209,18 +211,80 @@ __host__ __device__ inline int rms_norm_threads(int64_t d) {
   return d >= 2048 ? 512 : (d >= 512 ? 256 : 128);
 }
 
-// Programmatic dependent launch (Hopper): a kernel that calls pdl_trigger() lets the next kernel
-// of the stream, when that one is launched with the PDL attribute (the decode GEMV, gemv.cu),
-// start before this one ends; that kernel calls pdl_wait() before it reads this one's writes.
-// Both are no-ops when the next (resp. this) kernel is launched plainly.
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
 // The GPU-wide nanosecond timer (comparable across SMs; phase timing in benchmarks).
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+// The kernel timeline (trace.h): off unless built with -DDI_TRACE=1. DI_TRACE_SCOPE(site, tag)
+// at a kernel's top records its CTA's start and (thread 0's) end; DI_TRACE_WAITED() after its
+// pdl_wait() when the wait returned (only in kernels with a scope).
+#ifndef DI_TRACE
+#define DI_TRACE 0
+#endif
+#if DI_TRACE
+namespace {
+__device__ TraceTarget g_trace_target;  // this translation unit's copy, set by the host
+void set_trace_target(const TraceTarget& t) {
+  cudaMemcpyToSymbol(g_trace_target, &t, sizeof t);
+}
+[[maybe_unused]] const bool g_trace_registered = (trace_register_setter(&set_trace_target), true);
+}  // namespace
+// The CTA's event slot and its wait time (one per CTA: static shared memory of the kernel).
+__device__ __forceinline__ int& trace_slot() {
+  __shared__ int slot;
+  return slot;
+}
+struct TraceScope {
+  __device__ TraceScope(uint32_t site, uint32_t tag) {
+    if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+    int slot = -1;
+    if (g_trace_target.events != nullptr) {
+      const uint32_t i = atomicAdd(g_trace_target.count, 1u);
+      if (i < g_trace_target.capacity) {
+        slot = static_cast<int>(i);
+        TraceEvent& e = g_trace_target.events[i];
+        uint32_t sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        e.site = site;
+        e.tag = tag;
+        e.cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+        e.smid = sm;
+        e.t_wait = 0;
+        e.t_start = globaltimer_ns();
+      }
+    }
+    trace_slot() = slot;
+  }
+  __device__ ~TraceScope() {
+    if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+    const int slot = trace_slot();
+    if (slot >= 0) g_trace_target.events[slot].t_end = globaltimer_ns();
+  }
+};
+__device__ __forceinline__ void trace_waited() {  // only after a TraceScope
+  if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+  const int slot = trace_slot();
+  if (slot >= 0) g_trace_target.events[slot].t_wait = globaltimer_ns();
+}
+#define DI_TRACE_SCOPE(site, tag) const ::di::cuda::TraceScope di_trace_scope_((site), (tag))
+#define DI_TRACE_WAITED() ::di::cuda::trace_waited()
+#else
+#define DI_TRACE_SCOPE(site, tag) ((void)0)
+#define DI_TRACE_WAITED() ((void)0)
+#endif
+
+// Programmatic dependent launch (Hopper): a kernel that calls pdl_trigger() lets the next kernel
+// of the stream, when that one is launched with the PDL attribute (the decode GEMV, gemv.cu),
+// start before this one ends; that kernel calls pdl_wait() before it reads this one's writes.
+// Both are no-ops when the next (resp. this) kernel is launched plainly.
+__device__ __forceinline__ void pdl_trigger() {
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 // DEEPINFER_PDL_DECODE (a bit mask, read once): which of the decode path's small kernels are

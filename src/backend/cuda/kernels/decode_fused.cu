@@ -19,8 +19,10 @@ constexpr int kMlaThreads = 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeStoreKernelParams p) {
+  DI_TRACE_SCOPE(kTraceQkvRopeStore, 0);
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
+  DI_TRACE_WAITED();
   __shared__ float row_s[kMaxFusedHeadDim];
   __shared__ float scratch[32];
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
@@ -151,11 +153,13 @@ __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStor
 __global__ void __launch_bounds__(kMlaThreads)
     mla_rope_store_uk_kernel(MlaRopeStoreKernelParams p, HeadLinearParams uk, int32_t parts,
                              int32_t col_ctas) {
+  DI_TRACE_SCOPE(kTraceMlaRopeStore, 0);
   pdl_trigger();
   const int b = static_cast<int>(blockIdx.x);
   const int rope_ctas = static_cast<int>(p.tokens) * parts;
   if (b < rope_ctas) {  // CTA-uniform
     pdl_wait();
+    DI_TRACE_WAITED();
     mla_rope_store_part<bf16>(p, b / parts, b % parts);
     return;
   }

@@ -144,6 +144,7 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 template <int M, GemvIn IN, int S>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
   // [M][k / 8] staged activations, then (S > 0) the ring [S][U][kThreads]
+  DI_TRACE_SCOPE(kTraceGemv, static_cast<uint32_t>(p.n));
   extern __shared__ uint4 xs_vec[];
   __shared__ float red[kWarps][M];
   __shared__ float scratch[32];
@@ -227,6 +228,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // writes (x, the residual) before the prologue reads them, and let the next PDL kernel start
   // its own weight loads early. Both are no-ops for a plain launch.
   pdl_wait();
+  DI_TRACE_WAITED();
   pdl_trigger();
 
   stage_x<M, IN, S == 0 ? 4 : 8>(p, xs_vec, k8, scratch);
@@ -322,114 +324,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   }
 }
 
-// ---- one row with the weights resident in shared memory (DEEPINFER_GEMV_RESIDENT) ----
-// CTA c owns output rows [c·R, c·R + R) (R = rows_per_cta): their weights are one contiguous
-// R·k·2-byte range of w, requested at the kernel's start, before griddepcontrol.wait, as bulk
-// copies (one per pass of kWarps / split rows, each completing on its own mbarrier). As the PDL
-// dependent at the end of a chain of small kernels (rope/store -> attention -> combine before
-// o_proj, each triggering at its start) the CTA is resident while they run, and its weights
-// stream in while HBM would otherwise idle. Qwen3-30B-A3B o_proj: 16 rows = 128 KB per CTA.
-// Bits: a warp (slot, sub) sums a row's vectors v = sub·32 + lane + j·32·split in j order, then
-// warp_sum, then the split's partials in warp order: gemv_kernel's order for the same split (the
-// launcher passes the split of the register kernel's plan), so the output is the register
-// kernel's bit for bit (GemvResident.BitEqualToRegisterKernel).
-// Run 18 measured a first version (then removed): tied on Qwen3 (291.4 vs 291.3 tok/s) and lost
-// 0.8 % on V2-Lite, when the attention still loaded its K/V after its wait, i.e. at the same time
-// as these copies. Since run 26 the attention's K/V are requested before its wait.
-// XR: the lane's x vectors (at most kResidentXRegs) unpacked in registers once, else read from
-// shared memory per weight vector.
-constexpr int kResidentMaxPasses = 64;
-constexpr int kResidentXRegs = 8;
-
-template <GemvIn IN, bool XR>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemv_resident_kernel(GemvParams p, int split, int rows_per_cta) {
-  extern __shared__ __align__(16) uint4 sm_vec[];  // [k / 8] staged x, then [R][k / 8] weights
-  __shared__ __align__(8) uint64_t bars[kResidentMaxPasses];
-  __shared__ float red[kWarps];
-  __shared__ float scratch[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int k8 = p.k / 8;
-  const int rows_per_pass = kWarps / split;
-  const int64_t r0 = int64_t{blockIdx.x} * rows_per_cta;
-  const int rows = static_cast<int>(min(int64_t{rows_per_cta}, int64_t{p.n} - r0));  // > 0
-  const int passes = (rows + rows_per_pass - 1) / rows_per_pass;
-  uint4* xs = sm_vec;
-  uint4* ws = sm_vec + k8;
-  if (threadIdx.x == 0) {
-    for (int q = 0; q < passes; ++q) mbar_init(&bars[q], 1);
-    fence_mbar_init();
-  }
-  __syncthreads();
-  if (warp == 0) {  // lane q issues pass q (its expected bytes first, then the copy)
-    const uint4* w = static_cast<const uint4*>(p.w) + r0 * k8;
-    for (int q = lane; q < passes; q += 32) {
-      const int nr = min(rows_per_pass, rows - q * rows_per_pass);
-      const uint32_t bytes = static_cast<uint32_t>(nr) * static_cast<uint32_t>(k8) * 16u;
-      mbar_expect_tx(&bars[q], bytes);
-      bulk_copy_g2s(ws + int64_t{q} * rows_per_pass * k8, w + int64_t{q} * rows_per_pass * k8,
-                    bytes, &bars[q]);
-    }
-  }
-  pdl_wait();  // x and the residual are the previous kernel's
-  pdl_trigger();
-  stage_x<1, IN, 4>(p, xs, k8, scratch);
-  __syncthreads();
-
-  const int sub = warp % split, slot = warp / split;
-  const int vstride = 32 * split;
-  const int v0 = sub * 32 + lane;
-  float xr[XR ? kResidentXRegs : 1][8];
-  if constexpr (XR) {
-#pragma unroll
-    for (int j = 0; j < kResidentXRegs; ++j) {
-      const int v = v0 + j * vstride;
-      if (v < k8) unpack8(xs[v], xr[j]);
-    }
-  }
-  for (int q = 0; q < passes; ++q) {
-    const int lr = q * rows_per_pass + slot;
-    const bool ok = lr < rows;  // warp-uniform
-    float acc = 0.0f;
-    if (ok) {
-      mbar_wait(&bars[q], 0);
-      const uint4* wr = ws + int64_t{lr} * k8;
-      if constexpr (XR) {
-#pragma unroll
-        for (int j = 0; j < kResidentXRegs; ++j) {
-          const int v = v0 + j * vstride;
-          if (v < k8) {
-            float wf[8];
-            unpack8(wr[v], wf);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], xr[j][i], acc);
-          }
-        }
-      } else {
-        for (int v = v0; v < k8; v += vstride) {
-          float wf[8], xf[8];
-          unpack8(wr[v], wf);
-          unpack8(xs[v], xf);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc = fmaf(wf[i], xf[i], acc);
-        }
-      }
-      acc = warp_sum(acc);
-    }
-    if (split > 1) {  // as gemv_kernel: fixed order over the row's warps
-      if (lane == 0) red[warp] = acc;
-      __syncthreads();
-      if (sub == 0) {
-        float t = 0.0f;
-        for (int j = 0; j < split; ++j) t += red[warp + j];
-        acc = t;
-      }
-      __syncthreads();
-    }
-    if (ok && sub == 0 && lane == 0) store_out(p, 0, r0 + lr, acc);
-  }
-}
-
 // Rings (depth 2 and 3) are built for m <= kRingMaxRows; 0 is the register double buffer.
 constexpr int kRingMaxRows = 2;
 
@@ -442,11 +336,6 @@ std::atomic<int> g_split{[] {
   const char* env = std::getenv("DEEPINFER_GEMV_SPLIT");
   return env == nullptr ? 0 : std::atoi(env);
 }()};
-
-// -1: the policy of plan_resident(); 0 off; 1 wherever it fits; 2 the policy for calls without
-// an input op only (o_proj-like). DEEPINFER_GEMV_RESIDENT, else 0 (off: an A/B switch).
-std::atomic<int> g_resident{env_int("DEEPINFER_GEMV_RESIDENT", 0)};
-std::atomic<int64_t> g_resident_launches{0};
 
 // Bytes of the S-stage ring of one CTA.
 template <int M>
@@ -522,21 +411,16 @@ GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
   return {static_cast<unsigned>(std::min<int64_t>(groups, slots)), split};
 }
 
-template <int M>
-GridPlan plan_of(const GemvParams& p, int num_sms, int occ) {
+template <int M, GemvIn IN, int S>
+cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
+                        cudaStream_t stream) {
   const int64_t slots = int64_t{std::max(occ, 1)} * num_sms;
   const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
   // A split must leave every lane a full load batch per row chunk (U vectors), or the loads in
   // flight shrink with it (run D: V2-Lite's 3648 x 2048 projection ran split 4 at 1 TB/s).
   constexpr int U = kLoadsPerLane<M>;
   const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
-  return plan_grid(n_out, slots, max_split);
-}
-
-template <int M, GemvIn IN, int S>
-cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
-                        cudaStream_t stream) {
-  const GridPlan g = plan_of<M>(p, num_sms, occ);
+  const GridPlan g = plan_grid(n_out, slots, max_split);
   // DEEPINFER_GEMV_PDL=0 (diagnostic): a plain launch (no weight loads during the previous kernel).
   static const bool pdl = env_int("DEEPINFER_GEMV_PDL", 1) != 0;
   return launch_dependent_if(pdl, gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads),
@@ -572,78 +456,8 @@ int ring_depth(const GemvParams& p) {
   return M == 1 && p.k >= kRingMinDim && p.n >= kRingMinDim && bytes <= kRingMaxBytes ? 3 : 0;
 }
 
-// The register / ring kernel's occupancy for this call (the path launch_m_in would take).
-template <int M, GemvIn IN>
-cudaError_t streaming_occupancy(const GemvParams& p, int* occ) {
-  if constexpr (M <= kRingMaxRows) {
-    const int depth = ring_depth<M>(p);
-    if (depth == 2 || depth == 3) {
-      const int64_t smem = gemv_smem_bytes(M, p.k) + ring_bytes<M>(depth);
-      const cudaError_t err =
-          depth == 2 ? occupancy<M, IN, 2>(smem, occ) : occupancy<M, IN, 3>(smem, occ);
-      if (err != cudaSuccess || *occ > 0) return err;
-    }
-  }
-  return occupancy<M, IN, 0>(gemv_smem_bytes(M, p.k), occ);
-}
-
-// The resident path (gemv_resident_kernel) for one row when the CTA's rows fit the shared memory
-// of one CTA per SM. Policy (-1, 2): from 2 MB of weights (below, the register kernel's first
-// items already cover most of it); y or the residual, no silu_out.
-constexpr int64_t kResidentMinBytes = 2ll << 20;
-struct ResidentPlan {
-  bool ok = false;
-  int rows_per_cta = 0;
-  unsigned grid = 0;
-  int64_t smem = 0;
-};
-ResidentPlan plan_resident(const GemvParams& p, int num_sms, int split) {
-  ResidentPlan r;
-  const int mode = g_resident.load(std::memory_order_relaxed);
-  if (mode == 0 || p.m != 1 || p.silu_out || num_sms <= 0) return r;
-  const int64_t row_bytes = int64_t{p.k} * 2;
-  if (mode != 1 && p.n * row_bytes < kResidentMinBytes) return r;
-  if (mode == 2 && p.in != GemvIn::kNone) return r;
-  const int64_t rows = (int64_t{p.n} + num_sms - 1) / num_sms;
-  const int rows_per_pass = kWarps / split;
-  r.smem = row_bytes + rows * row_bytes;
-  if (r.smem > kMaxDynSmem || (rows + rows_per_pass - 1) / rows_per_pass > kResidentMaxPasses)
-    return r;
-  r.ok = true;
-  r.rows_per_cta = static_cast<int>(rows);
-  r.grid = static_cast<unsigned>((p.n + rows - 1) / rows);
-  return r;
-}
-
-template <GemvIn IN>
-cudaError_t launch_resident(const GemvParams& p, int num_sms, cudaStream_t stream, bool* launched) {
-  *launched = false;
-  if (g_resident.load(std::memory_order_relaxed) == 0) return cudaSuccess;
-  int occ = 0;
-  cudaError_t err = streaming_occupancy<1, IN>(p, &occ);
-  if (err != cudaSuccess) return err;
-  const int split = plan_of<1>(p, num_sms, occ).split;
-  const ResidentPlan r = plan_resident(p, num_sms, split);
-  if (!r.ok) return cudaSuccess;
-  const bool xr = p.k / 8 <= kResidentXRegs * 32 * split;
-  auto* kernel = xr ? gemv_resident_kernel<IN, true> : gemv_resident_kernel<IN, false>;
-  if ((err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), static_cast<int>(r.smem))) !=
-      cudaSuccess)
-    return err;
-  *launched = true;
-  g_resident_launches.fetch_add(1, std::memory_order_relaxed);
-  static const bool pdl = env_int("DEEPINFER_GEMV_PDL", 1) != 0;
-  return launch_dependent_if(pdl, kernel, dim3(r.grid), dim3(kThreads), static_cast<size_t>(r.smem),
-                             stream, p, split, r.rows_per_cta);
-}
-
 template <int M, GemvIn IN>
 cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
-  if constexpr (M == 1) {
-    bool launched = false;
-    const cudaError_t err = launch_resident<IN>(p, num_sms, stream, &launched);
-    if (err != cudaSuccess || launched) return err;
-  }
   if constexpr (M <= kRingMaxRows) {
     bool launched = false;
     cudaError_t err = cudaSuccess;
@@ -689,15 +503,8 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
 
 void set_gemv_ring_stages(int stages) { g_ring_stages.store(stages, std::memory_order_relaxed); }
 int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
-void set_gemv_split(int split) { g_split.store(split, std::memory_order_relaxed); }
-void set_gemv_resident(int mode) {
-  g_resident.store(mode, std::memory_order_relaxed);
-}
-int gemv_resident() {
-  return g_resident.load(std::memory_order_relaxed);
-}
-int64_t gemv_resident_launches() {
-  return g_resident_launches.load(std::memory_order_relaxed);
+void set_gemv_split(int split) {
+  g_split.store(split, std::memory_order_relaxed);
 }
 
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {

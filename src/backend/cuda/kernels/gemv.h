@@ -70,14 +70,5 @@ int gemv_ring_stages();
 // Forces the warps per row (a power of two the shape allows; 0 = the fill rule). Initial value:
 // DEEPINFER_GEMV_SPLIT. For A/B measurements.
 void set_gemv_split(int split);
-// One row with the weights resident in shared memory (gemv_resident_kernel: one CTA per SM holds
-// its rows, requested by bulk copies before griddepcontrol.wait, so under PDL they stream while
-// the previous kernels run); bitwise the register kernel's output. 0 = never (the default), 1 =
-// wherever it fits, 2 = calls without an input op (o_proj after the attention) with at least
-// 2 MB of weights that fit one CTA's shared memory per SM. Initial value:
-// DEEPINFER_GEMV_RESIDENT. gemv_resident_launches counts the launches (tests check the path ran).
-void set_gemv_resident(int mode);
-int gemv_resident();
-int64_t gemv_resident_launches();
 
 }  // namespace di::cuda

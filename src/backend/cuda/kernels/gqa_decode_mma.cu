@@ -69,6 +69,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <int D, int G, int B>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
+  DI_TRACE_SCOPE(kTraceGqaDecodeMma, 0);
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
@@ -132,6 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   if (i0 < i1) copy_sub(first_base(split0), split_end(split0, limit_of(i0)), 0, 0, old_end, true);
   cp_async_commit();  // (maybe empty) the first token's old entries
   pdl_wait();
+  DI_TRACE_WAITED();
   for (int i = i0; i < i1; ++i) {
     const int limit = limit_of(i);
     auto split_t1 = [&](int sp) { return split_end(sp, limit); };

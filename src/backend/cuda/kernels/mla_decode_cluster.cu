@@ -158,6 +158,7 @@ __device__ __forceinline__ void add_weighted(const float (&m)[N], const float (&
 template <int kMt, int kNt, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     mla_cluster_decode_kernel(MlaClusterDecodeParams p) {
+  DI_TRACE_SCOPE(kTraceMlaClusterDecode, 0);
   pdl_trigger();  // the next (PDL-launched) GEMV may start loading its weights
   // Phase timing (MlaClusterDecodeParams::timing; a warp-uniform test of a kernel parameter).
   const long long t_start = clock64();
@@ -265,6 +266,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   mark(kMlaPreWait);
   pdl_wait();
+  DI_TRACE_WAITED();
   mark(kMlaWaited);
   if (nstages > 0) {
     fetch_stage(0, old_end, kAll, false);  // this step's entries
@@ -964,6 +966,7 @@ __device__ __forceinline__ float2 ld_cluster2(uint32_t addr) {
 }
 
 __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMergeUvParams mp) {
+  DI_TRACE_SCOPE(kTraceMlaMergeUv, 0);
   pdl_trigger();
   unsigned long long* const tm = merge_timing(mp);
   if (tm != nullptr) tm[0] = globaltimer_ns();
@@ -1006,6 +1009,7 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   const int64_t rows_total = int64_t{p.t} * p.heads;
   uint32_t phase = 0;  // the barrier's next parity
   pdl_wait();          // the partials are the previous kernel's
+  DI_TRACE_WAITED();
   if (tm != nullptr) tm[1] = globaltimer_ns();
   __syncthreads();
   for (int r = 0; r < p.t; ++r) {

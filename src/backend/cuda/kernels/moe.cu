@@ -396,6 +396,7 @@ __device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, 
 
 template <int kSlots, int W, bool kCluster>
 __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKernelParams p) {
+  DI_TRACE_SCOPE(kTraceMoeNormRoute, kCluster ? 1 : 0);
   // The rows while the logits are computed, then (the routing CTA) the routing scratch.
   constexpr size_t kRowBytes = kNormRouteMaxElems * sizeof(__nv_bfloat16);
   constexpr size_t kScratchBytes = kNormRouteMaxTokens * sizeof(RouteWarpScratch);
@@ -427,6 +428,7 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
         c < chunks ? __ldg(reinterpret_cast<const uint4*>(p.norm_w) + c) : make_uint4(0, 0, 0, 0);
   }
   pdl_wait();
+  DI_TRACE_WAITED();
   pdl_trigger();
   {  // the tokens' rows of x into shared memory (16-byte loads)
     const uint4* xg = reinterpret_cast<const uint4*>(p.x);

@@ -487,6 +487,7 @@ __device__ void t1_norm_x(const MoeDecodeT1Params& p, __nv_bfloat16* hs, float* 
 template <int U, int MinBlocks>
 __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
+  DI_TRACE_SCOPE(kTraceMoeGateUpT1, 0);
   // shared_early: the shared slots' CTAs first (scheduled first under PDL), routed slots after.
   const int y = static_cast<int>(blockIdx.y);
   const int slot = !p.shared_early ? y : (y < p.shared_slots ? p.top_k + y : y - p.shared_slots);
@@ -501,6 +502,7 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
   const __nv_bfloat16* up_row;
   if (routed) {
     pdl_wait();  // the ids are the router's
+    DI_TRACE_WAITED();
     const int e = p.topk_ids[slot];
     if (e < 0 || e >= p.num_experts) return;  // skipped slot (the combine skips it too)
     gate_row = p.gate_up + (int64_t{e} * 2 * p.inter + j) * h;
@@ -531,6 +533,7 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     }
     if (!waited) {  // x is the router's output
       pdl_wait();
+      DI_TRACE_WAITED();
       waited = true;
     }
 #pragma unroll
@@ -721,6 +724,7 @@ __device__ __forceinline__ void t1_down_sum(const MoeDecodeT1Params& p, int s0, 
 // registers: 4 per SM, one wave); capping at 128 (__launch_bounds__(128, 4)) spills 20 bytes.
 template <int U>
 __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(MoeDecodeT1Params p) {
+  DI_TRACE_SCOPE(kTraceMoeDownT1, 0);
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int n = static_cast<int>(blockIdx.x) * kT1DownWarps + warp;
   if (p.early_trigger) pdl_trigger();
@@ -735,6 +739,7 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
     t1_down_load(p, sl, 0, n, lane, b0);
   }
   if (p.early_rows) pdl_wait();
+  DI_TRACE_WAITED();
   if (!live) return;
   const int slots = p.top_k + p.shared_slots;
   float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
@@ -783,6 +788,7 @@ constexpr int kT1SmemRing = W == 16 ? (U <= 3 ? 5 : U <= 4 ? 4 : U <= 6 ? 3 : 2)
 
 template <int W, int U, int R = kT1SmemRing<W, U>>
 __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1Params p) {
+  DI_TRACE_SCOPE(kTraceMoeDownT1, 1);
   extern __shared__ __align__(16) float act_s[];  // [slots][lo halves | hi halves]
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   if (p.early_trigger) pdl_trigger();
@@ -815,6 +821,7 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
 #pragma unroll
   for (int j = 0; j < R - 1; ++j) load(buf[j], row[j]);
   if (p.early_rows) pdl_wait();
+  DI_TRACE_WAITED();
   {
     const int per_slot = p.inter / 4;  // 16-byte pieces of a slot's row
     for (int i = tid; i < slots * per_slot; i += W * 32) {

@@ -163,6 +163,7 @@ constexpr int kArgmaxThreads = 1024;
 
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_rows_kernel(const float* logits, int32_t vocab, int32_t* tokens) {
+  DI_TRACE_SCOPE(kTraceArgmax, 0);
   const float* x = logits + int64_t{blockIdx.x} * vocab;
   float best = -INFINITY;
   int32_t idx = INT32_MAX;
