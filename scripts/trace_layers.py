@@ -120,6 +120,21 @@ def main():
         print(f"{pos:3d} {sel[0][1]['name']:<28} {sel[0][1]['ctas']:5d} {mean_of(rel('start'))} "
               f"{mean_of(rel('last_start'))}  {mean_of(rel('wait_first'))}  "
               f"{mean_of(rel('wait_last'))} {mean_of(rel('end'))}")
+    print("per CTA (us; median / p90 over every CTA of the step): start -> wait return, "
+          "wait return -> end")
+    per = collections.defaultdict(list)
+    for r in rows:
+        per[(r["site"], r["tag"])].append(r)
+
+    def q(vals, p):
+        vals = sorted(vals)
+        return vals[int(p * (len(vals) - 1))] / 1e3 if vals else float("nan")
+
+    for key, ev in sorted(per.items(), key=lambda kv: min(r["start"] for r in kv[1])):
+        pre = [r["wait"] - r["start"] for r in ev if r["wait"] >= 0]
+        post = [r["end"] - r["wait"] for r in ev if r["wait"] >= 0 and r["end"] >= 0]
+        print(f"    {name_of(*key):<28} {len(ev):7d} CTAs  pre-wait {q(pre, .5):6.2f} / "
+              f"{q(pre, .9):6.2f}  post-wait {q(post, .5):6.2f} / {q(post, .9):6.2f}")
     tail = [l for l in ls if l["start"] >= starts[-1]]
     print("last layer and the step's tail (us from its start):")
     for l in tail:

@@ -660,6 +660,9 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
                              P{{700, 1}, {1, 1}, {64, 1}}));
   add(new TestPagedAttention("gqa_decode_g8_d64", 16, 2, 64, 64, false, 64,
                              P{{130, 1}, {2500, 1}, {15, 1}}));
+  // More splits than the combine kernel preloads (kPreLoaded = 64): 5000 keys = 79 splits of 64.
+  add(new TestPagedAttention("gqa_decode_g8_79splits", 32, 4, 128, 128, false, 64,
+                             P{{4999, 1}, {100, 1}}));
   {
     P many;
     for (int i = 0; i < 33; ++i)

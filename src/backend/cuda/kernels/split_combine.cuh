@@ -4,9 +4,12 @@
 // max), ml [num_splits, rows, 2] (running max, sum); an empty split has max = -inf.
 //   out[row, d] = Σ_sp e^(m_sp - M) o_sp[d] / Σ_sp e^(m_sp - M) l_sp,   M = max_sp m_sp
 // Launch: grid (rows, ceil(dv / blockDim.x)), one output dim per thread. The split weights are
-// computed once per CTA into shared memory (256 at a time) and the o loads of 8 splits are in
-// flight together. The o sum runs in split order; the order depends only on the row's own splits
-// (batch invariant).
+// computed once per CTA into shared memory (256 at a time). The o sum runs in split order; the
+// order depends only on the row's own splits (batch invariant).
+// The combine kernel (combine_split_row) requests the o values of the first kPreLoaded splits
+// into registers before anything else, with the (max, sum) loads, so that at batch 1 its loads
+// are one round trip through L2 instead of one per 8 splits after two reductions: a 33-split
+// Qwen3-30B-A3B row took 4.6-4.8 us after its wait (run 28's timeline, docs/cuda_backend.md).
 #include <cfloat>
 
 #include "backend/cuda/kernels/common.cuh"
@@ -26,14 +29,23 @@ __device__ __forceinline__ float load_partial(const float* ptr) {
 // Output dim d (< dv, or idle) of `row`, by every thread of the CTA (block-wide reductions: all
 // threads call it, each with its own d). The arithmetic depends on blockDim.x: callers that want
 // the same bits as combine_split_row use the same block size.
-template <typename T, bool kL2 = false>
+// kPre > 0: the o values of splits < kPre are loaded first (same terms, same order: same bits).
+template <typename T, bool kL2 = false, int kPre = 0>
 __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ partial_o,
                                                       const float* __restrict__ partial_ml,
                                                       int64_t rows, int num_splits, int dv,
                                                       int64_t row, int d, T* __restrict__ out) {
   constexpr int kChunk = 256;
+  static_assert(kPre >= 0 && kPre <= kChunk, "the preloaded splits lie in the first chunk");
   __shared__ float w_s[kChunk];
   __shared__ float scratch[32];
+  float ov[kPre > 0 ? kPre : 1];
+  if constexpr (kPre > 0) {
+    const float* po = partial_o + row * dv + d;
+#pragma unroll
+    for (int j = 0; j < kPre; ++j)
+      ov[j] = d < dv && j < num_splits ? load_partial<kL2>(po + j * rows * dv) : 0.0f;
+  }
   float m = -INFINITY;
   for (int sp = threadIdx.x; sp < num_splits; sp += blockDim.x)
     m = fmaxf(m, load_partial<kL2>(partial_ml + (sp * rows + row) * 2));
@@ -56,14 +68,24 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
     __syncthreads();
     if (d < dv) {
       const float* po = partial_o + (c0 * rows + row) * dv + d;
+      int j = 0;
+      if constexpr (kPre > 0) {
+        if (c0 == 0) {
+#pragma unroll
+          for (int i = 0; i < kPre; ++i)
+            if (i < cn) o += w_s[i] * ov[i];
+          j = min(kPre, cn);
+        }
+      }
 #pragma unroll 8
-      for (int j = 0; j < cn; ++j) o += w_s[j] * load_partial<kL2>(po + j * rows * dv);
+      for (; j < cn; ++j) o += w_s[j] * load_partial<kL2>(po + j * rows * dv);
     }
   }
   if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
 }
 
 // The combine kernel's body: grid (rows, ceil(dv / blockDim.x)), one output dim per thread.
+constexpr int kPreLoaded = 64;
 template <typename T>
 __device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
                                                   const float* __restrict__ partial_ml,
@@ -72,8 +94,9 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   DI_TRACE_WAITED();  // (a no-op in kernels without a trace scope: only the combine kernel has one)
-  combine_split_row_dim<T>(partial_o, partial_ml, rows, num_splits, dv, row,
-                           static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
+  combine_split_row_dim<T, false, kPreLoaded>(
+      partial_o, partial_ml, rows, num_splits, dv, row,
+      static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
 }
 
 }  // namespace di::cuda
