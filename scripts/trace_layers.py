@@ -37,6 +37,8 @@ def name_of(site, tag):
         return f"gemv n={tag}"
     if site == 7:
         return base + ("(smem)" if tag == 1 else "(pipe)")
+    if site == 4:
+        return base + ("(mla)" if tag == 1 else "")
     if site == 5:
         return base + ("(cluster)" if tag == 1 else "(counter)")
     return base

@@ -299,6 +299,7 @@ __global__ void __launch_bounds__(kThreads, 2) mla_decode_kernel(MlaDecodeParams
 
 // Merges the splits of every (token, head) row (split_combine.cuh).
 __global__ void __launch_bounds__(128) mla_combine_kernel(MlaDecodeParams p) {
+  DI_TRACE_SCOPE(kTraceCombineSplits, 1);  // combine_split_row records its wait
   combine_split_row<bf16>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_heads,
                           p.num_splits, p.dv, blockIdx.x, p.out);
 }

@@ -93,7 +93,7 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
                                                   T* __restrict__ out) {
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
-  DI_TRACE_WAITED();  // (a no-op in kernels without a trace scope: only the combine kernel has one)
+  DI_TRACE_WAITED();  // every kernel that calls this has a DI_TRACE_SCOPE
   combine_split_row_dim<T, false, kPreLoaded>(
       partial_o, partial_ml, rows, num_splits, dv, row,
       static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);

@@ -16,7 +16,7 @@ enum TraceSite : uint32_t {
   kTraceGemv = 1,  // tag = output rows n
   kTraceQkvRopeStore = 2,
   kTraceGqaDecodeMma = 3,
-  kTraceCombineSplits = 4,
+  kTraceCombineSplits = 4,  // tag 0 = GQA, 1 = MLA (the older split path)
   kTraceMoeNormRoute = 5,
   kTraceMoeGateUpT1 = 6,
   kTraceMoeDownT1 = 7,  // tag 0 = pipelined, 1 = act in shared memory
