@@ -21,8 +21,6 @@ template <typename T>
 __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeStoreKernelParams p) {
   DI_TRACE_SCOPE(kTraceQkvRopeStore, 0);
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
-  pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
-  DI_TRACE_WAITED();
   __shared__ float row_s[kMaxFusedHeadDim];
   __shared__ float scratch[32];
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
@@ -30,28 +28,47 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
   const int h = static_cast<int>(blockIdx.x % heads);
   const int d = p.head_dim;
   const T* src = static_cast<const T*>(p.qkv) + (t * heads + h) * d;
+  // Launched as a PDL dependent (launch_decode): before the wait only what no kernel of the step
+  // writes — the batch metadata (copied before the step's first kernel, as the GQA decode kernel
+  // reads it), the norm weights and the rope table — so that after it only the qkv row is a
+  // round trip through L2 (run 28's timeline: ~3.7 us after the wait, three round trips).
+  const int32_t pos = p.positions[t];
+  const int32_t slot = h < p.num_q_heads ? 0 : p.slot_mapping[t];
   // Destination, norm and rope of this head row. Every branch below depends only on blockIdx, so
   // the whole CTA takes it together (qkv_rope_rows needs every thread).
   T* dst = nullptr;
   const T* norm_w = nullptr;
   bool rotate = false;
+  bool store = true;
   if (h < p.num_q_heads) {
     dst = static_cast<T*>(p.q_out) + (t * p.num_q_heads + h) * d;
     norm_w = static_cast<const T*>(p.q_norm);
     rotate = true;
   } else {
-    const int32_t slot = p.slot_mapping[t];
-    if (slot < 0) return;
     const int64_t block = slot / p.block_size, off = slot % p.block_size;
-    if (block >= p.num_blocks) return;
+    store = slot >= 0 && block < p.num_blocks;
     const bool is_k = h < p.num_q_heads + p.num_kv_heads;
     const int g = is_k ? h - p.num_q_heads : h - p.num_q_heads - p.num_kv_heads;
-    dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size +
-          (is_k ? 0 : int64_t{p.num_kv_heads} * d) + int64_t{g} * d;
+    if (store)
+      dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size +
+            (is_k ? 0 : int64_t{p.num_kv_heads} * d) + int64_t{g} * d;
     norm_w = is_k ? static_cast<const T*>(p.k_norm) : nullptr;
     rotate = is_k;
   }
-  qkv_rope_rows<T, 1>(src, dst, d, norm_w, p.eps, rotate, p.positions[t],
+  if (store) {  // L1 prefetches (128-byte lines) of what qkv_rope_rows reads besides the row
+    const int line = static_cast<int>(threadIdx.x) * 128;
+    if (norm_w != nullptr && line < d * static_cast<int>(sizeof(T)))
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(norm_w) + line));
+    if (rotate && pos >= 0 && pos < p.max_pos) {
+      const int elem = p.cos_sin_f32 ? 4 : 2;
+      const char* row = static_cast<const char*>(p.cos_sin) + int64_t{pos} * d * elem;
+      if (line < d * elem) asm volatile("prefetch.global.L1 [%0];" ::"l"(row + line));
+    }
+  }
+  pdl_wait();
+  DI_TRACE_WAITED();
+  if (!store) return;
+  qkv_rope_rows<T, 1>(src, dst, d, norm_w, p.eps, rotate, pos,
                       RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos}, row_s, scratch);
 }
 
