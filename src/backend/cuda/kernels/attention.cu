@@ -261,11 +261,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
 }
 
 // Merges the splits of every (token, q head) row (split_combine.cuh).
-template <typename T>
+template <typename T, int kPre = 0>
 __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKernelParams p) {
   DI_TRACE_SCOPE(kTraceCombineSplits, 0);
-  combine_split_row<T>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_q_heads,
-                       p.num_splits, p.head_dim_v, blockIdx.x, out_of<T>(p));
+  combine_split_row<T, kPre>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_q_heads,
+                             p.num_splits, p.head_dim_v, blockIdx.x, out_of<T>(p));
 }
 
 // ---- decode: one CTA per (KV split, kv head, sequence), bf16, GQA (separate K and V) ----------
@@ -471,7 +471,10 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (gqa_decode_enabled() && (launch_gqa_decode_mma(p, stream) || launch_gqa_decode(p, stream))) {
     if (p.num_splits > 1) {
       const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
-      (void)launch_decode(kPdlSplitCombine, combine_splits_kernel<bf16>,
+      // Few rows: the o values requested with the (max, sum) loads (split_combine.cuh).
+      (void)launch_decode(kPdlSplitCombine,
+                          rows <= kCombinePreloadMaxRows ? combine_splits_kernel<bf16, kPreLoaded>
+                                                         : combine_splits_kernel<bf16>,
                           dim3(rows, ceil_div(p.head_dim_v, 128)), dim3(128), 0, stream, p);
     }
     return;

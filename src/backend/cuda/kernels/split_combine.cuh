@@ -6,10 +6,12 @@
 // Launch: grid (rows, ceil(dv / blockDim.x)), one output dim per thread. The split weights are
 // computed once per CTA into shared memory (256 at a time). The o sum runs in split order; the
 // order depends only on the row's own splits (batch invariant).
-// The combine kernel (combine_split_row) requests the o values of the first kPreLoaded splits
-// into registers before anything else, with the (max, sum) loads, so that at batch 1 its loads
-// are one round trip through L2 instead of one per 8 splits after two reductions: a 33-split
-// Qwen3-30B-A3B row took 4.6-4.8 us after its wait (run 28's timeline, docs/cuda_backend.md).
+// The GQA combine kernel for few rows (combine_split_row<T, kPreLoaded>) requests the o values of
+// the first kPreLoaded splits into registers before anything else, with the (max, sum) loads, so
+// that at batch 1 its loads are one round trip through L2 instead of one per 8 splits after two
+// reductions: a 33-split Qwen3-30B-A3B row took 4.6-4.8 us after its wait, 2.8 with them (run
+// 28's timeline, docs/cuda_backend.md). Many rows keep kPre = 0: with it every row, Qwen3-30B-A3B
+// measured -0.4 % / -0.8 % at batch 32 / 256 (one sample each, run 28 calls 4-5).
 #include <cfloat>
 
 #include "backend/cuda/kernels/common.cuh"
@@ -86,7 +88,8 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
 
 // The combine kernel's body: grid (rows, ceil(dv / blockDim.x)), one output dim per thread.
 constexpr int kPreLoaded = 64;
-template <typename T>
+constexpr unsigned kCombinePreloadMaxRows = 256;  // batch 8 of a 32-head model
+template <typename T, int kPre = 0>
 __device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
                                                   const float* __restrict__ partial_ml,
                                                   int64_t rows, int num_splits, int dv, int64_t row,
@@ -94,9 +97,9 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   DI_TRACE_WAITED();  // every kernel that calls this has a DI_TRACE_SCOPE
-  combine_split_row_dim<T, false, kPreLoaded>(
-      partial_o, partial_ml, rows, num_splits, dv, row,
-      static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
+  combine_split_row_dim<T, false, kPre>(partial_o, partial_ml, rows, num_splits, dv, row,
+                                        static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x),
+                                        out);
 }
 
 }  // namespace di::cuda
