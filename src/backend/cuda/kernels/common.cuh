@@ -232,7 +232,7 @@ void set_trace_target(const TraceTarget& t) {
 }
 [[maybe_unused]] const bool g_trace_registered = (trace_register_setter(&set_trace_target), true);
 }  // namespace
-// The CTA's event slot and its wait time (one per CTA: static shared memory of the kernel).
+// The CTA's event slot (-1: not recording), in static shared memory of the kernel.
 __device__ __forceinline__ int& trace_slot() {
   __shared__ int slot;
   return slot;
