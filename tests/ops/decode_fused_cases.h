@@ -313,13 +313,14 @@ void add_qkv_rope_attention_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   const V ragged{65, 1, 2000, 64, 5, 513};
   for (int32_t bs : {1, 16, 64})
     add(new TestQkvRopeAttention("llama_ragged", 32, 8, 128, bs, false, ragged, true));
-  // Groups 1 / 2 / 4 / 8, head dims 64 / 128, with and without the Qwen3 q/k norms.
+  // Groups 1 / 2 / 4 / 8 / 16, head dims 64 / 128, with and without the Qwen3 q/k norms.
   add(new TestQkvRopeAttention("g1", 8, 8, 128, 16, false, V{63, 130, 7}, true));
   add(new TestQkvRopeAttention("g2", 8, 4, 64, 64, true, V{200, 1, 64, 65}, true));
   add(new TestQkvRopeAttention("g4", 8, 2, 64, 1, false, V{97, 2000, 3}));
   add(new TestQkvRopeAttention("g8", 32, 4, 128, 16, true, V{511, 1, 2000}, true));
   add(new TestQkvRopeAttention("g1_d64", 4, 4, 64, 16, true, V{65, 5, 1000}));
   add(new TestQkvRopeAttention("qwen3", 32, 8, 128, 16, true, V{513}));
+  add(new TestQkvRopeAttention("g16", 32, 2, 128, 16, true, V{2049, 3, 130}, true));
   add(new TestQkvRopeAttention("d256", 8, 4, 256, 64, true, V{300, 64}, true));
   add(new TestQkvRopeAttention("qwen3_ragged", 32, 8, 128, 64, true, ragged, true));
   // Three calls on the same buffers: the split counters must be back at zero after each.

@@ -1058,7 +1058,61 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
   }
   cb.set_fused_attention(false);  // back to the default for the tests after this one
   cuda::set_gqa_decode_mma_mode(saved_mma);
-  EXPECT_EQ(checked, 20);
+  EXPECT_EQ(checked, 21);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The tensor-core decode kernel with the prologue fused in (the default for the groups it takes)
+// against the same GPU's composition (qkv_rope_store_kernel, then the tensor-core decode kernel
+// and the split combine): bit-equal output, new K/V and rest of the pool, with the kernel's own
+// choice of splits per CTA and forced to 2 and 4 (which CTA writes a new token's K/V depends on
+// it: the one whose splits read the position).
+TEST(FusedQkvRopeAttention, TensorCoreMatchesComposedOnGpuBitwise) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  auto& cb = static_cast<cuda::CudaBackend&>(*be);
+  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
+  const bool decode_on = !(decode_env && std::string(decode_env) == "generic");
+  const bool saved_fused_mma = cb.fused_mma_attention();
+  const int saved_spc = cuda::gqa_decode_mma_splits_per_cta();
+  cb.set_fused_attention(false);  // other groups compose: only the tensor-core fusion counts
+  cb.set_fused_mma_attention(true);
+  ComposedAttentionBackend composed(*be);
+  int64_t checked = 0, fused_cases = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestQkvRopeAttention*>(c.get());
+    if (a == nullptr) continue;
+    const bool mma = decode_on && cuda::gqa_decode_mma_for(a->hq / a->hkv, a->d);
+    fused_cases += mma;
+    for (int spc : {0, 2, 4}) {
+      cuda::set_gqa_decode_mma_splits_per_cta(spc);
+      const int64_t before = cb.fused_attention_calls();
+      const std::vector<Output> fused = c->run(*be);
+      const int64_t fused_calls = cb.fused_attention_calls() - before;
+      const std::vector<Output> ref = c->run(composed);
+      EXPECT_EQ(cb.fused_attention_calls() - before, fused_calls) << "the composed run fused";
+      EXPECT_EQ(fused_calls, mma ? a->calls : 0) << c->name() << ": fused kernel calls";
+      ASSERT_EQ(fused.size(), ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        int64_t bad = 0;
+        for (int64_t j = 0; j < ref[i].value.numel(); ++j)
+          bad += ref[i].value.f32()[j] != fused[i].value.f32()[j];
+        std::printf("[op] %-60s spc %d %-10s fused_mma_vs_composed_bits_differ=%lld of %lld %s\n",
+                    c->name().c_str(), spc, ref[i].name.c_str(), static_cast<long long>(bad),
+                    static_cast<long long>(ref[i].value.numel()), bad == 0 ? "PASS" : "FAIL");
+        EXPECT_EQ(bad, 0) << c->name() << " spc " << spc << " output '" << ref[i].name << "'";
+      }
+    }
+    ++checked;
+  }
+  cuda::set_gqa_decode_mma_splits_per_cta(saved_spc);
+  cb.set_fused_mma_attention(saved_fused_mma);
+  EXPECT_EQ(checked, 21);
+  // llama x7, llama_ragged x3, g4, g8, g16, qwen3, qwen3_ragged, repeat x2 (unless generic).
+  EXPECT_EQ(fused_cases, decode_on ? 17 : 0);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -1014,7 +1014,7 @@ void CudaBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
 
 bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
                                          const PagedAttentionParams& at) {
-  if (f32_ || !fused_attention_ || !gqa_decode_enabled()) return false;
+  if (f32_ || !gqa_decode_enabled()) return false;
   // Anything the fused kernel does not cover, incl. a malformed call, goes to the composed ops
   // (whose checks name the problem).
   if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
@@ -1027,10 +1027,12 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
     return false;
   const PagedBatch& b = *st.batch;
   if (b.num_tokens == 0 || b.num_seqs == 0) return false;
-  // Groups the tensor-core decode kernel takes are composed (the fused kernel shares the CUDA-core
-  // kernel's arithmetic, so it would change the bits).
+  // Groups the tensor-core decode kernel takes: that kernel with the prologue fused in (default;
+  // DEEPINFER_ATTN_FUSED_MMA=0 composes them). The CUDA-core fused kernel shares the CUDA-core
+  // decode kernel's arithmetic, so it would change their bits.
   if (at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
-    return false;
+    return fused_mma_attention_ && try_qkv_rope_attention_mma(st, at);
+  if (!fused_attention_) return false;
   check_qkv_rope_store(st, dt_);
   check_paged_attention(at, dt_);
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
@@ -1060,6 +1062,36 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   if (!qkv_rope_attention_supported(k)) return false;
   CUDA_CHECK(launch_qkv_rope_attention(k, stream_));
   CUDA_CHECK_LAUNCH("qkv_rope_attention");
+  ++fused_attention_calls_;
+  return true;
+}
+
+bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
+                                             const PagedAttentionParams& at) {
+  check_qkv_rope_store(st, dt_);
+  check_paged_attention(at, dt_);
+  const PagedBatch& b = *st.batch;
+  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
+  // The plan paged_attention would make (same splits, same bits).
+  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, at.num_q_heads,
+                                                  at.num_kv_heads, at.head_dim_qk, at.head_dim_v);
+  PagedAttentionKernelParams k = attention_kernel_params(at, false);
+  k.num_sms = num_sms_;
+  k.rows_per_tile = plan.rows_per_tile;
+  k.max_tiles = plan.max_tiles;
+  k.split_size = plan.split_size;
+  k.num_splits = plan.num_splits;
+  const QkvRopeStoreKernelParams sk = store_kernel_params(st, false);
+  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
+  if (plan.num_splits > 1) {
+    ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
+    const size_t rows = static_cast<size_t>(b.num_tokens) * at.num_q_heads;
+    k.partial_o = mptr<float>(ws);
+    k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits), rows,
+                                 static_cast<size_t>(at.head_dim_v));
+  }
+  if (!launch_qkv_rope_gqa_decode_mma(k, sk, stream_)) return false;
+  CUDA_CHECK_LAUNCH("qkv_rope_attention (tensor cores)");
   ++fused_attention_calls_;
   return true;
 }

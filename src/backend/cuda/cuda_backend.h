@@ -75,15 +75,19 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
-  // qkv_rope_store + paged_attention; with DEEPINFER_ATTN_FUSED=1 (or set_fused_attention(true))
-  // one kernel (kernels/qkv_rope_attention.h) for the bf16 decode batches the decode attention
-  // kernel takes. Opt-in: it is bit-equal to the composed ops but slower on the H200 (Llama-3.1-8B
-  // batch 1: 205.7 -> 191.4 tok/s; Qwen3-30B-A3B: 242 -> 183; docs/performance.md run 10).
-  // DEEPINFER_ATTN_DECODE=generic always composes, and so do the groups the tensor-core decode
-  // kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv head).
+  // qkv_rope_store + paged_attention, bit-equal either way. The groups the tensor-core decode
+  // kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv head) run that kernel with the
+  // prologue fused in, then the split combine (kernels/qkv_rope_attention.h; default on,
+  // DEEPINFER_ATTN_FUSED_MMA=0 or set_fused_mma_attention(false) composes). Other groups: with
+  // DEEPINFER_ATTN_FUSED=1 (or set_fused_attention(true)) the CUDA-core fused kernel for the bf16
+  // decode batches it takes; opt-in, slower on the H200 (Llama-3.1-8B batch 1: 205.7 -> 191.4
+  // tok/s; Qwen3-30B-A3B: 242 -> 183; docs/performance.md run 10). DEEPINFER_ATTN_DECODE=generic
+  // always composes.
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
+  void set_fused_mma_attention(bool on) { fused_mma_attention_ = on; }
+  bool fused_mma_attention() const { return fused_mma_attention_; }
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
@@ -236,6 +240,8 @@ class CudaBackend final : public Backend {
   bool try_gemv(const FusedLinearParams& p);
   // The fused decode attention when it takes the call: true if launched.
   bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
+  bool try_qkv_rope_attention_mma(const QkvRopeStoreParams& store,
+                                  const PagedAttentionParams& attn);
   // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
   // when the buffer would have to grow.
   bool reserve_attention_counters(int64_t n);
@@ -246,6 +252,10 @@ class CudaBackend final : public Backend {
   bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
     return env != nullptr && std::string(env) == "1";
+  }();
+  bool fused_mma_attention_ = [] {  // DEEPINFER_ATTN_FUSED_MMA=0: compose the tensor-core groups
+    const char* env = std::getenv("DEEPINFER_ATTN_FUSED_MMA");
+    return !(env != nullptr && std::string(env) == "0");
   }();
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;

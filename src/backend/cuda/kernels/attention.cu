@@ -464,19 +464,22 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
       smem_layout(rows_per_tile, head_dim_qk, head_dim_v, v_in_k, elem_size).total);
 }
 
+void launch_split_combine(const PagedAttentionKernelParams& p, cudaStream_t stream) {
+  if (p.num_splits <= 1) return;
+  const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
+  // Few rows: the o values requested with the (max, sum) loads (split_combine.cuh).
+  (void)launch_decode(kPdlSplitCombine,
+                      rows <= kCombinePreloadMaxRows ? combine_splits_kernel<bf16, kPreLoaded>
+                                                     : combine_splits_kernel<bf16>,
+                      dim3(rows, ceil_div(p.head_dim_v, 128)), dim3(128), 0, stream, p);
+}
+
 void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
   if (gqa_decode_enabled() && (launch_gqa_decode_mma(p, stream) || launch_gqa_decode(p, stream))) {
-    if (p.num_splits > 1) {
-      const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
-      // Few rows: the o values requested with the (max, sum) loads (split_combine.cuh).
-      (void)launch_decode(kPdlSplitCombine,
-                          rows <= kCombinePreloadMaxRows ? combine_splits_kernel<bf16, kPreLoaded>
-                                                         : combine_splits_kernel<bf16>,
-                          dim3(rows, ceil_div(p.head_dim_v, 128)), dim3(128), 0, stream, p);
-    }
+    launch_split_combine(p, stream);
     return;
   }
   tile_indptr_kernel<<<1, 32, 0, stream>>>(p.qo_indptr, p.num_seqs, group, p.rows_per_tile,

@@ -36,6 +36,8 @@
 #include "backend/cuda/kernels/attention_prefill_mma_math.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gqa_decode.cuh"
+#include "backend/cuda/kernels/qkv_rope_attention.h"
+#include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
 namespace {
@@ -44,13 +46,27 @@ constexpr int kWarps = 4;
 constexpr int kSub = 16;  // keys per warp sub-tile
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int D, int G, int B>
+template <int D, int G, int B, bool F>
 struct GqaMmaShared {
   bf16 kv[B][kWarps][2][kSub][D + 8];  // [buffer][warp]: K rows, then V rows (16-byte row pad)
   float o[kWarps][G][D];               // the merge: each warp's unnormalised rows (q heads) of O
   float m[kWarps][G];                  // base-2 running max (-inf: no key)
   float l[kWarps][G];
+  // With the prologue fused (F): the token's q rows of this kv head after norm and rope, rounded
+  // as qkv_rope_store writes them (the prologue's f32 rows and norm sums use o's space).
+  __align__(16) bf16 q[F ? G : 1][D];
 };
+static_assert(kWarps * 32 == kQkvRowThreads,
+              "the fused prologue's norm reduction must run on qkv_rope_store_kernel's threads");
+
+// The CTA (grid x) that writes a new token's K/V at `pos`: the one whose splits read that
+// position (positions past the grid: the last CTA; negative ones: the first), as in the fused
+// CUDA-core kernel (qkv_rope_attention.cu).
+__device__ __forceinline__ int owner_cta(int32_t pos, const PagedAttentionKernelParams& p,
+                                         int spc) {
+  const int split = pos < 0 ? 0 : min(pos / p.split_size, p.num_splits - 1);
+  return split / spc;
+}
 
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -66,10 +82,13 @@ __device__ __forceinline__ float quad_sum(float v) {
 // split is computed and merged. A split's arithmetic does not depend on spc (same sub-tiles per
 // warp, same merge order), so neither do its bits.
 // B: K/V buffers per warp (2 when spc > 1, else 1: less shared memory, more CTAs per SM).
-template <int D, int G, int B>
+// F: the attention prologue fused in (qkv_rope_gqa_decode_mma below): q from the qkv GEMM's
+// output (st.qkv) through norm and rope into shared memory, and the new tokens' K/V written to the
+// pool by the CTA that reads them; st is unused otherwise.
+template <int D, int G, int B, bool F>
 __global__ void __launch_bounds__(kWarps * 32, 3)
-    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
-  DI_TRACE_SCOPE(kTraceGqaDecodeMma, 0);
+    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc, QkvRopeStoreKernelParams st) {
+  DI_TRACE_SCOPE(kTraceGqaDecodeMma, F ? 1 : 0);
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
@@ -78,7 +97,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int kLd = D + 8;
   constexpr int kChunks = D / 8;  // 16-byte chunks per K / V row
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B>*>(smem_raw);
+  auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B, F>*>(smem_raw);
   const int split0 = blockIdx.x * spc, kvh = blockIdx.y, s = blockIdx.z;
   const int nsp = B == 1 ? 1 : min(spc, p.num_splits - split0);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -132,8 +151,55 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const int old_end = seq.kv_len - (i1 - i0);
   if (i0 < i1) copy_sub(first_base(split0), split_end(split0, limit_of(i0)), 0, 0, old_end, true);
   cp_async_commit();  // (maybe empty) the first token's old entries
+  // The fused prologue's operands: the qkv rows are the only ones a kernel of the step writes.
+  [[maybe_unused]] const int heads = p.num_q_heads + 2 * p.num_kv_heads;
+  [[maybe_unused]] const bf16* qkv = static_cast<const bf16*>(st.qkv);
+  [[maybe_unused]] const RopeCosSin cs{st.cos_sin, st.cos_sin_f32, st.max_pos};
+  [[maybe_unused]] float* row_s = &sh.o[0][0][0];             // G * D floats (o is 4 * G * D)
+  [[maybe_unused]] float* scratch = &sh.o[kWarps / 2][0][0];  // 32 * G floats
+  if constexpr (F) {  // L1 prefetches of the norm weights and the first token's rope row
+    const int line = static_cast<int>(threadIdx.x) * 128;
+    if (line < D * 2) {
+      if (st.q_norm != nullptr)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.q_norm) + line));
+      if (st.k_norm != nullptr)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.k_norm) + line));
+    }
+    const int32_t pos = i0 < i1 ? p.positions[i0] : -1;
+    const int elem = st.cos_sin_f32 ? 4 : 2;
+    if (pos >= 0 && pos < st.max_pos && line < D * elem)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.cos_sin) +
+                                                    int64_t{pos} * D * elem + line));
+  }
   pdl_wait();
   DI_TRACE_WAITED();
+  if constexpr (F) {
+    // The new K/V rows of kv head kvh that this CTA's splits read (every branch depends only on
+    // blockIdx and the metadata, so the whole CTA takes it): k through [k_norm] and rope, v
+    // copied, as qkv_rope_store_kernel writes them.
+    bool stored = false;
+    for (int i = i0; i < i1; ++i) {
+      const int32_t pos = st.positions[i], slot = st.slot_mapping[i];
+      if (slot < 0 || owner_cta(pos, p, spc) != static_cast<int>(blockIdx.x)) continue;
+      const int64_t block = slot / st.block_size, off = slot % st.block_size;
+      if (block >= st.num_blocks) continue;
+      bf16* entry = static_cast<bf16*>(st.pool) + block * st.block_stride + st.layer_offset +
+                    off * st.entry_size;
+      const bf16* row = qkv + int64_t{i} * heads * D;
+      qkv_rope_rows<bf16, 1>(row + int64_t{p.num_q_heads + kvh} * D, entry + int64_t{kvh} * D, D,
+                             static_cast<const bf16*>(st.k_norm), st.eps, true, pos, cs, row_s,
+                             scratch);
+      const bf16* v_src = row + int64_t{p.num_q_heads + p.num_kv_heads + kvh} * D;
+      bf16* v_dst = entry + int64_t{p.num_kv_heads + kvh} * D;
+      for (int idx = threadIdx.x; idx < D; idx += kWarps * 32) v_dst[idx] = v_src[idx];
+      stored = true;
+    }
+    // The rows are read back below by other threads' cp.async (through L2): a GPU-scope fence
+    // before the barrier, in the one CTA per (sequence, kv head) that wrote any. No other CTA
+    // reads them (the owner rule; the engine's slot_mapping matches the block table).
+    if (stored) __threadfence();
+    __syncthreads();
+  }
   for (int i = i0; i < i1; ++i) {
     const int limit = limit_of(i);
     auto split_t1 = [&](int sp) { return split_end(sp, limit); };
@@ -147,6 +213,13 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     uint32_t qa[kKSteps][2 * kHalves];
     {
       const bf16* q0 = p.q + (int64_t{i} * p.num_q_heads + int64_t{kvh} * G) * D;
+      if constexpr (F) {  // this token's G q rows: [q_norm] + rope into shared memory
+        qkv_rope_rows<bf16, G>(qkv + int64_t{i} * heads * D + int64_t{kvh} * G * D, &sh.q[0][0], D,
+                               static_cast<const bf16*>(st.q_norm), st.eps, true, p.positions[i],
+                               cs, row_s, scratch);
+        __syncthreads();  // rope writes elements other threads loaded
+        q0 = &sh.q[0][0];
+      }
 #pragma unroll
       for (int kc = 0; kc < kKSteps; ++kc) {
         const int col = kc * 16 + 2 * t4;
@@ -299,40 +372,43 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
 }
 
-template <int D, int G, int B>
-void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B>));
-  open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B>), smem);
+template <int D, int G, int B, bool F>
+void launch_dgb(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
+                cudaStream_t stream) {
+  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B, F>));
+  open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B, F>), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(kPdlGqaDecodeMma, gqa_decode_mma_kernel<D, G, B>, grid, dim3(kWarps * 32),
-                      smem, stream, p, spc);
+  (void)launch_decode(kPdlGqaDecodeMma, gqa_decode_mma_kernel<D, G, B, F>, grid, dim3(kWarps * 32),
+                      smem, stream, p, spc, st);
 }
-template <int D, int G>
-void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
+template <int D, int G, bool F>
+void launch_dg(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
+               cudaStream_t stream) {
   if (spc == 1)
-    launch_dgb<D, G, 1>(p, 1, stream);
+    launch_dgb<D, G, 1, F>(p, 1, st, stream);
   else
-    launch_dgb<D, G, 2>(p, spc, stream);
+    launch_dgb<D, G, 2, F>(p, spc, st, stream);
 }
 
-template <int D>
-bool launch_d(const PagedAttentionKernelParams& p, int group, int spc, cudaStream_t stream) {
+template <int D, bool F>
+bool launch_d(const PagedAttentionKernelParams& p, int group, int spc,
+              const QkvRopeStoreKernelParams& st, cudaStream_t stream) {
   switch (group) {
     case 1:
-      launch_dg<D, 1>(p, spc, stream);
+      launch_dg<D, 1, F>(p, spc, st, stream);
       return true;
     case 2:
-      launch_dg<D, 2>(p, spc, stream);
+      launch_dg<D, 2, F>(p, spc, st, stream);
       return true;
     case 4:
-      launch_dg<D, 4>(p, spc, stream);
+      launch_dg<D, 4, F>(p, spc, st, stream);
       return true;
     case 8:
-      launch_dg<D, 8>(p, spc, stream);
+      launch_dg<D, 8, F>(p, spc, st, stream);
       return true;
     case 16:
-      launch_dg<D, 16>(p, spc, stream);
+      launch_dg<D, 16, F>(p, spc, st, stream);
       return true;
     default:
       return false;
@@ -365,15 +441,18 @@ bool gqa_decode_mma_for(int group, int head_dim) {
   return mode == 1 || group >= 4;
 }
 
-bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream) {
-  if (!gqa_decode_shape_ok(p)) return false;
+namespace {
+
+// The layout checks and the splits per CTA of a launch; 0 when the kernel does not take it.
+int mma_splits_per_cta(const PagedAttentionKernelParams& p) {
+  if (!gqa_decode_shape_ok(p)) return 0;
   const int group = p.num_q_heads / p.num_kv_heads;
-  if (!gqa_decode_mma_for(group, p.head_dim_qk)) return false;
+  if (!gqa_decode_mma_for(group, p.head_dim_qk)) return 0;
   // 16-byte K / V rows (cp.async) and 4-byte q pairs.
-  if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % 8 != 0) return false;
+  if ((p.k_offset | p.v_offset | p.kv_head_stride | p.entry_size) % 8 != 0) return 0;
   if (p.block_stride % 8 != 0 || p.layer_offset % 8 != 0 ||
-      reinterpret_cast<uintptr_t>(p.pool) % 16 != 0 || reinterpret_cast<uintptr_t>(p.q) % 4 != 0)
-    return false;
+      reinterpret_cast<uintptr_t>(p.pool) % 16 != 0)
+    return 0;
   // Splits per CTA: 4 (or 2) while the grid keeps at least 3 waves of 2 CTAs per SM, else 1;
   // forced by set_gqa_decode_mma_splits_per_cta / DEEPINFER_GQA_MMA_SPLITS_PER_CTA (1..8).
   int spc = gqa_decode_mma_splits_per_cta();
@@ -382,9 +461,45 @@ bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t str
     const int64_t min_ctas = int64_t{3} * 2 * (p.num_sms > 0 ? p.num_sms : 132);
     spc = units / 4 >= min_ctas ? 4 : units / 2 >= min_ctas ? 2 : 1;
   }
-  spc = std::min(spc, p.num_splits);
-  return p.head_dim_qk == 64 ? launch_d<64>(p, group, spc, stream)
-                             : launch_d<128>(p, group, spc, stream);
+  return std::max(1, std::min(spc, p.num_splits));
+}
+
+}  // namespace
+
+bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream) {
+  const int spc = mma_splits_per_cta(p);
+  if (spc == 0 || reinterpret_cast<uintptr_t>(p.q) % 4 != 0) return false;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const QkvRopeStoreKernelParams unused{};
+  return p.head_dim_qk == 64 ? launch_d<64, false>(p, group, spc, unused, stream)
+                             : launch_d<128, false>(p, group, spc, unused, stream);
+}
+
+bool qkv_rope_gqa_decode_mma_supported(const PagedAttentionKernelParams& p,
+                                       const QkvRopeStoreKernelParams& st) {
+  if (mma_splits_per_cta(p) == 0 || st.f32 || st.qkv == nullptr || p.split_size <= 0) return false;
+  const int32_t d = st.head_dim;
+  // The pool layout qkv_rope_store writes (K of every kv head, then V) is the one attended.
+  return st.num_q_heads == p.num_q_heads && st.num_kv_heads == p.num_kv_heads &&
+         p.head_dim_qk == d && p.k_offset == 0 && p.v_offset == st.num_kv_heads * d &&
+         p.kv_head_stride == d && st.entry_size == p.entry_size &&
+         st.entry_size == 2 * st.num_kv_heads * d && st.block_size == p.block_size &&
+         st.block_stride == p.block_stride && st.layer_offset == p.layer_offset &&
+         st.pool == static_cast<const void*>(p.pool) && st.tokens == p.num_tokens &&
+         reinterpret_cast<uintptr_t>(st.qkv) % 4 == 0 &&
+         (p.num_splits == 1 || (p.partial_o != nullptr && p.partial_ml != nullptr));
+}
+
+bool launch_qkv_rope_gqa_decode_mma(const PagedAttentionKernelParams& p,
+                                    const QkvRopeStoreKernelParams& st, cudaStream_t stream) {
+  if (!qkv_rope_gqa_decode_mma_supported(p, st)) return false;
+  if (p.num_tokens == 0 || p.num_seqs == 0) return true;
+  const int spc = mma_splits_per_cta(p);
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const bool ok = p.head_dim_qk == 64 ? launch_d<64, true>(p, group, spc, st, stream)
+                                      : launch_d<128, true>(p, group, spc, st, stream);
+  if (ok) launch_split_combine(p, stream);
+  return ok;
 }
 
 }  // namespace di::cuda

@@ -44,4 +44,20 @@ bool qkv_rope_attention_supported(const QkvRopeAttentionKernelParams& p);
 // waits (griddepcontrol.wait) before it reads anything, so it may follow the qkv GEMV early.
 cudaError_t launch_qkv_rope_attention(const QkvRopeAttentionKernelParams& p, cudaStream_t stream);
 
+// The tensor-core decode kernel with the attention prologue fused (gqa_decode_mma.cu), for the
+// calls it takes (gqa_decode_mma_for the group, the layouts qkv_rope_attention_supported asks
+// for): CTA (x, kv head g, sequence s) computes its token's G q rows of g ([q_norm] + rope,
+// rounded as qkv_rope_store writes q) into shared memory instead of reading q, and the CTA whose
+// splits hold a new token's position writes that token's K/V of g to the pool (qkv_rope_rows.cuh,
+// the store kernel's arithmetic) and reads them back after a fence and a barrier. q (store.q_out)
+// is not written. Then the split combine as after launch_gqa_decode_mma. Output, new K/V and pool
+// bit-equal to qkv_rope_store + launch_paged_attention on the tensor-core kernel. Launched as a
+// PDL dependent of the qkv GEMM (kPdlGqaDecodeMma): it copies earlier steps' K/V and prefetches
+// the norm weights and the rope row before its wait. p.q is unused.
+bool qkv_rope_gqa_decode_mma_supported(const PagedAttentionKernelParams& p,
+                                       const QkvRopeStoreKernelParams& st);
+// False (nothing launched) when unsupported.
+bool launch_qkv_rope_gqa_decode_mma(const PagedAttentionKernelParams& p,
+                                    const QkvRopeStoreKernelParams& st, cudaStream_t stream);
+
 }  // namespace di::cuda
