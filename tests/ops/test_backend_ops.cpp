@@ -995,7 +995,7 @@ TEST(BackendOpsTable, QkvRopeAttentionCpuReferencesRun) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 20);
+  EXPECT_EQ(checked, 21);
 }
 
 // The fused CUDA qkv_rope_attention against the same GPU's composition (qkv_rope_store_kernel,
@@ -1035,7 +1035,9 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
     const int64_t fused_calls = cb.fused_attention_calls() - before;
     const std::vector<Output> ref = c->run(composed);
     EXPECT_EQ(cb.fused_attention_calls() - before, fused_calls) << "the composed run fused";
-    EXPECT_EQ(fused_calls, fusion_on ? a->calls : 0) << c->name() << ": fused kernel calls";
+    // The CUDA-core kernels take groups of at most 8 q heads per kv head.
+    const bool takes = fusion_on && a->hq / a->hkv <= 8;
+    EXPECT_EQ(fused_calls, takes ? a->calls : 0) << c->name() << ": fused kernel calls";
     ASSERT_EQ(fused.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) {
       int64_t bad = 0;

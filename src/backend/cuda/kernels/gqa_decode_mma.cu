@@ -157,6 +157,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   [[maybe_unused]] const RopeCosSin cs{st.cos_sin, st.cos_sin_f32, st.max_pos};
   [[maybe_unused]] float* row_s = &sh.o[0][0][0];             // G * D floats (o is 4 * G * D)
   [[maybe_unused]] float* scratch = &sh.o[kWarps / 2][0][0];  // 32 * G floats
+  // The first token's position and slot (metadata, copied before the step's first kernel).
+  [[maybe_unused]] const int32_t pos0 = F && i0 < i1 ? p.positions[i0] : -1;
+  [[maybe_unused]] const int32_t slot0 = F && i0 < i1 ? st.slot_mapping[i0] : -1;
   if constexpr (F) {  // L1 prefetches of the norm weights and the first token's rope row
     const int line = static_cast<int>(threadIdx.x) * 128;
     if (line < D * 2) {
@@ -165,11 +168,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       if (st.k_norm != nullptr)
         asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.k_norm) + line));
     }
-    const int32_t pos = i0 < i1 ? p.positions[i0] : -1;
     const int elem = st.cos_sin_f32 ? 4 : 2;
-    if (pos >= 0 && pos < st.max_pos && line < D * elem)
+    if (pos0 >= 0 && pos0 < st.max_pos && line < D * elem)
       asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.cos_sin) +
-                                                    int64_t{pos} * D * elem + line));
+                                                    int64_t{pos0} * D * elem + line));
   }
   pdl_wait();
   DI_TRACE_WAITED();
@@ -179,7 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     // copied, as qkv_rope_store_kernel writes them.
     bool stored = false;
     for (int i = i0; i < i1; ++i) {
-      const int32_t pos = st.positions[i], slot = st.slot_mapping[i];
+      const int32_t pos = i == i0 ? pos0 : st.positions[i];
+      const int32_t slot = i == i0 ? slot0 : st.slot_mapping[i];
       if (slot < 0 || owner_cta(pos, p, spc) != static_cast<int>(blockIdx.x)) continue;
       const int64_t block = slot / st.block_size, off = slot % st.block_size;
       if (block >= st.num_blocks) continue;
@@ -215,8 +218,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       const bf16* q0 = p.q + (int64_t{i} * p.num_q_heads + int64_t{kvh} * G) * D;
       if constexpr (F) {  // this token's G q rows: [q_norm] + rope into shared memory
         qkv_rope_rows<bf16, G>(qkv + int64_t{i} * heads * D + int64_t{kvh} * G * D, &sh.q[0][0], D,
-                               static_cast<const bf16*>(st.q_norm), st.eps, true, p.positions[i],
-                               cs, row_s, scratch);
+                               static_cast<const bf16*>(st.q_norm), st.eps, true,
+                               i == i0 ? pos0 : p.positions[i], cs, row_s, scratch);
         __syncthreads();  // rope writes elements other threads loaded
         q0 = &sh.q[0][0];
       }

@@ -51,24 +51,33 @@ __device__ __forceinline__ void qkv_rope_rows(const T* src, T* dst, int d, const
     return;
   }
   __syncthreads();  // row_s may still be read by a previous call
+  // The R rows' loads are issued together (one round trip; stored to row_s only after all of them:
+  // a store between two loads would keep the second behind it). Each row sums its own elements in
+  // ascending order, as one row at a time would.
   float ss[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    ss[r] = 0.0f;
-    for (int i = threadIdx.x; i < d; i += kQkvRowThreads) {
-      const float v = to_f32(src[r * d + i]);
-      row_s[r * d + i] = v;
-      ss[r] = fmaf(v, v, ss[r]);
+  for (int r = 0; r < R; ++r) ss[r] = 0.0f;
+  for (int i = threadIdx.x; i < d; i += kQkvRowThreads) {
+    float v[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = to_f32(src[r * d + i]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      row_s[r * d + i] = v[r];
+      ss[r] = fmaf(v[r], v[r], ss[r]);
     }
   }
   if (norm_w != nullptr) {
     block_sum_rows<R>(ss, scratch);
+    float inv[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float inv = rsqrtf(ss[r] / static_cast<float>(d) + eps);
-      // Same thread, same elements as the load loop: no barrier needed before this.
-      for (int i = threadIdx.x; i < d; i += kQkvRowThreads)
-        row_s[r * d + i] = to_f32(from_f32<T>(row_s[r * d + i] * inv * to_f32(norm_w[i])));
+    for (int r = 0; r < R; ++r) inv[r] = rsqrtf(ss[r] / static_cast<float>(d) + eps);
+    // Same thread, same elements as the load loop: no barrier needed before this.
+    for (int i = threadIdx.x; i < d; i += kQkvRowThreads) {
+      const float w = to_f32(norm_w[i]);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        row_s[r * d + i] = to_f32(from_f32<T>(row_s[r * d + i] * inv[r] * w));
     }
   }
   __syncthreads();  // rope reads elements loaded by other threads
@@ -77,9 +86,7 @@ __device__ __forceinline__ void qkv_rope_rows(const T* src, T* dst, int d, const
     return;
   }
   const int half = d / 2;
-  for (int idx = threadIdx.x; idx < R * half; idx += kQkvRowThreads) {
-    const int r = idx / half, j = idx % half;
-    float c, s;
+  auto cos_sin = [&](int j, float& c, float& s) {
     if (cs.f32) {
       const float* t = static_cast<const float*>(cs.table) + int64_t{pos} * d;
       c = t[j];
@@ -89,10 +96,25 @@ __device__ __forceinline__ void qkv_rope_rows(const T* src, T* dst, int d, const
       c = to_f32(t[j]);
       s = to_f32(t[half + j]);
     }
+  };
+  // Explicit fmaf: the contraction must not depend on the caller's code generation.
+  auto rotate_pair = [&](int r, int j, float c, float s) {
     const float x0 = row_s[r * d + j], x1 = row_s[r * d + j + half];
-    // Explicit fmaf: the contraction must not depend on the caller's code generation.
     dst[r * d + j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
     dst[r * d + j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
+  };
+  if (kQkvRowThreads % half == 0) {  // one column j per thread: its (cos, sin) loaded once
+    const int j = static_cast<int>(threadIdx.x) % half;
+    float c, s;
+    cos_sin(j, c, s);
+    for (int r = static_cast<int>(threadIdx.x) / half; r < R; r += kQkvRowThreads / half)
+      rotate_pair(r, j, c, s);
+    return;
+  }
+  for (int idx = threadIdx.x; idx < R * half; idx += kQkvRowThreads) {
+    float c, s;
+    cos_sin(idx % half, c, s);
+    rotate_pair(idx / half, idx % half, c, s);
   }
 }
 
