@@ -109,17 +109,35 @@ __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int
   }
 }
 
+// L1 prefetches (128-byte lines, thread i takes line i) of what token t's part y reads besides
+// the rows the previous kernel writes: the rope table row and (y = 0) the latent norm weights.
+// Neither is written by a kernel, so mla_rope_store_uk_kernel issues them before its wait.
+__device__ __forceinline__ void mla_prefetch_part(const MlaRopeStoreKernelParams& p, int32_t pos,
+                                                  int y) {
+  const int line = static_cast<int>(threadIdx.x) * 128;
+  const int elem = p.cos_sin_f32 ? 4 : 2;
+  if (pos >= 0 && pos < p.max_pos && line < p.rope_dim * elem)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p.cos_sin) +
+                                                  int64_t{pos} * p.rope_dim * elem + line));
+  if (y == 0 && line < p.latent_dim * elem)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p.kv_a_norm) + line));
+}
+
 // Token t's part y of the MLA prologue (y = 0: the cache entry, y >= 1: q heads) by the CTA's
-// kMlaThreads threads. Every branch depends only on (t, y): the CTA takes it together.
+// kMlaThreads threads; pos = positions[t], slot = slot_mapping[t] (read by the caller). Every
+// branch depends only on (t, y): the CTA takes it together. Loops that copy or scale issue a
+// batch of loads before their stores (a store between two loads would keep the second behind it:
+// one round trip per element otherwise).
 template <typename T>
-__device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t, int y) {
+__device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t, int y,
+                                    int32_t pos, int32_t slot) {
+  constexpr int kBatch = 4;  // elements per thread in flight at once
   __shared__ float scratch[32];
-  const int32_t pos = p.positions[t];
+  const int tid = static_cast<int>(threadIdx.x);
   const int dn = p.nope_dim, dr = p.rope_dim, dqk = dn + dr;
   const RopeTable rt{p.cos_sin, p.cos_sin_f32, p.max_pos, p.interleaved};
   if (y == 0) {
     // The cache entry.
-    const int32_t slot = p.slot_mapping[t];
     if (slot < 0) return;
     const int64_t block = slot / p.block_size, off = slot % p.block_size;
     if (block >= p.num_blocks) return;
@@ -127,17 +145,33 @@ __device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t
     T* dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size;
     const T* w = static_cast<const T*>(p.kv_a_norm);
     const int lat = p.latent_dim;
+    // k_pe (rotated below) into L1 while the latent is reduced.
+    if (tid * 128 < dr * static_cast<int>(sizeof(T)))
+      asm volatile(
+          "prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(src + lat) + tid * 128));
     // rms_norm_kernel's two passes (the second from L1), its rounding of y.
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < lat; i += kMlaThreads) {
+    for (int i = tid; i < lat; i += kMlaThreads) {
       const float v = to_f32(src[i]);
       ss += v * v;
     }
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(lat) + p.eps);
-    for (int i = threadIdx.x; i < lat; i += kMlaThreads)
-      dst[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
-    rope_row(src + lat, dst + lat, dr, pos, rt, static_cast<int>(threadIdx.x), kMlaThreads);
+    for (int i0 = tid; i0 < lat; i0 += kBatch * kMlaThreads) {
+      float x[kBatch], wv[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = i0 + k * kMlaThreads;
+        x[k] = i < lat ? to_f32(src[i]) : 0.0f;
+        wv[k] = i < lat ? to_f32(w[i]) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = i0 + k * kMlaThreads;
+        if (i < lat) dst[i] = from_f32<T>(x[k] * inv * wv[k]);
+      }
+    }
+    rope_row(src + lat, dst + lat, dr, pos, rt, tid, kMlaThreads);
     return;
   }
   // q heads [h0, h1): the nope part copied, the rope part rotated.
@@ -146,12 +180,27 @@ __device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t
   const T* q = static_cast<const T*>(p.q) + t * p.q_ld + p.q_col + int64_t{h0} * dqk;
   T* q_nope = static_cast<T*>(p.q_nope) + (t * p.num_heads + h0) * dn;
   T* q_pe = static_cast<T*>(p.q_pe) + (t * p.num_heads + h0) * dr;
-  for (int i = threadIdx.x; i < nh * dn; i += kMlaThreads) {
-    const int h = i / dn, c = i % dn;
-    q_nope[i] = q[h * dqk + c];
-  }
   const int half = dr / 2;
-  for (int i = threadIdx.x; i < nh * half; i += kMlaThreads) {
+  // The rope parts' lines into L1 while the nope parts are copied (rope_row reads them by pair).
+  for (int i = tid; i < nh * ((dr * static_cast<int>(sizeof(T)) + 127) / 128); i += kMlaThreads) {
+    const int lines = (dr * static_cast<int>(sizeof(T)) + 127) / 128;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(
+        reinterpret_cast<const char*>(q + (i / lines) * dqk + dn) + (i % lines) * 128));
+  }
+  for (int i0 = tid; i0 < nh * dn; i0 += kBatch * kMlaThreads) {
+    T v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = i0 + k * kMlaThreads;
+      if (i < nh * dn) v[k] = q[(i / dn) * dqk + i % dn];
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = i0 + k * kMlaThreads;
+      if (i < nh * dn) q_nope[i] = v[k];
+    }
+  }
+  for (int i = tid; i < nh * half; i += kMlaThreads) {
     const int h = i / half;
     rope_row(q + h * dqk + dn, q_pe + h * dr, dr, pos, rt, i % half, half);  // one pair
   }
@@ -161,7 +210,9 @@ template <typename T>
 __global__ void __launch_bounds__(kMlaThreads) mla_rope_store_kernel(MlaRopeStoreKernelParams p) {
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
-  mla_rope_store_part<T>(p, blockIdx.x, static_cast<int>(blockIdx.y));
+  const int y = static_cast<int>(blockIdx.y);
+  mla_rope_store_part<T>(p, blockIdx.x, y, p.positions[blockIdx.x],
+                         y == 0 ? p.slot_mapping[blockIdx.x] : -1);
 }
 
 // The prologue and the absorbed query in one launch (launch_mla_rope_store_uk): CTAs
@@ -175,9 +226,18 @@ __global__ void __launch_bounds__(kMlaThreads)
   const int b = static_cast<int>(blockIdx.x);
   const int rope_ctas = static_cast<int>(p.tokens) * parts;
   if (b < rope_ctas) {  // CTA-uniform
+    // Before the wait: the token's position and slot (the batch metadata is copied before the
+    // step's first kernel, as the GQA decode kernel assumes) and the L1 prefetches of the rope
+    // row and the norm weights (run 28's timeline: CTA 0, the cache entry, ended last in 23 of 27
+    // V2-Lite layers, 3.3 us after its wait, against ~2 for the W_UK CTAs).
+    const int64_t t = b / parts;
+    const int y = b % parts;
+    const int32_t pos = p.positions[t];
+    const int32_t slot = y == 0 ? p.slot_mapping[t] : -1;
+    mla_prefetch_part(p, pos, y);
     pdl_wait();
     DI_TRACE_WAITED();
-    mla_rope_store_part<bf16>(p, b / parts, b % parts);
+    mla_rope_store_part<bf16>(p, t, y, pos, slot);
     return;
   }
   extern __shared__ __align__(16) unsigned char smem[];
