@@ -1066,8 +1066,8 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
 #endif
 }
 
-// The tensor-core decode kernel with the prologue fused in (the default for the groups it takes)
-// against the same GPU's composition (qkv_rope_store_kernel, then the tensor-core decode kernel
+// The tensor-core decode kernel with the prologue fused in (opt-in; switched on here) against the
+// same GPU's composition (qkv_rope_store_kernel, then the tensor-core decode kernel
 // and the split combine): bit-equal output, new K/V and rest of the pool, with the kernel's own
 // choice of splits per CTA and forced to 2 and 4 (which CTA writes a new token's K/V depends on
 // it: the one whose splits read the position).

@@ -1032,8 +1032,8 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
     return false;
   const PagedBatch& b = *st.batch;
   if (b.num_tokens == 0 || b.num_seqs == 0) return false;
-  // Groups the tensor-core decode kernel takes: that kernel with the prologue fused in (default;
-  // DEEPINFER_ATTN_FUSED_MMA=0 composes them). The CUDA-core fused kernel shares the CUDA-core
+  // Groups the tensor-core decode kernel takes: that kernel with the prologue fused in (opt-in,
+  // DEEPINFER_ATTN_FUSED_MMA=1), else composed. The CUDA-core fused kernel shares the CUDA-core
   // decode kernel's arithmetic, so it would change their bits.
   if (at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
     return fused_mma_attention_ && try_qkv_rope_attention_mma(st, at);

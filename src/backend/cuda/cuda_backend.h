@@ -75,14 +75,14 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
-  // qkv_rope_store + paged_attention, bit-equal either way. The groups the tensor-core decode
-  // kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv head) run that kernel with the
-  // prologue fused in, then the split combine (kernels/qkv_rope_attention.h; default on,
-  // DEEPINFER_ATTN_FUSED_MMA=0 or set_fused_mma_attention(false) composes). Other groups: with
-  // DEEPINFER_ATTN_FUSED=1 (or set_fused_attention(true)) the CUDA-core fused kernel for the bf16
-  // decode batches it takes; opt-in, slower on the H200 (Llama-3.1-8B batch 1: 205.7 -> 191.4
-  // tok/s; Qwen3-30B-A3B: 242 -> 183; docs/performance.md run 10). DEEPINFER_ATTN_DECODE=generic
-  // always composes.
+  // qkv_rope_store + paged_attention, bit-equal either way. Two opt-in fused kernels, both slower
+  // on the H200 and kept as tested alternatives (docs/cuda_backend.md "Fused decode attention"):
+  // for the groups the tensor-core decode kernel takes (gqa_decode_mma_for: by default 4+ q heads
+  // per kv head), DEEPINFER_ATTN_FUSED_MMA=1 (or set_fused_mma_attention(true)) runs that kernel
+  // with the prologue fused in, then the split combine (kernels/qkv_rope_attention.h; run 29:
+  // Qwen3-30B-A3B batch 1 353.2 -> 348.5 tok/s, batch 32 -2.9 %); for the other groups
+  // DEEPINFER_ATTN_FUSED=1 (or set_fused_attention(true)) runs the CUDA-core fused kernel (run 10:
+  // Llama-3.1-8B batch 1 205.7 -> 191.4 tok/s). DEEPINFER_ATTN_DECODE=generic always composes.
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
@@ -253,9 +253,9 @@ class CudaBackend final : public Backend {
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
     return env != nullptr && std::string(env) == "1";
   }();
-  bool fused_mma_attention_ = [] {  // DEEPINFER_ATTN_FUSED_MMA=0: compose the tensor-core groups
+  bool fused_mma_attention_ = [] {  // DEEPINFER_ATTN_FUSED_MMA=1: the fused tensor-core kernel
     const char* env = std::getenv("DEEPINFER_ATTN_FUSED_MMA");
-    return !(env != nullptr && std::string(env) == "0");
+    return env != nullptr && std::string(env) == "1";
   }();
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;

@@ -24,6 +24,13 @@
 // griddepcontrol.wait, so those loads overlap the store kernel (and the qkv GEMV's tail); this
 // step's entries and q are read after it.
 //
+// With F (opt-in DEEPINFER_ATTN_FUSED_MMA=1, launch_qkv_rope_gqa_decode_mma) the attention
+// prologue runs in the kernel: each CTA computes its token's G q rows from the qkv GEMM's output
+// (qkv_rope_rows.cuh, qkv_rope_store_kernel's arithmetic) into shared memory, and the CTA whose
+// splits hold a new token's position writes that token's K/V first (owner_cta). Bit-equal to the
+// composition; slower on the H200 (run 29: the K/V reads no longer overlap a store kernel and
+// compete with o_proj's early weight loads; docs/cuda_backend.md "Fused decode attention").
+//
 // H200, same call (docs/performance.md, run 15): Qwen3-30B-A3B (8 heads per kv head) batch 1 /
 // 32 / 256 262.4 / 1,011 / 2,393 -> 274.5 / 1,201 / 3,778 tok/s; Llama-3.1-8B (4) batch 1 / 8 /
 // 32 / 64 227.8 / 1,519 / 4,862 / 7,765 -> 229.3 / 1,548 / 5,224 / 8,698.
