@@ -1040,28 +1040,13 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   if (!fused_attention_) return false;
   check_qkv_rope_store(st, dt_);
   check_paged_attention(at, dt_);
-  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  // The split layout of the decode kernel the composed path would run (same plan, same bits).
-  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, at.num_q_heads,
-                                                  at.num_kv_heads, at.head_dim_qk, at.head_dim_v);
   QkvRopeAttentionKernelParams k{};
   k.store = store_kernel_params(st, false);
-  k.attn = attention_kernel_params(at, false);
-  k.attn.rows_per_tile = plan.rows_per_tile;
-  k.attn.max_tiles = plan.max_tiles;
-  k.attn.split_size = plan.split_size;
-  k.attn.num_splits = plan.num_splits;
-  if (plan.num_splits > 1 && !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
+  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
+  k.attn = planned_decode_params(at, ws);
+  if (k.attn.num_splits > 1 && !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
     return false;
   k.counters = attention_counters_;
-  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
-  if (plan.num_splits > 1) {
-    ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
-    const size_t rows = static_cast<size_t>(b.num_tokens) * at.num_q_heads;
-    k.attn.partial_o = mptr<float>(ws);
-    k.attn.partial_ml = partial_ml_of(k.attn.partial_o, static_cast<size_t>(plan.num_splits), rows,
-                                      static_cast<size_t>(at.head_dim_v));
-  }
   // After the workspace: the check requires the partial buffers when there are several splits
   // (checked before them, every multi-split call fell back to the composed ops: GPU run, 29 Nov).
   if (!qkv_rope_attention_supported(k)) return false;
@@ -1071,13 +1056,11 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   return true;
 }
 
-bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
-                                             const PagedAttentionParams& at) {
-  check_qkv_rope_store(st, dt_);
-  check_paged_attention(at, dt_);
-  const PagedBatch& b = *st.batch;
+PagedAttentionKernelParams CudaBackend::planned_decode_params(const PagedAttentionParams& at,
+                                                              Tensor& ws) {
+  const PagedBatch& b = *at.batch;
   const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  // The plan paged_attention would make (same splits, same bits).
+  // The split layout of the decode kernel the composed path would run (same plan, same bits).
   const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, at.num_q_heads,
                                                   at.num_kv_heads, at.head_dim_qk, at.head_dim_v);
   PagedAttentionKernelParams k = attention_kernel_params(at, false);
@@ -1086,8 +1069,6 @@ bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
   k.max_tiles = plan.max_tiles;
   k.split_size = plan.split_size;
   k.num_splits = plan.num_splits;
-  const QkvRopeStoreKernelParams sk = store_kernel_params(st, false);
-  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
   if (plan.num_splits > 1) {
     ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
     const size_t rows = static_cast<size_t>(b.num_tokens) * at.num_q_heads;
@@ -1095,6 +1076,16 @@ bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
     k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits), rows,
                                  static_cast<size_t>(at.head_dim_v));
   }
+  return k;
+}
+
+bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
+                                             const PagedAttentionParams& at) {
+  check_qkv_rope_store(st, dt_);
+  check_paged_attention(at, dt_);
+  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
+  const PagedAttentionKernelParams k = planned_decode_params(at, ws);
+  const QkvRopeStoreKernelParams sk = store_kernel_params(st, false);
   if (!launch_qkv_rope_gqa_decode_mma(k, sk, stream_)) return false;
   CUDA_CHECK_LAUNCH("qkv_rope_attention (tensor cores)");
   ++fused_attention_calls_;

@@ -33,7 +33,8 @@ namespace di::cuda {
 // Whether a CUDA device is usable here (tests skip when not).
 bool cuda_available();
 
-class CudaSampler;  // cuda_sampler.h
+class CudaSampler;                  // cuda_sampler.h
+struct PagedAttentionKernelParams;  // kernels/attention.h
 
 // Which kernel runs MLA decode batches (CudaBackend::set_mla_decode_kernel). kAuto: the wide
 // kernel from mla_wide_min_tokens() decode tokens (unless DEEPINFER_BATCH_INVARIANT=1), else
@@ -242,6 +243,9 @@ class CudaBackend final : public Backend {
   bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
   bool try_qkv_rope_attention_mma(const QkvRopeStoreParams& store,
                                   const PagedAttentionParams& attn);
+  // The decode kernels' params for attn with the plan paged_attention would make (same splits,
+  // same bits) and, for several splits, their workspace allocated into ws.
+  PagedAttentionKernelParams planned_decode_params(const PagedAttentionParams& attn, Tensor& ws);
   // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
   // when the buffer would have to grow.
   bool reserve_attention_counters(int64_t n);
