@@ -195,13 +195,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       if (block >= st.num_blocks) continue;
       bf16* entry = static_cast<bf16*>(st.pool) + block * st.block_stride + st.layer_offset +
                     off * st.entry_size;
-      const bf16* row = qkv + int64_t{i} * heads * D;
-      qkv_rope_rows<bf16, 1>(row + int64_t{p.num_q_heads + kvh} * D, entry + int64_t{kvh} * D, D,
-                             static_cast<const bf16*>(st.k_norm), st.eps, true, pos, cs, row_s,
-                             scratch);
-      const bf16* v_src = row + int64_t{p.num_q_heads + p.num_kv_heads + kvh} * D;
-      bf16* v_dst = entry + int64_t{p.num_kv_heads + kvh} * D;
-      for (int idx = threadIdx.x; idx < D; idx += kWarps * 32) v_dst[idx] = v_src[idx];
+      qkv_store_kv_head<bf16>(qkv + int64_t{i} * heads * D, entry, p.num_q_heads, p.num_kv_heads,
+                              kvh, D, static_cast<const bf16*>(st.k_norm), st.eps, pos, cs, row_s,
+                              scratch);
       stored = true;
     }
     // The rows are read back below by other threads' cp.async (through L2): a GPU-scope fence

@@ -58,12 +58,8 @@ __global__ void __launch_bounds__(kThreads)
     if (block >= st.num_blocks) continue;
     bf16* entry = static_cast<bf16*>(st.pool) + block * st.block_stride + st.layer_offset +
                   off * st.entry_size;
-    const bf16* row = qkv + int64_t{i} * heads * D;
-    qkv_rope_rows<bf16, 1>(row + int64_t{st.num_q_heads + kvh} * D, entry + int64_t{kvh} * D, D,
-                           k_norm, st.eps, true, pos, cs, row_s, scratch);
-    qkv_rope_rows<bf16, 1>(row + int64_t{st.num_q_heads + st.num_kv_heads + kvh} * D,
-                           entry + int64_t{st.num_kv_heads + kvh} * D, D, nullptr, st.eps, false,
-                           pos, cs, row_s, scratch);
+    qkv_store_kv_head<bf16>(qkv + int64_t{i} * heads * D, entry, st.num_q_heads, st.num_kv_heads,
+                            kvh, D, k_norm, st.eps, pos, cs, row_s, scratch);
   }
   // The K/V rows above are read back by other threads of this CTA (global writes before a
   // barrier are visible to the whole block); no other CTA reads them (the owner rule).

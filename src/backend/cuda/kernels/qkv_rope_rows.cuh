@@ -118,4 +118,19 @@ __device__ __forceinline__ void qkv_rope_rows(const T* src, T* dst, int d, const
   }
 }
 
+// Token row `row` of the qkv GEMM's output ((num_q + 2 num_kv) head rows of d) -> kv head g's K
+// ([k_norm] + rope) and V (copied) in a pool entry laid out as qkv_rope_store_kernel writes it (K
+// of every kv head, then V): the store kernel's two rows of g, as the fused attention kernels
+// write them. The CTA calls it together (qkv_rope_rows).
+template <typename T>
+__device__ __forceinline__ void qkv_store_kv_head(const T* row, T* entry, int num_q, int num_kv,
+                                                  int g, int d, const T* k_norm, float eps,
+                                                  int32_t pos, RopeCosSin cs, float* row_s,
+                                                  float* scratch) {
+  qkv_rope_rows<T, 1>(row + int64_t{num_q + g} * d, entry + int64_t{g} * d, d, k_norm, eps, true,
+                      pos, cs, row_s, scratch);
+  qkv_rope_rows<T, 1>(row + int64_t{num_q + num_kv + g} * d, entry + int64_t{num_kv + g} * d, d,
+                      nullptr, eps, false, pos, cs, row_s, scratch);
+}
+
 }  // namespace di::cuda
