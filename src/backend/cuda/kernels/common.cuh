@@ -226,7 +226,9 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #endif
 #if DI_TRACE
 namespace {
-__device__ TraceTarget g_trace_target;  // this translation unit's copy, set by the host
+// This translation unit's copy, set by the host; in constant memory, so that the builds with the
+// timeline compiled in but not recording pay a constant-cache read per CTA, not a global load.
+__constant__ TraceTarget g_trace_target;
 void set_trace_target(const TraceTarget& t) {
   cudaMemcpyToSymbol(g_trace_target, &t, sizeof t);
 }

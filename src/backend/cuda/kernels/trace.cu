@@ -40,8 +40,12 @@ bool trace_enable(uint32_t capacity) {
       r.target = {};
     }
     if (cudaMalloc(&r.target.events, sizeof(TraceEvent) * capacity) != cudaSuccess ||
-        cudaMalloc(&r.target.count, sizeof(uint32_t)) != cudaSuccess)
+        cudaMalloc(&r.target.count, sizeof(uint32_t)) != cudaSuccess) {
+      cudaFree(r.target.events);  // either may be null (cudaFree(nullptr) is a no-op)
+      cudaFree(r.target.count);
+      r.target = {};
       return false;
+    }
     r.target.capacity = capacity;
   }
   if (cudaMemset(r.target.count, 0, sizeof(uint32_t)) != cudaSuccess) return false;
