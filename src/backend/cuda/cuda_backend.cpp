@@ -334,11 +334,6 @@ bool CudaBackend::try_gemv(const FusedLinearParams& p) {
     g.y_f32 = p.y->dtype() == DType::kF32;
   }
   g.silu_out = p.silu_out;
-  static const bool early_trigger = [] {
-    const char* env = std::getenv("DEEPINFER_GEMV_EARLY_TRIGGER");
-    return env != nullptr && std::string(env) == "1";
-  }();
-  g.early_trigger = early_trigger && p.in == FusedLinearParams::In::kRmsNorm;
   if (p.residual != nullptr) {
     if (p.residual->numel() != m * n || p.residual->dtype() != DType::kBF16) return false;
     g.residual = p.residual->raw();

@@ -145,7 +145,6 @@ template <int M, GemvIn IN, int S>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
   // [M][k / 8] staged activations, then (S > 0) the ring [S][U][kThreads]
   DI_TRACE_SCOPE(kTraceGemv, static_cast<uint32_t>(p.n));
-  if (p.early_trigger) pdl_trigger();
   extern __shared__ uint4 xs_vec[];
   __shared__ float red[kWarps][M];
   __shared__ float scratch[32];

@@ -46,10 +46,6 @@ struct GemvParams {
   // silu_mul on the bf16 GEMM output): the gate / up projection with silu_mul as its epilogue.
   // No bias, residual or f32 output.
   bool silu_out = false;
-  // PDL trigger at the kernel's start instead of after its wait, so the next kernel is launched
-  // (and issues its own early loads) while this one still waits (experiment:
-  // DEEPINFER_GEMV_EARLY_TRIGGER=1 sets it for the GEMVs with the rms-norm prologue).
-  bool early_trigger = false;
 };
 
 // Shared memory one CTA needs for the staged activations (m * k bf16).
