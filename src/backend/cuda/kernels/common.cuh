@@ -128,6 +128,38 @@ __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
 
+// Thread i of the CTA prefetches the 128-byte line i of [base, base + bytes) into L1 (threads past
+// the range do nothing): a CTA of at least bytes / 128 threads covers it. For what a kernel reads
+// after its griddepcontrol.wait that no kernel writes (weights, tables), issued before the wait.
+__device__ __forceinline__ void prefetch_l1_lines(const void* base, int64_t bytes) {
+  const int64_t line = int64_t{threadIdx.x} * 128;
+  if (line < bytes)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(base) + line));
+}
+
+// Frequency j of a rope table row: table is [max_pos, dim] (f32, or bf16 when !f32), the cos of
+// the dim / 2 frequencies, then their sin; (c, s) of position pos (the caller checks its range).
+__device__ __forceinline__ void rope_cos_sin(const void* table, bool f32, int32_t pos, int dim,
+                                             int j, float& c, float& s) {
+  const int half = dim / 2;
+  if (f32) {
+    const float* t = static_cast<const float*>(table) + int64_t{pos} * dim;
+    c = t[j];
+    s = t[half + j];
+  } else {
+    const bf16* t = static_cast<const bf16*>(table) + int64_t{pos} * dim;
+    c = to_f32(t[j]);
+    s = to_f32(t[half + j]);
+  }
+}
+// prefetch_l1_lines of the rope table row of position pos (nothing outside [0, max_pos)).
+__device__ __forceinline__ void prefetch_rope_row_l1(const void* table, bool f32, int32_t pos,
+                                                     int32_t max_pos, int dim) {
+  const int elem = f32 ? 4 : 2;
+  if (pos >= 0 && pos < max_pos)
+    prefetch_l1_lines(static_cast<const char*>(table) + int64_t{pos} * dim * elem, dim * elem);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -56,14 +56,8 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
     rotate = is_k;
   }
   if (store) {  // L1 prefetches (128-byte lines) of what qkv_rope_rows reads besides the row
-    const int line = static_cast<int>(threadIdx.x) * 128;
-    if (norm_w != nullptr && line < d * static_cast<int>(sizeof(T)))
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(norm_w) + line));
-    if (rotate && pos >= 0 && pos < p.max_pos) {
-      const int elem = p.cos_sin_f32 ? 4 : 2;
-      const char* row = static_cast<const char*>(p.cos_sin) + int64_t{pos} * d * elem;
-      if (line < d * elem) asm volatile("prefetch.global.L1 [%0];" ::"l"(row + line));
-    }
+    if (norm_w != nullptr) prefetch_l1_lines(norm_w, int64_t{d} * sizeof(T));
+    if (rotate) prefetch_rope_row_l1(p.cos_sin, p.cos_sin_f32, pos, p.max_pos, d);
   }
   pdl_wait();
   DI_TRACE_WAITED();
@@ -94,15 +88,7 @@ __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int
       continue;
     }
     float c, s;
-    if (r.f32) {
-      const float* cs = static_cast<const float*>(r.cos_sin) + int64_t{pos} * rope_dim;
-      c = cs[j];
-      s = cs[half + j];
-    } else {
-      const bf16* cs = static_cast<const bf16*>(r.cos_sin) + int64_t{pos} * rope_dim;
-      c = to_f32(cs[j]);
-      s = to_f32(cs[half + j]);
-    }
+    rope_cos_sin(r.cos_sin, r.f32, pos, rope_dim, j, c, s);
     const float x0 = to_f32(src[a]), x1 = to_f32(src[b]);
     dst[a] = from_f32<T>(x0 * c - x1 * s);
     dst[b] = from_f32<T>(x1 * c + x0 * s);
@@ -114,13 +100,9 @@ __device__ __forceinline__ void rope_row(const T* src, T* dst, int rope_dim, int
 // Neither is written by a kernel, so mla_rope_store_uk_kernel issues them before its wait.
 __device__ __forceinline__ void mla_prefetch_part(const MlaRopeStoreKernelParams& p, int32_t pos,
                                                   int y) {
-  const int line = static_cast<int>(threadIdx.x) * 128;
-  const int elem = p.cos_sin_f32 ? 4 : 2;
-  if (pos >= 0 && pos < p.max_pos && line < p.rope_dim * elem)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p.cos_sin) +
-                                                  int64_t{pos} * p.rope_dim * elem + line));
-  if (y == 0 && line < p.latent_dim * elem)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(p.kv_a_norm) + line));
+  prefetch_rope_row_l1(p.cos_sin, p.cos_sin_f32, pos, p.max_pos, p.rope_dim);
+  // kv_a_norm is bf16: the one-launch W_UK kernel, the only caller, takes bf16 calls only.
+  if (y == 0) prefetch_l1_lines(p.kv_a_norm, int64_t{p.latent_dim} * sizeof(bf16));
 }
 
 // Token t's part y of the MLA prologue (y = 0: the cache entry, y >= 1: q heads) by the CTA's
@@ -146,9 +128,7 @@ __device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t
     const T* w = static_cast<const T*>(p.kv_a_norm);
     const int lat = p.latent_dim;
     // k_pe (rotated below) into L1 while the latent is reduced.
-    if (tid * 128 < dr * static_cast<int>(sizeof(T)))
-      asm volatile(
-          "prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(src + lat) + tid * 128));
+    prefetch_l1_lines(src + lat, int64_t{dr} * sizeof(T));
     // rms_norm_kernel's two passes (the second from L1), its rounding of y.
     float ss = 0.0f;
     for (int i = tid; i < lat; i += kMlaThreads) {
@@ -182,8 +162,8 @@ __device__ void mla_rope_store_part(const MlaRopeStoreKernelParams& p, int64_t t
   T* q_pe = static_cast<T*>(p.q_pe) + (t * p.num_heads + h0) * dr;
   const int half = dr / 2;
   // The rope parts' lines into L1 while the nope parts are copied (rope_row reads them by pair).
-  for (int i = tid; i < nh * ((dr * static_cast<int>(sizeof(T)) + 127) / 128); i += kMlaThreads) {
-    const int lines = (dr * static_cast<int>(sizeof(T)) + 127) / 128;
+  const int lines = (dr * static_cast<int>(sizeof(T)) + 127) / 128;  // per head
+  for (int i = tid; i < nh * lines; i += kMlaThreads) {
     asm volatile("prefetch.global.L1 [%0];" ::"l"(
         reinterpret_cast<const char*>(q + (i / lines) * dqk + dn) + (i % lines) * 128));
   }

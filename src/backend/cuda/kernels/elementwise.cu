@@ -73,15 +73,7 @@ __global__ void rope_kernel(RopeParams p) {
     const int32_t pos = p.positions[t];
     if (pos < 0 || pos >= p.max_pos) continue;
     float c, s;
-    if (p.cos_sin_f32) {
-      const float* cs = static_cast<const float*>(p.cos_sin) + int64_t{pos} * p.rot_dim;
-      c = cs[j];
-      s = cs[half + j];
-    } else {
-      const bf16* cs = static_cast<const bf16*>(p.cos_sin) + int64_t{pos} * p.rot_dim;
-      c = to_f32(cs[j]);
-      s = to_f32(cs[half + j]);
-    }
+    rope_cos_sin(p.cos_sin, p.cos_sin_f32, pos, p.rot_dim, j, c, s);
     T* v = static_cast<T*>(p.x) + th * p.row + p.rot_begin;
     const int a = p.interleaved ? 2 * j : j, b = p.interleaved ? 2 * j + 1 : j + half;
     const float x0 = to_f32(v[a]), x1 = to_f32(v[b]);

@@ -168,17 +168,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   [[maybe_unused]] const int32_t pos0 = F && i0 < i1 ? p.positions[i0] : -1;
   [[maybe_unused]] const int32_t slot0 = F && i0 < i1 ? st.slot_mapping[i0] : -1;
   if constexpr (F) {  // L1 prefetches of the norm weights and the first token's rope row
-    const int line = static_cast<int>(threadIdx.x) * 128;
-    if (line < D * 2) {
-      if (st.q_norm != nullptr)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.q_norm) + line));
-      if (st.k_norm != nullptr)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.k_norm) + line));
-    }
-    const int elem = st.cos_sin_f32 ? 4 : 2;
-    if (pos0 >= 0 && pos0 < st.max_pos && line < D * elem)
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(st.cos_sin) +
-                                                    int64_t{pos0} * D * elem + line));
+    if (st.q_norm != nullptr) prefetch_l1_lines(st.q_norm, D * sizeof(bf16));
+    if (st.k_norm != nullptr) prefetch_l1_lines(st.k_norm, D * sizeof(bf16));
+    prefetch_rope_row_l1(st.cos_sin, st.cos_sin_f32, pos0, st.max_pos, D);
   }
   pdl_wait();
   DI_TRACE_WAITED();

@@ -63,15 +63,7 @@ __device__ __forceinline__ void qkv_rope_row(const T* src, T* dst, int d, const 
   const int half = d / 2;
   for (int j = threadIdx.x; j < half; j += kQkvRowThreads) {
     float c, s;
-    if (cs.f32) {
-      const float* t = static_cast<const float*>(cs.table) + int64_t{pos} * d;
-      c = t[j];
-      s = t[half + j];
-    } else {
-      const bf16* t = static_cast<const bf16*>(cs.table) + int64_t{pos} * d;
-      c = to_f32(t[j]);
-      s = to_f32(t[half + j]);
-    }
+    rope_cos_sin(cs.table, cs.f32, pos, d, j, c, s);
     const float x0 = row_s[j], x1 = row_s[j + half];
     // Explicit fmaf: the contraction must not depend on the caller's code generation.
     dst[j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
@@ -119,17 +111,6 @@ __device__ __forceinline__ void qkv_rope_rows_batched(const T* src, T* dst, int 
     return;
   }
   const int half = d / 2;
-  auto cos_sin = [&](int j, float& c, float& s) {
-    if (cs.f32) {
-      const float* t = static_cast<const float*>(cs.table) + int64_t{pos} * d;
-      c = t[j];
-      s = t[half + j];
-    } else {
-      const bf16* t = static_cast<const bf16*>(cs.table) + int64_t{pos} * d;
-      c = to_f32(t[j]);
-      s = to_f32(t[half + j]);
-    }
-  };
   // Explicit fmaf: the contraction must not depend on the caller's code generation.
   auto rotate_pair = [&](int r, int j, float c, float s) {
     const float x0 = row_s[r * d + j], x1 = row_s[r * d + j + half];
@@ -139,14 +120,14 @@ __device__ __forceinline__ void qkv_rope_rows_batched(const T* src, T* dst, int 
   if (kQkvRowThreads % half == 0) {  // one column j per thread: its (cos, sin) loaded once
     const int j = static_cast<int>(threadIdx.x) % half;
     float c, s;
-    cos_sin(j, c, s);
+    rope_cos_sin(cs.table, cs.f32, pos, d, j, c, s);
     for (int r = static_cast<int>(threadIdx.x) / half; r < R; r += kQkvRowThreads / half)
       rotate_pair(r, j, c, s);
     return;
   }
   for (int idx = threadIdx.x; idx < R * half; idx += kQkvRowThreads) {
     float c, s;
-    cos_sin(idx % half, c, s);
+    rope_cos_sin(cs.table, cs.f32, pos, d, idx % half, c, s);
     rotate_pair(idx / half, idx % half, c, s);
   }
 }
