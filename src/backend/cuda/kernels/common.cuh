@@ -258,8 +258,8 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 #endif
 #if DI_TRACE
 namespace {
-// This translation unit's copy, set by the host; in constant memory, so that the builds with the
-// timeline compiled in but not recording pay a constant-cache read per CTA, not a global load.
+// This translation unit's copy, set by the host (constant memory; not recording, the trace build
+// runs ~5.7 % slower than a normal one either way: run 29 measured no gain over a global).
 __constant__ TraceTarget g_trace_target;
 void set_trace_target(const TraceTarget& t) {
   cudaMemcpyToSymbol(g_trace_target, &t, sizeof t);
