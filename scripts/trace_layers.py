@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-layer timeline of one traced decode step (bench_cuda_model --trace, a -DDI_TRACE=1 build).
 
-Reads the CSV (site,tag,cta,smid,start_ns,wait_ns,end_ns: one row per CTA of every instrumented
+Reads the CSV (site,tag,cta,smid,start_ns,wait_ns,end_ns[,mark_ns]: one row per CTA of every instrumented
 kernel, thread 0's view), groups the CTAs into launches, cuts the step into layers at the
 launches of the step's first kernel (the qkv / q|kv_a projection), and prints, for the layers
 whose kernel sequence is the most common one, the mean offset of every launch from its layer's
@@ -87,7 +87,8 @@ def main():
     with open(a.csv) as f:
         for r in csv.DictReader(f):
             rows.append({"site": int(r["site"]), "tag": int(r["tag"]), "start": int(r["start_ns"]),
-                         "wait": int(r["wait_ns"]), "end": int(r["end_ns"])})
+                         "wait": int(r["wait_ns"]), "end": int(r["end_ns"]),
+                         "mark": int(r.get("mark_ns") or -1)})
     if not rows:
         sys.exit("no events")
     ls = launches_of(rows, a.gap_us * 1e3)
@@ -135,8 +136,14 @@ def main():
     for key, ev in sorted(per.items(), key=lambda kv: min(r["start"] for r in kv[1])):
         pre = [r["wait"] - r["start"] for r in ev if r["wait"] >= 0]
         post = [r["end"] - r["wait"] for r in ev if r["wait"] >= 0 and r["end"] >= 0]
+        marked = [r for r in ev if r["wait"] >= 0 and r["mark"] >= 0 and r["end"] >= 0]
+        mark = ""
+        if marked:  # the kernel's phase mark: wait -> mark, mark -> end
+            mark = (f"  [mark: wait->mark {q([r['mark'] - r['wait'] for r in marked], .5):5.2f}"
+                    f" / {q([r['mark'] - r['wait'] for r in marked], .9):5.2f},"
+                    f" mark->end {q([r['end'] - r['mark'] for r in marked], .5):5.2f}]")
         print(f"    {name_of(*key):<28} {len(ev):7d} CTAs  pre-wait {q(pre, .5):6.2f} / "
-              f"{q(pre, .9):6.2f}  post-wait {q(post, .5):6.2f} / {q(post, .9):6.2f}")
+              f"{q(pre, .9):6.2f}  post-wait {q(post, .5):6.2f} / {q(post, .9):6.2f}{mark}")
     tail = [l for l in ls if l["start"] >= starts[-1]]
     print("last layer and the step's tail (us from its start):")
     for l in tail:

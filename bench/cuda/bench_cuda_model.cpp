@@ -173,11 +173,11 @@ void write_trace(const std::string& path, const std::vector<cuda::TraceEvent>& e
     std::printf("[trace] cannot write %s\n", path.c_str());
     return;
   }
-  std::fprintf(f, "site,tag,cta,smid,start_ns,wait_ns,end_ns\n");
+  std::fprintf(f, "site,tag,cta,smid,start_ns,wait_ns,end_ns,mark_ns\n");
   for (const auto& e : ev) {
     const auto rel = [&](uint64_t t) { return t == 0 ? -1ll : static_cast<long long>(t - t0); };
-    std::fprintf(f, "%u,%u,%u,%u,%lld,%lld,%lld\n", e.site, e.tag, e.cta, e.smid, rel(e.t_start),
-                 rel(e.t_wait), rel(e.t_end));
+    std::fprintf(f, "%u,%u,%u,%u,%lld,%lld,%lld,%lld\n", e.site, e.tag, e.cta, e.smid,
+                 rel(e.t_start), rel(e.t_wait), rel(e.t_end), rel(e.t_mark));
   }
   std::fclose(f);
   std::printf("[trace] %zu CTA events -> %s\n", ev.size(), path.c_str());

@@ -252,7 +252,8 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
 
 // The kernel timeline (trace.h): off unless built with -DDI_TRACE=1. DI_TRACE_SCOPE(site, tag)
 // at a kernel's top records its CTA's start and (thread 0's) end; DI_TRACE_WAITED() after its
-// pdl_wait() when the wait returned (only in kernels with a scope).
+// pdl_wait() when the wait returned, DI_TRACE_MARK() when thread 0 passes a phase the kernel
+// names (only in kernels with a scope).
 #ifndef DI_TRACE
 #define DI_TRACE 0
 #endif
@@ -287,6 +288,7 @@ struct TraceScope {
         e.cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
         e.smid = sm;
         e.t_wait = 0;
+        e.t_mark = 0;
         e.t_start = globaltimer_ns();
       }
     }
@@ -303,11 +305,25 @@ __device__ __forceinline__ void trace_waited() {  // only after a TraceScope
   const int slot = trace_slot();
   if (slot >= 0) g_trace_target.events[slot].t_wait = globaltimer_ns();
 }
+__device__ __forceinline__ void trace_mark() {  // only after a TraceScope; the last call counts
+  if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+  const int slot = trace_slot();
+  if (slot >= 0) g_trace_target.events[slot].t_mark = globaltimer_ns();
+}
 #define DI_TRACE_SCOPE(site, tag) const ::di::cuda::TraceScope di_trace_scope_((site), (tag))
 #define DI_TRACE_WAITED() ::di::cuda::trace_waited()
+#define DI_TRACE_MARK() ::di::cuda::trace_mark()
+// The mark once v has been computed (an empty asm that takes v: the timer read cannot move above).
+#define DI_TRACE_MARK_AFTER(v)                     \
+  do {                                             \
+    asm volatile("" ::"f"(static_cast<float>(v))); \
+    ::di::cuda::trace_mark();                      \
+  } while (0)
 #else
 #define DI_TRACE_SCOPE(site, tag) ((void)0)
 #define DI_TRACE_WAITED() ((void)0)
+#define DI_TRACE_MARK() ((void)0)
+#define DI_TRACE_MARK_AFTER(v) ((void)0)
 #endif
 
 // Programmatic dependent launch (Hopper): a kernel that calls pdl_trigger() lets the next kernel

@@ -44,7 +44,9 @@ __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
 
 // Output row r of x row m from its fp32 sum, rounded as the composed path (cuBLAS bf16 output,
 // bias_add, add): bf16(acc) [+ bias -> bf16] -> y (f32 y: acc [+ bias]); residual = bf16(res + r).
-__device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t r, float acc) {
+// res_pre: the residual element, already loaded (null: loaded here).
+__device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t r, float acc,
+                                          const float* res_pre) {
   float v = p.y_f32 ? acc : round_bf16(acc);
   if (p.bias != nullptr) {
     v += to_f32(static_cast<const bf16*>(p.bias)[r]);
@@ -59,7 +61,7 @@ __device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t r,
   }
   if (p.residual != nullptr) {
     bf16* res = static_cast<bf16*>(p.residual) + m * p.ldr + r;
-    *res = from_f32<bf16>(to_f32(*res) + v);
+    *res = from_f32<bf16>((res_pre != nullptr ? *res_pre : to_f32(*res)) + v);
   }
 }
 
@@ -231,8 +233,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   DI_TRACE_WAITED();
   pdl_trigger();
 
+  // The residual of the warp's first output row (lane m: x row m), requested with the prologue's
+  // loads: read at the store, it was one more round trip at the very end (o_proj and down at
+  // batch 1: one row per warp). After the wait: the previous kernel may have written it.
+  float res_first = 0.0f;
+  int64_t r_first = -1;
+  if (p.residual != nullptr && !p.silu_out && items > 0 && sub == 0) {
+    const int64_t r0 = locate(0).r;
+    if (r0 < n_out && lane < M) {
+      r_first = r0;
+      res_first = to_f32(static_cast<const bf16*>(p.residual)[lane * p.ldr + r0]);
+    }
+  }
+
   stage_x<M, IN, S == 0 ? 4 : 8>(p, xs_vec, k8, scratch);
   __syncthreads();
+  DI_TRACE_MARK();  // x staged
 
   float acc[M], gate[M];
 #pragma unroll
@@ -291,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
         if (p.silu_out) {
           store_silu(p, m, r, gate[m], acc[m]);
         } else {
-          store_out(p, m, r, acc[m]);
+          store_out(p, m, r, acc[m], r == r_first ? &res_first : nullptr);
         }
       }
     }

@@ -270,6 +270,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
           mma_bf16_16816(sc[0], a, b[0], b[1]);
           mma_bf16_16816(sc[1], a, b[2], b[3]);
         }
+        if (n == 0 && i == i0 && base == t0 + warp * kSub)
+          DI_TRACE_MARK_AFTER(sc[0][0] + sc[1][3]);  // q and the first keys arrived
         // Online softmax per row half r (c0, c1: row g; c2, c3: row g + 8).
         uint32_t pa[4];
 #pragma unroll

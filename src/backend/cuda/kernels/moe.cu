@@ -459,6 +459,7 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
       }
       acc = warp_sum(acc);
       if (lane == 0) {
+        DI_TRACE_MARK_AFTER(acc);  // (thread 0) its logit
         p.logits[int64_t{t} * ne + e] = acc;
         if constexpr (kCluster) cta_logits[t * W + warp] = acc;
       }

@@ -596,11 +596,16 @@ __device__ __forceinline__ T1DownRow t1_down_row(const MoeDecodeT1Params& p, con
   return {reinterpret_cast<const uint4*>(p.shared_down + n * cols + int64_t{q} * p.inter), 1.0f};
 }
 
-// The down kernels' store: the combine sum in bf16, or added to the residual (the add kernel).
-__device__ __forceinline__ void t1_store(const MoeDecodeT1Params& p, int n, float sum) {
+// The residual element of column n (0 without one), loaded right after the wait by the lane that
+// stores n: read in t1_store it was one more round trip at the kernel's very end.
+__device__ __forceinline__ float t1_residual(const MoeDecodeT1Params& p, int n) {
+  return p.residual ? __bfloat162float(p.residual[n]) : 0.0f;
+}
+// The down kernels' store: the combine sum in bf16, or added to the residual (the add kernel);
+// res = t1_residual(p, n).
+__device__ __forceinline__ void t1_store(const MoeDecodeT1Params& p, int n, float sum, float res) {
   const __nv_bfloat16 y = __float2bfloat16_rn(sum);
-  p.out[n] =
-      p.residual ? __float2bfloat16_rn(__bfloat162float(p.residual[n]) + __bfloat162float(y)) : y;
+  p.out[n] = p.residual ? __float2bfloat16_rn(res + __bfloat162float(y)) : y;
 }
 
 // down: 4 warps per CTA (more, smaller CTAs spread evenly at grid ⌈H/4⌉), two slots per pass
@@ -618,6 +623,7 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
   pdl_wait();  // (early_rows is the pipelined kernel's: this one runs as a plain launch)
   if (n >= p.hidden) return;  // warp-uniform
   const T1Slots sl = t1_load_slots(p, lane);
+  const float res = lane == 0 ? t1_residual(p, n) : 0.0f;
   const int chunks = p.inter / 8;
   const int slots = p.top_k + p.shared_slots;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -663,7 +669,7 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_kernel(MoeDecod
       if (r[q].row) out = fmaf(r[q].weight, y, out);
     }
   }
-  if (lane == 0) t1_store(p, n, out);
+  if (lane == 0) t1_store(p, n, out, res);
 }
 
 // Pipelined down for rows that one load batch covers (chunks = inter / 8 <= 32·U): two register
@@ -741,15 +747,17 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
   if (p.early_rows) pdl_wait();
   DI_TRACE_WAITED();
   if (!live) return;
+  const float res = lane == 0 ? t1_residual(p, n) : 0.0f;
   const int slots = p.top_k + p.shared_slots;
   float out = 0.0f;  // the combine sum (every lane holds it; lane 0 stores)
   for (int s0 = 0; s0 < slots; s0 += 4) {
     t1_down_load(p, sl, s0 + 2, n, lane, b1);  // slots past the last load nothing
     t1_down_sum(p, s0, lane, b0, out);
+    if (s0 == 0) DI_TRACE_MARK_AFTER(out);  // the first pair summed (act has arrived)
     t1_down_load(p, sl, s0 + 4, n, lane, b0);
     t1_down_sum(p, s0 + 2, lane, b1, out);
   }
-  if (lane == 0) t1_store(p, n, out);
+  if (lane == 0) t1_store(p, n, out, res);
 }
 
 // Down with act in shared memory (run 21). The pair and pipelined kernels read act (slots x
@@ -822,6 +830,7 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
   for (int j = 0; j < R - 1; ++j) load(buf[j], row[j]);
   if (p.early_rows) pdl_wait();
   DI_TRACE_WAITED();
+  const float res0 = lane == 0 && ncols > 0 ? t1_residual(p, n0) : 0.0f;  // the first column's
   {
     const int per_slot = p.inter / 4;  // 16-byte pieces of a slot's row
     for (int i = tid; i < slots * per_slot; i += W * 32) {
@@ -859,7 +868,10 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
       const float y = warp_sum(acc);
       if (at.slot == 0) out = 0.0f;
       if (row[j].row) out = fmaf(row[j].weight, y, out);
-      if (at.slot == slots - 1 && lane == 0) t1_store(p, n0 + at.col * nstride, out);
+      if (at.slot == slots - 1 && lane == 0) {
+        const int n = n0 + at.col * nstride;
+        t1_store(p, n, out, at.col == 0 ? res0 : t1_residual(p, n));
+      }
       at.next(slots);
     }
   }

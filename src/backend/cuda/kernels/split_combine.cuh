@@ -32,7 +32,8 @@ __device__ __forceinline__ float load_partial(const float* ptr) {
 // threads call it, each with its own d). The arithmetic depends on blockDim.x: callers that want
 // the same bits as combine_split_row use the same block size.
 // kPre > 0: the o values of splits < kPre are loaded first (same terms, same order: same bits).
-template <typename T, bool kL2 = false, int kPre = 0>
+// kMark: DI_TRACE_MARK once the split weights' denominator is known (a kernel with a trace scope).
+template <typename T, bool kL2 = false, int kPre = 0, bool kMark = false>
 __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ partial_o,
                                                       const float* __restrict__ partial_ml,
                                                       int64_t rows, int num_splits, int dv,
@@ -59,6 +60,7 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
       den += expf(ms - m) * load_partial<kL2>(partial_ml + (sp * rows + row) * 2 + 1);
   }
   den = block_sum(den, scratch);
+  if constexpr (kMark) DI_TRACE_MARK_AFTER(den);
   float o = 0.0f;
   for (int c0 = 0; c0 < num_splits; c0 += kChunk) {
     const int cn = min(kChunk, num_splits - c0);
@@ -97,9 +99,9 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   DI_TRACE_WAITED();  // every kernel that calls this has a DI_TRACE_SCOPE
-  combine_split_row_dim<T, false, kPre>(partial_o, partial_ml, rows, num_splits, dv, row,
-                                        static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x),
-                                        out);
+  combine_split_row_dim<T, false, kPre, true>(
+      partial_o, partial_ml, rows, num_splits, dv, row,
+      static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
 }
 
 }  // namespace di::cuda

@@ -1,10 +1,11 @@
 #pragma once
 // A timeline of the decode kernels' CTAs (a diagnostic build, -DDI_TRACE=1): each instrumented
 // kernel's thread 0 records, per CTA, when it started, when its griddepcontrol.wait returned
-// (0: the kernel did not wait) and when it ended, on the GPU's nanosecond timer (%globaltimer,
-// comparable across SMs). bench_cuda_model --trace writes one replayed decode step of them, and
-// scripts/trace_layers.py turns that into a per-layer timeline. In a normal build (DI_TRACE
-// unset or 0) the kernels carry no tracing code and trace_enable() returns false.
+// (0: the kernel did not wait), optionally one mark inside it (DI_TRACE_MARK: a phase the kernel
+// names, e.g. its inputs loaded; 0: none) and when it ended, on the GPU's nanosecond timer
+// (%globaltimer, comparable across SMs). bench_cuda_model --trace writes one replayed decode step
+// of them, and scripts/trace_layers.py turns that into a per-layer timeline. In a normal build
+// (DI_TRACE unset or 0) the kernels carry no tracing code and trace_enable() returns false.
 // Host-includable.
 #include <cstdint>
 #include <vector>
@@ -32,6 +33,7 @@ struct TraceEvent {
   uint32_t cta = 0;  // linear block index
   uint32_t smid = 0;
   uint64_t t_start = 0, t_wait = 0, t_end = 0;  // ns
+  uint64_t t_mark = 0;                          // ns (0: no mark)
 };
 
 // Where the kernels write (device pointers); every translation unit that includes common.cuh in
