@@ -113,13 +113,8 @@ __device__ void stream_bulk(const Params& p, unsigned char* ring, uint64_t* bars
   uint32_t acc = 0;
   auto issue = [&](int s) {
     mbar_expect_tx(&bars[s], kStageBytes);
-    // The copy with the weights' evict-first hint (as ld_stream), so the chain stays in L2.
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-        " [%0], [%1], %2, [%3], %4;\n" ::"r"(di::cuda::smem_u32(ring + s * kStageBytes)),
-        "l"(base + off), "r"(kStageBytes), "r"(di::cuda::smem_u32(&bars[s])),
-        "l"(di::cuda::l2_stream_policy())
-        : "memory");
+    // With the weights' evict-first hint (as ld_stream), so the chain stays in L2.
+    di::cuda::bulk_copy_g2s_stream(ring + s * kStageBytes, base + off, kStageBytes, &bars[s]);
     off += kStageBytes;
     if (off >= per_cta_bytes) off = 0;
   };

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_sampler.h"
 #include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/gemv.h"
 #endif
 
 namespace di::testing {
@@ -1130,6 +1131,44 @@ TEST(FusedQkvRopeAttention, TensorCoreMatchesComposedOnGpuBitwise) {
   for (int64_t j = 0; j < std::min(a.value.numel(), b.value.numel()); ++j)
     bad += a.value.f32()[j] != b.value.f32()[j];
   return bad;
+}
+
+// The one-row GEMV with the items loaded before its wait bulk-copied into shared memory (the
+// policy takes it for weights of at least 64 MB) against the same kernel loading them into
+// registers: every m = 1 fused_linear case of the table, bit for bit, and the bulk path ran.
+TEST(FusedLinearGemv, BulkCopiedItemsBitEqualToRegisters) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::gemv_bulk();
+  int64_t cases = 0;
+  for (const auto& c : all_cases()) {
+    const auto* f = dynamic_cast<const TestFusedLinear*>(c.get());
+    if (f == nullptr || f->m != 1) continue;
+    cuda::set_gemv_bulk(0);
+    const std::vector<Output> regs = c->run(*be);
+    cuda::set_gemv_bulk(1);
+    const int64_t before = cuda::gemv_bulk_launches();
+    const std::vector<Output> bulk = c->run(*be);
+    const int64_t launches = cuda::gemv_bulk_launches() - before;
+    EXPECT_EQ(launches, 1) << c->name() << ": bulk launches";
+    ASSERT_EQ(regs.size(), bulk.size());
+    for (size_t i = 0; i < regs.size(); ++i) {
+      const int64_t bad = bits_differ(regs[i], bulk[i]);
+      std::printf(
+          "[op] %-60s %-10s bulk_vs_registers_bits_differ=%lld of %lld (bulk launches %lld) %s\n",
+          c->name().c_str(), regs[i].name.c_str(), static_cast<long long>(bad),
+          static_cast<long long>(regs[i].value.numel()), static_cast<long long>(launches),
+          bad == 0 && launches == 1 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << regs[i].name << "'";
+    }
+    ++cases;
+  }
+  cuda::set_gemv_bulk(saved);
+  EXPECT_EQ(cases, 14);  // the m = 1 fused_linear rows of the table
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 // The GQA decode kernel's warp layouts: 4 or 8 token warps (TW) times 1 or 2 warps per head group

@@ -460,6 +460,19 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       "l"(src), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
+// bulk_copy_g2s of data read once (weights), with ld_stream's L2 hint.
+__device__ __forceinline__ void bulk_copy_g2s_stream(void* dst, const void* src, uint32_t bytes,
+                                                     uint64_t* bar) {
+#if DI_L2_EVICT_FIRST
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(l2_stream_policy())
+      : "memory");
+#else
+  bulk_copy_g2s(dst, src, bytes, bar);
+#endif
+}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done) {

@@ -142,12 +142,16 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 // S == 0: the weights of two items are in flight in registers (two buffers of U 16-byte loads
 // per lane). S >= 2: S - 1 items are in flight in a per-thread ring of S shared-memory stages
 // filled by cp.async (each thread reads back only what it copied itself, so no barrier): more
-// bytes in flight per SM than the register file leaves room for.
+// bytes in flight per SM than the register file leaves room for. S == 1 (run 30; bulk_items
+// below): as S == 0, but the first two items (those loaded before griddepcontrol.wait) come by
+// bulk copy (the copy engine) into shared memory, read into the registers after the prologue.
 template <int M, GemvIn IN, int S>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
-  // [M][k / 8] staged activations, then (S > 0) the ring [S][U][kThreads]
+  // [M][k / 8] staged activations, then (S >= 2) the ring [S][U][kThreads], (S == 1) the bulk
+  // copies [kWarps][2][U][32]
   DI_TRACE_SCOPE(kTraceGemv, static_cast<uint32_t>(p.n));
   extern __shared__ uint4 xs_vec[];
+  [[maybe_unused]] __shared__ uint64_t bulk_bar[kWarps];
   __shared__ float red[kWarps][M];
   __shared__ float scratch[32];
   constexpr int U = kLoadsPerLane<M>;
@@ -214,10 +218,39 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     }
   };
   uint4 wa[U], wb[U];
+  // S == 1: lane l of this warp reads vector u of item i at bulk[(i * U + u) * 32 + l].
+  [[maybe_unused]] uint4* bulk = xs_vec + M * k8 + warp * 2 * U * 32;
   // The first items are in flight while the prologue runs.
   if constexpr (S == 0) {
     if (items > 0) load(wa, 0);
     if (items > 1) load(wb, 1);
+  } else if constexpr (S == 1) {
+    // Lane 0 arms the warp's barrier with the bytes of both items and issues one bulk copy per
+    // (item, u): the 32 lanes' vectors of a u are contiguous (<= 512 bytes, those below k8).
+    if (lane == 0) {
+      mbar_init(&bulk_bar[warp], 1);
+      fence_mbar_init();
+      uint32_t total = 0;
+      for (int i = 0; i < 2 && i < items; ++i) {
+        const Src src = source(i);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int v = src.first + u * vstride;
+          if (src.row_ok && v < k8) total += static_cast<uint32_t>(min(32, k8 - v)) * 16;
+        }
+      }
+      mbar_expect_tx(&bulk_bar[warp], total);
+      for (int i = 0; i < 2 && i < items; ++i) {
+        const Src src = source(i);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int v = src.first + u * vstride;
+          if (src.row_ok && v < k8)
+            bulk_copy_g2s_stream(bulk + (i * U + u) * 32, src.wr + v,
+                                 static_cast<uint32_t>(min(32, k8 - v)) * 16, &bulk_bar[warp]);
+        }
+      }
+    }
   } else {
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
@@ -246,9 +279,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     }
   }
 
-  stage_x<M, IN, S == 0 ? 4 : 8>(p, xs_vec, k8, scratch);
+  stage_x<M, IN, S <= 1 ? 4 : 8>(p, xs_vec, k8, scratch);
   __syncthreads();
   DI_TRACE_MARK();  // x staged
+  if constexpr (S == 1) {  // the bulk-copied items into the registers the loop consumes
+    mbar_wait(&bulk_bar[warp], 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      wa[u] = bulk[u * 32 + lane];
+      wb[u] = bulk[(U + u) * 32 + lane];
+    }
+  }
 
   float acc[M], gate[M];
 #pragma unroll
@@ -314,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.0f;
   };
-  if constexpr (S == 0) {
+  if constexpr (S <= 1) {
     // Software pipeline over the items: load item i + 2 into the buffer item i has just used.
     for (int64_t it = 0; it < items; it += 2) {
       consume(wa, it);
@@ -472,6 +513,29 @@ int ring_depth(const GemvParams& p) {
   return M == 1 && p.k >= kRingMinDim && p.n >= kRingMinDim && bytes <= kRingMaxBytes ? 3 : 0;
 }
 
+// One row on registers: the items loaded before the wait by bulk copy (S = 1) for weights of at
+// least kBulkMinBytes (policy), or as set_gemv_bulk forces. Measured on the H200 (run 30, batch
+// 1, ctx 2048, same binary, two interleaved pairs): on every m = 1 projection (call 5)
+// Qwen3-30B-A3B 359.6 / 360.5 -> 352.0 / 352.2 tok/s, V2-Lite 501.3 / 500.7 -> 486.2 / 486.8,
+// Llama-3.1-8B 228.2 -> 230.6; with the 64 MB policy (call 6) Qwen3 359.8 / 358.5 -> 360.0 /
+// 359.9, V2-Lite 499.7 / 499.6 -> 499.9 / 500.4, Llama 228.2 / 227.9 -> 230.4 / 230.4 (its
+// gate_up and down, 235 / 117 MB, and the lm_heads take it).
+// bench_cuda_l2lat: the loads in flight of register streams slow every L2 hit on their SM
+// (149 -> 348 ns per hop), bulk copies' do not (150), but a bulk stream saturates HBM, which
+// slows L2 hits everywhere (~700-1,200 ns): small projections, which run beside the attention
+// and the router, keep the registers.
+constexpr int64_t kBulkMinBytes = int64_t{64} << 20;
+std::atomic<int> g_bulk_mode{[] {
+  const char* env = std::getenv("DEEPINFER_GEMV_BULK");
+  return env == nullptr ? -1 : std::atoi(env);
+}()};
+std::atomic<int64_t> g_bulk_launches{0};
+bool bulk_items(const GemvParams& p) {
+  const int mode = g_bulk_mode.load(std::memory_order_relaxed);
+  if (mode >= 0) return mode != 0;
+  return int64_t{p.n} * p.k * 2 >= kBulkMinBytes;
+}
+
 template <int M, GemvIn IN>
 cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   if constexpr (M <= kRingMaxRows) {
@@ -486,6 +550,17 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
   }
   const int64_t smem = gemv_smem_bytes(M, p.k);
   int occ = 0;
+  if constexpr (M == 1) {
+    if (bulk_items(p)) {  // the first items by bulk copy (S = 1) when its shared memory fits
+      const int64_t bsmem = smem + int64_t{kWarps} * 2 * kLoadsPerLane<M> * 32 * 16;
+      cudaError_t err = occupancy<M, IN, 1>(bsmem, &occ);
+      if (err != cudaSuccess) return err;
+      if (occ > 0) {
+        g_bulk_launches.fetch_add(1, std::memory_order_relaxed);
+        return launch_grid<M, IN, 1>(p, num_sms, occ, bsmem, stream);
+      }
+    }
+  }
   cudaError_t err = occupancy<M, IN, 0>(smem, &occ);
   if (err != cudaSuccess) return err;
   return launch_grid<M, IN, 0>(p, num_sms, occ, smem, stream);
@@ -518,6 +593,15 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
 }
 
 void set_gemv_ring_stages(int stages) { g_ring_stages.store(stages, std::memory_order_relaxed); }
+void set_gemv_bulk(int mode) {
+  g_bulk_mode.store(mode, std::memory_order_relaxed);
+}
+int gemv_bulk() {
+  return g_bulk_mode.load(std::memory_order_relaxed);
+}
+int64_t gemv_bulk_launches() {
+  return g_bulk_launches.load(std::memory_order_relaxed);
+}
 int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
 void set_gemv_split(int split) {
   g_split.store(split, std::memory_order_relaxed);

@@ -70,5 +70,13 @@ int gemv_ring_stages();
 // Forces the warps per row (a power of two the shape allows; 0 = the fill rule). Initial value:
 // DEEPINFER_GEMV_SPLIT. For A/B measurements.
 void set_gemv_split(int split);
+// One row (m = 1) on registers: whether the two items a warp loads before griddepcontrol.wait
+// come by bulk copy (the copy engine) into shared memory instead of by loads into registers
+// (same arithmetic, same bits). -1 = the policy (weights of at least 64 MB: Llama-3.1-8B's
+// gate_up and down, every lm_head), 0 = never, 1 = always. Initial value: DEEPINFER_GEMV_BULK,
+// else -1. gemv_bulk_launches() counts the launches that took it (tests).
+void set_gemv_bulk(int mode);
+int gemv_bulk();
+int64_t gemv_bulk_launches();
 
 }  // namespace di::cuda
