@@ -13,15 +13,18 @@
 //
 // Streamers: `ld8` (16-byte loads into registers, 8 in flight per thread, as the GEMV and the
 // MoE kernels read weights) or `bulk` (cp.async.bulk into a shared-memory ring, the copy engine:
-// 4 x 12 KB per CTA). Printed: ns per hop, and the streamers' bytes / time in TB/s.
+// 4 x 12 KB per CTA), 3 (x3) or 1 (x1) streaming CTAs of 256 threads per SM. Printed: ns per hop
+// (median of 5 launches), and the streamers' bytes / time in TB/s.
 //
 //   bench_cuda_l2lat [--hops 400]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/kernels/common.cuh"
