@@ -26,6 +26,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "graph_timing.h"
+#include "weight_stream.cuh"
 
 namespace {
 
@@ -34,11 +35,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kEvictInstr = 16384;
 
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using di::cuda::globaltimer_ns;
 
 // N straight-line adds over four independent registers (N / 4 dependent steps each).
 template <int N>
@@ -67,31 +64,9 @@ struct Params {
 // Warps 1..7 stream until every CTA's timed part is over.
 __device__ void stream_until_done(const Params& p) {
   const int64_t per_cta = p.stream_vecs / gridDim.x;
-  const uint4* base = p.stream + blockIdx.x * per_cta;
-  int64_t off = threadIdx.x - 32;
   uint32_t acc = 0;
-  const unsigned target = gridDim.x;
-  for (int it = 0;; ++it) {
-    if ((it & 7) == 0) {
-      unsigned v;
-      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                   : "=r"(v)
-                   : "l"(p.done + p.launch)
-                   : "memory");
-      if (v >= target) break;
-    }
-    uint4 v[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      int64_t i = off + int64_t{u} * (kThreads - 32);
-      if (i >= per_cta) i -= per_cta;
-      v[u] = di::cuda::ld_stream(base + i);
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc ^= v[u].x;
-    off += int64_t{8} * (kThreads - 32);
-    if (off >= per_cta) off -= per_cta;
-  }
+  di::bench::stream_until<8>(p.stream + blockIdx.x * per_cta, per_cta, threadIdx.x - 32,
+                             kThreads - 32, p.done + p.launch, gridDim.x, acc);
   if (acc == 0x9e3779b9u) p.sink[0] = acc;
 }
 
@@ -100,9 +75,9 @@ __global__ void __launch_bounds__(kThreads) measured_kernel(Params p) {
   di::cuda::pdl_trigger();
   di::cuda::pdl_wait();
   if (threadIdx.x == 0) {
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = globaltimer_ns();
     const uint32_t r = straight_line<N>(static_cast<uint32_t>(t0));
-    const uint64_t t1 = now_ns();
+    const uint64_t t1 = globaltimer_ns();
     if (r == 0x12345u) p.sink[1] = r;
     p.ns[int64_t{p.launch} * gridDim.x + blockIdx.x] = static_cast<int64_t>(t1 - t0);
     atomicAdd(p.done + p.launch, 1u);

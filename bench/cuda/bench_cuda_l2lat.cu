@@ -29,6 +29,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "graph_timing.h"
+#include "weight_stream.cuh"
 
 namespace {
 
@@ -59,44 +60,18 @@ struct Params {
   uint32_t* sink;
 };
 
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+using di::cuda::globaltimer_ns;
 __device__ __forceinline__ unsigned smid() {
   unsigned s;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
   return s;
 }
-__device__ __forceinline__ bool is_done(const unsigned* done) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-  return v != 0;
-}
 
-template <int U>
 __device__ void stream_ld(const Params& p) {
   const int64_t per_cta = p.stream_vecs / gridDim.x;
-  const uint4* base = p.stream + blockIdx.x * per_cta;
   uint32_t acc = 0;
-  uint64_t bytes = 0;
-  int64_t off = threadIdx.x;
-  for (int it = 0;; ++it) {
-    if ((it & 7) == 0 && is_done(p.done)) break;
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      int64_t i = off + int64_t{u} * kThreads;
-      if (i >= per_cta) i -= per_cta;
-      v[u] = di::cuda::ld_stream(base + i);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].w;
-    off += int64_t{U} * kThreads;
-    if (off >= per_cta) off -= per_cta;
-    bytes += uint64_t{U} * 16;
-  }
+  const uint64_t bytes = di::bench::stream_until<8>(p.stream + blockIdx.x * per_cta, per_cta,
+                                                    threadIdx.x, kThreads, p.done, 1u, acc);
   if (acc == 0x12345678u) p.sink[0] = acc;  // keeps the loads
   atomicAdd(p.out_ns + 1, static_cast<unsigned long long>(bytes));
 }
@@ -131,7 +106,7 @@ __device__ void stream_bulk(const Params& p, unsigned char* ring, uint64_t* bars
       di::cuda::fence_proxy_async();  // the read above before the copy engine overwrites it
       issue(s);
     }
-    if (is_done(p.done)) break;
+    if (di::bench::load_flag_relaxed(p.done) != 0) break;
   }
   for (int s = 0; s < kStages; ++s) mbar_wait(&bars[s], (round + 1) & 1);  // the last copies
   if (acc == 0x12345678u) p.sink[0] = acc;
@@ -155,12 +130,14 @@ __global__ void __launch_bounds__(kThreads) l2lat_kernel(Params p) {
   __syncthreads();
   if (role == 0) return;
   if (role == 2) {
-    if (threadIdx.x == 0) atomicMin(p.out_ns + 2, static_cast<unsigned long long>(now_ns()));
+    if (threadIdx.x == 0)
+      atomicMin(p.out_ns + 2, static_cast<unsigned long long>(globaltimer_ns()));
     if (p.bulk)
       stream_bulk(p, ring, bars);
     else
-      stream_ld<8>(p);
-    if (threadIdx.x == 0) atomicMax(p.out_ns + 3, static_cast<unsigned long long>(now_ns()));
+      stream_ld(p);
+    if (threadIdx.x == 0)
+      atomicMax(p.out_ns + 3, static_cast<unsigned long long>(globaltimer_ns()));
     return;
   }
   if (threadIdx.x != 0) return;
@@ -168,12 +145,12 @@ __global__ void __launch_bounds__(kThreads) l2lat_kernel(Params p) {
   // `hops` dependent L2 loads (ld.global.cg: L1 is bypassed), timed.
   uint32_t i = 0;
   for (int h = 0; h < 4096; ++h) i = __ldcg(p.chain + i * 32);
-  const uint64_t t_ramp = now_ns() + 10000;
-  while (now_ns() < t_ramp) {
+  const uint64_t t_ramp = globaltimer_ns() + 10000;
+  while (globaltimer_ns() < t_ramp) {
   }
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = globaltimer_ns();
   for (int h = 0; h < p.hops; ++h) i = __ldcg(p.chain + i * 32);
-  const uint64_t t1 = now_ns();
+  const uint64_t t1 = globaltimer_ns();
   p.sink[1] = i;
   p.out_ns[0] = t1 - t0;
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p.done), "r"(1u) : "memory");
