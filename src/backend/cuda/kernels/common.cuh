@@ -300,24 +300,21 @@ struct TraceScope {
     if (slot >= 0) g_trace_target.events[slot].t_end = globaltimer_ns();
   }
 };
-__device__ __forceinline__ void trace_waited() {  // only after a TraceScope
+// Thread 0 writes the time into `field` of its CTA's event (only after a TraceScope; the last
+// call counts).
+__device__ __forceinline__ void trace_stamp(uint64_t TraceEvent::*field) {
   if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
   const int slot = trace_slot();
-  if (slot >= 0) g_trace_target.events[slot].t_wait = globaltimer_ns();
-}
-__device__ __forceinline__ void trace_mark() {  // only after a TraceScope; the last call counts
-  if (threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
-  const int slot = trace_slot();
-  if (slot >= 0) g_trace_target.events[slot].t_mark = globaltimer_ns();
+  if (slot >= 0) g_trace_target.events[slot].*field = globaltimer_ns();
 }
 #define DI_TRACE_SCOPE(site, tag) const ::di::cuda::TraceScope di_trace_scope_((site), (tag))
-#define DI_TRACE_WAITED() ::di::cuda::trace_waited()
-#define DI_TRACE_MARK() ::di::cuda::trace_mark()
+#define DI_TRACE_WAITED() ::di::cuda::trace_stamp(&::di::cuda::TraceEvent::t_wait)
+#define DI_TRACE_MARK() ::di::cuda::trace_stamp(&::di::cuda::TraceEvent::t_mark)
 // The mark once v has been computed (an empty asm that takes v: the timer read cannot move above).
 #define DI_TRACE_MARK_AFTER(v)                     \
   do {                                             \
     asm volatile("" ::"f"(static_cast<float>(v))); \
-    ::di::cuda::trace_mark();                      \
+    DI_TRACE_MARK();                               \
   } while (0)
 #else
 #define DI_TRACE_SCOPE(site, tag) ((void)0)
