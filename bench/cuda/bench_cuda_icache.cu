@@ -6,7 +6,7 @@
 // and that each refetch goes through an L2 that the weight streams keep busy.
 //
 // A `measured` kernel (one CTA per SM, PDL dependent of the kernel before it) waits, then thread
-// 0 of every CTA times `code` straight-line instructions (4 independent add chains, so issue and
+// 0 of every CTA times `code` straight-line instructions (4 independent FMA chains, so issue and
 // not latency bounds them warm). Before it runs one of:
 //   warm     the measured kernel itself (its code was just run on every SM)
 //   evict    a kernel of 16,384 straight-line instructions (256 KB of code) on every SM
@@ -37,18 +37,22 @@ constexpr int kEvictInstr = 16384;
 
 using di::cuda::globaltimer_ns;
 
-// N straight-line adds over four independent registers (N / 4 dependent steps each).
+// N straight-line float FMAs over four independent registers (N / 4 dependent steps each). Float
+// FMAs with a runtime multiplier, because ptxas folds a chain of integer adds of constants into one
+// add (the first version timed 0 ns).
 template <int N>
 __device__ __forceinline__ uint32_t straight_line(uint32_t seed) {
-  uint32_t a = seed, b = seed ^ 1u, c = seed ^ 2u, d = seed ^ 3u;
+  const float m = __uint_as_float((seed & 0x007fffffu) | 0x3f000000u);  // in [0.5, 1)
+  float a = m, b = m + 1.0f, c = m + 2.0f, d = m + 3.0f;
 #pragma unroll
   for (int i = 0; i < N / 4; ++i) {
-    asm volatile("add.u32 %0, %0, %1;" : "+r"(a) : "r"(i));
-    asm volatile("add.u32 %0, %0, %1;" : "+r"(b) : "r"(i));
-    asm volatile("add.u32 %0, %0, %1;" : "+r"(c) : "r"(i));
-    asm volatile("add.u32 %0, %0, %1;" : "+r"(d) : "r"(i));
+    const float k = static_cast<float>(i) * 1e-3f;
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(a) : "f"(m), "f"(k));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(b) : "f"(m), "f"(k + 0.5f));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(c) : "f"(m), "f"(k + 0.25f));
+    asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+f"(d) : "f"(m), "f"(k + 0.125f));
   }
-  return a ^ b ^ c ^ d;
+  return __float_as_uint(a) ^ __float_as_uint(b) ^ __float_as_uint(c) ^ __float_as_uint(d);
 }
 
 struct Params {
