@@ -81,6 +81,7 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
   const int k8 = p.k / 8;
   const bf16* x = static_cast<const bf16*>(p.x);
   if constexpr (IN == GemvIn::kNone) {
+#pragma unroll(kUnroll == 1 ? 1 : 4)
     for (int i = threadIdx.x; i < M * k8; i += kThreads) {
       const int m = i / k8, v = i % k8;
       xs[m * stride + v] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
@@ -279,7 +280,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     }
   }
 
-  stage_x<M, IN, S <= 1 ? 4 : 8>(p, xs_vec, k8, scratch);
+  // Unrolled x staging only where a thread has several vectors to stage: the rings (S >= 2) and
+  // silu_mul's 2k inputs (Llama-3.1-8B's down: 7 per thread); for the others (k <= 4096: at most
+  // two) the unrolled body was dead code behind the remainder loop, and code run for the first
+  // time costs ~0.2 us per KB (docs/cuda_backend.md, "Cold code").
+  constexpr int kStageUnroll = S >= 2 ? 8 : (IN == GemvIn::kSiluMul ? 4 : 1);
+  stage_x<M, IN, kStageUnroll>(p, xs_vec, k8, scratch);
   __syncthreads();
   DI_TRACE_MARK();  // x staged
   if constexpr (S == 1) {  // the bulk-copied items into the registers the loop consumes

@@ -56,10 +56,14 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
     }
   }
   float m = -INFINITY;
+  // The split loops stay rolled (one pass for up to blockDim.x splits; unrolled copies are code
+  // to fetch, not work).
+#pragma unroll 1
   for (int sp = threadIdx.x; sp < num_splits; sp += blockDim.x)
     m = fmaxf(m, load_partial<kL2>(partial_ml + (sp * rows + row) * 2));
   m = block_max(m, scratch);
   float den = 0.0f;
+#pragma unroll 1
   for (int sp = threadIdx.x; sp < num_splits; sp += blockDim.x) {
     const float ms = load_partial<kL2>(partial_ml + (sp * rows + row) * 2);
     if (ms != -INFINITY)
@@ -71,6 +75,7 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
   for (int c0 = 0; c0 < num_splits; c0 += kChunk) {
     const int cn = min(kChunk, num_splits - c0);
     __syncthreads();  // w_s of the previous chunk (or row) is consumed
+#pragma unroll 1
     for (int j = threadIdx.x; j < cn; j += blockDim.x) {
       const float ms = load_partial<kL2>(partial_ml + ((c0 + j) * rows + row) * 2);
       w_s[j] = ms == -INFINITY ? 0.0f : expf(ms - m);
