@@ -11,9 +11,14 @@ translation units) show nothing; compare builds of the same unit.
 
   python3 scripts/kernel_code_sizes.py build-cuda/src/backend/CMakeFiles/di_backend_cuda.dir/cuda/kernels/gemv.cu.o
   python3 scripts/kernel_code_sizes.py --match combine_splits some.cu.o other.cu.o
+  python3 scripts/kernel_code_sizes.py --budget tests/ops/kernel_code_budget.txt DIR_OR_OBJECTS...
 
-Needs readelf and c++filt (binutils). Stdlib only otherwise.
+--budget FILE: lines "<max instructions> <kernel name as printed>" ('#' comments); exits 1 when a
+listed kernel is larger or is not found (a rename needs the budget updated too). A directory
+argument stands for the .o files under it. Needs readelf and c++filt (binutils); stdlib
+otherwise.
 """
+import os
 import argparse
 import re
 import struct
@@ -60,13 +65,45 @@ def demangle(names):
     return out.stdout.splitlines()
 
 
+def check_budget(path, rows):
+    found = {}
+    for size, name in rows:
+        found[name] = max(found.get(name, 0), size // 16)
+    bad = 0
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            limit, name = line.split(None, 1)
+            have = found.get(name)
+            if have is None:
+                print(f"MISSING  {name} (budget {limit})")
+                bad += 1
+            elif have > int(limit):
+                print(f"OVER     {have:6d} > {int(limit):6d}  {name}")
+                bad += 1
+            else:
+                print(f"ok       {have:6d} <= {int(limit):6d}  {name}")
+    print(f"{bad} kernel(s) over budget or missing" if bad else "every kernel within its budget")
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="object files or binaries with embedded cubins")
     ap.add_argument("--match", default="", help="only kernels whose demangled name contains this")
+    ap.add_argument("--budget", help="check the kernels listed in this file against their maxima")
     args = ap.parse_args()
-    rows = []
+    paths = []
     for path in args.files:
+        if os.path.isdir(path):
+            for root, _, names in os.walk(path):
+                paths += [os.path.join(root, n) for n in sorted(names) if n.endswith(".o")]
+        else:
+            paths.append(path)
+    rows = []
+    for path in paths:
         with open(path, "rb") as f:
             data = f.read()
         for cubin in cubins(data):
@@ -78,6 +115,8 @@ def main():
     if not rows:
         print("no uncompressed kernel code found (or nothing matched)", file=sys.stderr)
         return 1
+    if args.budget:
+        return check_budget(args.budget, rows)
     for size, name in sorted(rows):
         print(f"{size:8d} B {size // 16:6d} instr  {name}")
     return 0
