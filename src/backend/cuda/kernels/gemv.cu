@@ -280,10 +280,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     }
   }
 
-  // Unrolled x staging only where a thread has several vectors to stage: the rings (S >= 2) and
-  // silu_mul's 2k inputs (Llama-3.1-8B's down: 7 per thread); for the others (k <= 4096: at most
-  // two) the unrolled body was dead code behind the remainder loop, and code run for the first
-  // time costs ~0.2 us per KB (docs/cuda_backend.md, "Cold code").
+  // Unrolled x staging (4 vectors per thread per pass) only for the rings (S >= 2) and silu_mul's
+  // 2k inputs (Llama-3.1-8B's down: 7 per thread). For the others the unrolled body runs only
+  // from 4 vectors per thread, k >= 8192, and every model measured here has k <= 4096, so it was
+  // dead code behind the remainder loop; code run for the first time costs ~0.2 us per KB
+  // (docs/cuda_backend.md, "Cold code"). At k >= 8192 the rolled loop takes its loads one round
+  // trip at a time (not measured).
   constexpr int kStageUnroll = S >= 2 ? 8 : (IN == GemvIn::kSiluMul ? 4 : 1);
   stage_x<M, IN, kStageUnroll>(p, xs_vec, k8, scratch);
   __syncthreads();
