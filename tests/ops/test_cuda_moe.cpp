@@ -691,12 +691,17 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
   tiny8.top_k = 2;
   tiny20.num_experts = 20;
   tiny20.top_k = 3;
+  // DeepSeek-V3's routing (sigmoid, bias, group limit) on 64 experts: the cluster router's
+  // generic instance (RouteMode::kAny); qwen3 / tiny8 take its renormalising instance and
+  // v2lite / tiny20 its full-softmax one.
+  MoeRoutingParams v3_64 = v3;
+  v3_64.num_experts = 64;
   const std::vector<Case> cases = {
-      {"qwen3", 1, 2048, qwen, false},   {"qwen3", 4, 2048, qwen, false},
-      {"v2lite", 1, 2048, v2, false},    {"v2lite", 3, 1024, v2, false},
-      {"v2lite", 2, 264, v2, false},     {"v3", 2, 7168, v3, true},
-      {"v3", 1, 7168, v3, true},         {"tiny8", 1, 264, tiny8, false},
-      {"tiny20", 2, 1024, tiny20, false}};
+      {"qwen3", 1, 2048, qwen, false},    {"qwen3", 4, 2048, qwen, false},
+      {"v2lite", 1, 2048, v2, false},     {"v2lite", 3, 1024, v2, false},
+      {"v2lite", 2, 264, v2, false},      {"v3", 2, 7168, v3, true},
+      {"v3", 1, 7168, v3, true},          {"tiny8", 1, 264, tiny8, false},
+      {"tiny20", 2, 1024, tiny20, false}, {"v3_64", 2, 2048, v3_64, true}};
   int bad = 0;
   be->set_moe_norm_route_max_elems(cuda::kNormRouteMaxElems);  // the kernel at every size it takes
   // Both fused routers where both apply: the cluster router (up to 128 experts) and the counter

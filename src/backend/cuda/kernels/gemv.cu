@@ -166,20 +166,23 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // The warp's work as a flat list of items (row group g of this CTA, chunk c of the row), the
   // same count for every warp of the CTA: rows >= n_out load nothing but keep the CTA in step.
   // silu_out: output row r is weight rows r (gate) and n_out + r (up), one after the other.
-  const int64_t n_out = p.silu_out ? p.n / 2 : p.n;
+  // Rows and items in 32 bits (n is int32; a warp has at most a few thousand items): 64-bit
+  // division and address arithmetic were a large part of the code after the wait, which runs
+  // cold (docs/cuda_backend.md, "Cold code"). Only the weight offset is widened.
+  const int n_out = p.silu_out ? p.n / 2 : p.n;
   const int chunks = (k8 + U * vstride - 1) / (U * vstride);
   const int row_items = p.silu_out ? 2 * chunks : chunks;
-  const int64_t row_step = int64_t{gridDim.x} * rows_per_cta;
-  const int64_t first_rb = int64_t{blockIdx.x} * rows_per_cta;
-  const int64_t groups = first_rb < n_out ? (n_out - first_rb + row_step - 1) / row_step : 0;
-  const int64_t items = groups * row_items;
+  const int row_step = static_cast<int>(gridDim.x) * rows_per_cta;
+  const int first_rb = static_cast<int>(blockIdx.x) * rows_per_cta;
+  const int groups = first_rb < n_out ? (n_out - first_rb + row_step - 1) / row_step : 0;
+  const int items = groups * row_items;
   struct Item {
-    int64_t r;   // output row
-    int64_t wr;  // weight row
-    int c;       // chunk of the weight row
-    bool last;   // the weight row's last chunk
+    int r;      // output row
+    int wr;     // weight row
+    int c;      // chunk of the weight row
+    bool last;  // the weight row's last chunk
   };
-  auto locate = [&](int64_t item) {
+  auto locate = [&](int item) {
     Item t;
     t.r = first_rb + (item / row_items) * row_step + row_in_cta;
     const int ci = static_cast<int>(item % row_items);
@@ -196,11 +199,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     int first;
     bool row_ok;
   };
-  auto source = [&](int64_t item) {
+  auto source = [&](int item) {
     const Item t = locate(item);
-    return Src{wbase + t.wr * k8, sub * 32 + t.c * U * vstride + lane, t.r < n_out};
+    return Src{wbase + int64_t{t.wr} * k8, sub * 32 + t.c * U * vstride + lane, t.r < n_out};
   };
-  auto load = [&](uint4* buf, int64_t item) {
+  auto load = [&](uint4* buf, int item) {
     const Src src = source(item);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -210,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   };
   // Ring slot of (stage, u) for this thread: a warp's 32 lanes fill 512 contiguous bytes.
   uint4* ring = xs_vec + M * k8 + threadIdx.x;
-  auto issue = [&](int64_t item, int stage) {
+  auto issue = [&](int item, int stage) {
     const Src src = source(item);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -271,9 +274,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // loads: read at the store, it was one more round trip at the very end (o_proj and down at
   // batch 1: one row per warp). After the wait: the previous kernel may have written it.
   float res_first = 0.0f;
-  int64_t r_first = -1;
+  int r_first = -1;
   if (p.residual != nullptr && !p.silu_out && items > 0 && sub == 0) {
-    const int64_t r0 = locate(0).r;
+    const int r0 = locate(0).r;
     if (r0 < n_out && lane < M) {
       r_first = r0;
       res_first = to_f32(static_cast<const bf16*>(p.residual)[lane * p.ldr + r0]);
@@ -303,9 +306,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.0f;
   // acc += the item's weights · staged activations; at the row's last chunk: reduce, write.
-  auto consume = [&](const uint4* buf, int64_t item) {
+  auto consume = [&](const uint4* buf, int item) {
     const Item t = locate(item);
-    const int64_t r = t.r;
+    const int r = t.r;
     const int base = sub * 32 + t.c * U * vstride;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   };
   if constexpr (S <= 1) {
     // Software pipeline over the items: load item i + 2 into the buffer item i has just used.
-    for (int64_t it = 0; it < items; it += 2) {
+    for (int it = 0; it < items; it += 2) {
       consume(wa, it);
       if (it + 2 < items) load(wa, it + 2);
       if (it + 1 < items) {
@@ -377,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     // Item i + S - 1 goes into the stage item i - 1 has left; one commit group per item (empty
     // past the end) keeps "all but the newest S - 1 groups done" meaning "item i has landed".
     int stage = 0;
-    for (int64_t it = 0; it < items; ++it) {
+    for (int it = 0; it < items; ++it) {
       if (it + S - 1 < items) issue(it + S - 1, stage == 0 ? S - 1 : stage - 1);
       cp_async_commit();
       cp_async_wait<S - 1>();

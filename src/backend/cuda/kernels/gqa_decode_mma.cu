@@ -118,6 +118,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   // t1. The caller commits.
   auto copy_sub = [&](int base, int t1, int buf, int lo, int hi, bool zero_tail) {
     if (base >= t1) return;
+    // Nothing to copy or zero in this sub-tile (warp-uniform): skip the rounds below. After the
+    // wait most CTAs hold no new entry, and these rounds' code would be fetched cold for nothing
+    // (docs/cuda_backend.md, "Cold code").
+    if (max(base, lo) >= min(min(base + kSub, t1), hi) && !(zero_tail && base + kSub > t1)) return;
     bf16* k_s = &sh.kv[buf][warp][0][0][0];
     bf16* v_s = &sh.kv[buf][warp][1][0][0];
     // Lane r < 16 looks up row r's entry (one block-id load per lane, all in flight together;

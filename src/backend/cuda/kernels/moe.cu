@@ -154,12 +154,23 @@ __device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kS
   return v;
 }
 
+// What a router instance is compiled for: any MoeRouteParams (every branch taken at run time), or
+// a softmax selected on its logits (MoeRouteParams::on_logits: no bias, no group limit) with the
+// weights renormalised over the k selected (Qwen3-MoE) or over the full softmax (DeepSeek-V2-Lite).
+// The two model instances hold only their own path: a decode step runs the router once per layer
+// and its code cold each time (docs/cuda_backend.md, "Cold code"). Same arithmetic: same bits.
+enum class RouteMode { kAny, kLogitsRenorm, kLogitsFull };
+inline RouteMode route_mode(const MoeRouteParams& p) {
+  if (!p.on_logits) return RouteMode::kAny;
+  return p.renormalize ? RouteMode::kLogitsRenorm : RouteMode::kLogitsFull;
+}
+
 // Token t's routing by one warp from its logits row l (read through L2: the fused router's last
 // CTA reads rows other CTAs wrote; or from shared memory: the cluster router's gathered rows).
 // Every lane of the warp calls it. Expert i = lane + 32·s is held by lane i % 32 in register slot s
 // (score, choice); slots past the experts are skipped by warp-uniform branches. Each top-k round is
 // two warp reductions (redux.sync): the largest choice key, then the lowest id holding it.
-template <int kSlots, bool kSharedLogits = false>
+template <int kSlots, bool kSharedLogits = false, RouteMode kMode = RouteMode::kAny>
 __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float* l, int lane,
                                  RouteWarpScratch& sm) {
   // l in global memory (read through L2) or, kSharedLogits, in this CTA's shared memory.
@@ -168,9 +179,14 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   float score[kSlots], choice[kSlots];
   // on_logits (a softmax without bias or groups): the logits are the scores and the choices; the
   // weights come after the top-k rounds, from the full softmax's denominator unless renormalised.
-  const bool on_logits = p.on_logits;
+  // A model instance (kMode = route_mode(p), picked by the launch) has these as constants.
+  constexpr bool kAny = kMode == RouteMode::kAny;
+  const bool on_logits = kAny ? p.on_logits : true;
+  const bool renormalize = kAny ? p.renormalize : kMode == RouteMode::kLogitsRenorm;
+  const bool sigmoid = kAny ? p.sigmoid : false;
+  const float* const bias = kAny ? p.bias : nullptr;
   double denom = 0.0;
-  if (on_logits || !p.sigmoid) {
+  if (on_logits || !sigmoid) {
     float lg[kSlots];
     float mx = -INFINITY;
 #pragma unroll
@@ -183,7 +199,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       }
     }
     double ex[kSlots] = {};
-    if (!on_logits || !p.renormalize) {  // the full softmax's denominator
+    if (!on_logits || !renormalize) {  // the full softmax's denominator
       mx = warp_max(mx);
 #pragma unroll
       for (int s = 0; s < kSlots; ++s)
@@ -213,9 +229,9 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   for (int s = 0; s < kSlots; ++s) {
     const int i = lane + 32 * s;
     choice[s] = 0.0f;
-    if (32 * s < e && i < e) choice[s] = score[s] + (p.bias ? p.bias[i] : 0.0f);
+    if (32 * s < e && i < e) choice[s] = score[s] + (bias ? bias[i] : 0.0f);
   }
-  if (!on_logits && p.num_groups > 1 && p.topk_groups < p.num_groups) {
+  if (kAny && !on_logits && p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per_group = e / p.num_groups;
     float* ch = sm.choice;
 #pragma unroll
@@ -298,7 +314,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
     const float mx = __shfl_sync(0xffffffffu, my_score, 0);
     const double ex = lane < p.top_k ? exp(static_cast<double>(my_score - mx)) : 0.0;
     double total = denom;
-    if (p.renormalize) {
+    if (renormalize) {
       total = 0.0;
       for (int j = 0; j < p.top_k; ++j) total += __shfl_sync(0xffffffffu, ex, j);  // slot order
     }
@@ -310,7 +326,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   }
   if (lane < p.top_k) {
     float w = my_score;
-    if (p.renormalize) w /= (sum + p.renorm_eps);
+    if (renormalize) w /= (sum + p.renorm_eps);
     p.topk_ids[t * p.top_k + lane] = my_id;
     p.topk_weights[t * p.top_k + lane] = w * p.scaling;
   }
@@ -394,7 +410,7 @@ __device__ void norm_rows(const MoeNormRouteKernelParams& p, __nv_bfloat16* xs, 
   }
 }
 
-template <int kSlots, int W, bool kCluster>
+template <int kSlots, int W, bool kCluster, RouteMode kMode = RouteMode::kAny>
 __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKernelParams p) {
   DI_TRACE_SCOPE(kTraceMoeNormRoute, kCluster ? 1 : 0);
   // The rows while the logits are computed, then (the routing CTA) the routing scratch.
@@ -484,8 +500,8 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
     if (!router) return;
     __syncthreads();  // all_logits complete (every warp is done with hs: scratch may reuse it)
     if (warp < p.tokens) {
-      route_token_warp<kSlots, true>(p.route, warp, all_logits + warp * kRouteClusterMaxExperts,
-                                     lane, scratch[warp]);
+      route_token_warp<kSlots, true, kMode>(
+          p.route, warp, all_logits + warp * kRouteClusterMaxExperts, lane, scratch[warp]);
     }
   } else {
     // The last CTA to arrive routes (atomic_add_acq_rel_gpu: release of this CTA's logits,
@@ -563,10 +579,17 @@ bool moe_norm_route_uses_cluster(int num_experts) {
 cudaError_t launch_moe_norm_route(const MoeNormRouteKernelParams& p, cudaStream_t stream) {
   const int slots = route_slots(p.route.num_experts);
   if (moe_norm_route_uses_cluster(p.route.num_experts)) {
-    // slots <= 4 here (at most 128 experts); the cluster is the whole grid (<= 8 CTAs).
-    void (*kernel)(MoeNormRouteKernelParams) =
-        slots == 2 ? moe_norm_route_kernel<2, kRouteClusterWarps, true>
-                   : moe_norm_route_kernel<4, kRouteClusterWarps, true>;
+    // slots <= 4 here (at most 128 experts); the cluster is the whole grid (<= 8 CTAs). The
+    // instance of the routing mode (RouteMode: the models' softmax routings have their own).
+    constexpr int W = kRouteClusterWarps;
+    using Kernel = void (*)(MoeNormRouteKernelParams);
+    constexpr Kernel kByMode[2][3] = {{moe_norm_route_kernel<2, W, true, RouteMode::kAny>,
+                                       moe_norm_route_kernel<2, W, true, RouteMode::kLogitsRenorm>,
+                                       moe_norm_route_kernel<2, W, true, RouteMode::kLogitsFull>},
+                                      {moe_norm_route_kernel<4, W, true, RouteMode::kAny>,
+                                       moe_norm_route_kernel<4, W, true, RouteMode::kLogitsRenorm>,
+                                       moe_norm_route_kernel<4, W, true, RouteMode::kLogitsFull>}};
+    const Kernel kernel = kByMode[slots == 2 ? 0 : 1][static_cast<int>(route_mode(p.route))];
     const int ctas = ceil_div(p.route.num_experts, kRouteClusterWarps);
     return launch_cluster_pdl(ctas, kernel, dim3(static_cast<unsigned>(ctas)),
                               dim3(kRouteClusterWarps * 32), 0, stream, p);
