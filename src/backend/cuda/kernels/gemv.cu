@@ -44,9 +44,10 @@ __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
 
 // Output row r of x row m from its fp32 sum, rounded as the composed path (cuBLAS bf16 output,
 // bias_add, add): bf16(acc) [+ bias -> bf16] -> y (f32 y: acc [+ bias]); residual = bf16(res + r).
-// res_pre: the residual element, already loaded (null: loaded here).
+// have_res: res_pre is the residual element, already loaded (else it is loaded here). By value:
+// a pointer to the caller's register put it in local memory (a stack store and load).
 __device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t r, float acc,
-                                          const float* res_pre) {
+                                          bool have_res, float res_pre) {
   float v = p.y_f32 ? acc : round_bf16(acc);
   if (p.bias != nullptr) {
     v += to_f32(static_cast<const bf16*>(p.bias)[r]);
@@ -61,7 +62,7 @@ __device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t r,
   }
   if (p.residual != nullptr) {
     bf16* res = static_cast<bf16*>(p.residual) + m * p.ldr + r;
-    *res = from_f32<bf16>((res_pre != nullptr ? *res_pre : to_f32(*res)) + v);
+    *res = from_f32<bf16>((have_res ? res_pre : to_f32(*res)) + v);
   }
 }
 
@@ -83,7 +84,7 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
   if constexpr (IN == GemvIn::kNone) {
 #pragma unroll(kUnroll == 1 ? 1 : 4)
     for (int i = threadIdx.x; i < M * k8; i += kThreads) {
-      const int m = i / k8, v = i % k8;
+      const int m = M == 1 ? 0 : i / k8, v = M == 1 ? i : i % k8;  // no division for one row
       xs[m * stride + v] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
     }
   } else if constexpr (IN == GemvIn::kRmsNorm) {
@@ -182,10 +183,16 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     int c;      // chunk of the weight row
     bool last;  // the weight row's last chunk
   };
+  // item / row_items as a multiply-high by the rounded-up reciprocal, not a division (~25
+  // instructions, once per item and load): exact while items · row_items < 2^32 (gemv_supported).
+  const uint32_t row_items_inv = 0xffffffffu / static_cast<uint32_t>(row_items) + 1u;
   auto locate = [&](int item) {
     Item t;
-    t.r = first_rb + (item / row_items) * row_step + row_in_cta;
-    const int ci = static_cast<int>(item % row_items);
+    const int gi = row_items == 1
+                       ? item
+                       : static_cast<int>(__umulhi(static_cast<uint32_t>(item), row_items_inv));
+    t.r = first_rb + gi * row_step + row_in_cta;
+    const int ci = item - gi * row_items;
     const bool up = ci >= chunks;
     t.c = up ? ci - chunks : ci;
     t.wr = up ? t.r + n_out : t.r;
@@ -359,7 +366,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
         if (p.silu_out) {
           store_silu(p, m, r, gate[m], acc[m]);
         } else {
-          store_out(p, m, r, acc[m], r == r_first ? &res_first : nullptr);
+          store_out(p, m, r, acc[m], r == r_first, res_first);
         }
       }
     }
@@ -600,6 +607,10 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   if (p.silu_out && (p.n % 2 != 0 || p.y == nullptr || p.y_f32 || p.bias != nullptr ||
                      p.residual != nullptr))
     return false;
+  // The kernel's item arithmetic (locate): items · row_items < 2^32 for any grid and split,
+  // with row_items <= 2 · ceil(k / 256) and items <= n_out · row_items.
+  const int64_t row_items = 2 * ((int64_t{p.k} / 8 + 31) / 32);
+  if (int64_t{p.n} * row_items * row_items >= (int64_t{1} << 32)) return false;
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
 }
 

@@ -59,6 +59,9 @@ struct GqaMmaShared {
   float o[kWarps][G][D];               // the merge: each warp's unnormalised rows (q heads) of O
   float m[kWarps][G];                  // base-2 running max (-inf: no key)
   float l[kWarps][G];
+  float cw[kWarps][G];  // the merge's weight of each warp's rows, and per row
+  float mm[G];          // the max over the warps and the summed l
+  float ll[G];
   // With the prologue fused (F): the token's q rows of this kv head after norm and rope, rounded
   // as qkv_rope_store writes them (the prologue's f32 rows and norm sums use o's space).
   __align__(16) bf16 q[F ? G : 1][D];
@@ -343,20 +346,37 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         }
       }
       __syncthreads();
-      for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
-        const int h = idx / D, d = idx % D;
+      // The merge weights once per row (thread h), not once per element: same exps, same sums in
+      // warp order (same bits), ~25 instructions fewer per element after the wait.
+      if (threadIdx.x < G) {
+        const int h = threadIdx.x;
         float mm = -INFINITY;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, sh.m[w][h]);
-        float ll = 0.0f, ov = 0.0f;
+        float ll = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const float mw = sh.m[w][h];
+          float cw = 0.0f;
+          if (mm != -INFINITY && mw != -INFINITY) {
+            cw = fast_exp2(mw - mm);
+            ll += cw * sh.l[w][h];
+          }
+          sh.cw[w][h] = cw;
+        }
+        sh.mm[h] = mm;
+        sh.ll[h] = ll;
+      }
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
+        const int h = idx / D, d = idx % D;
+        const float mm = sh.mm[h], ll = sh.ll[h];
+        float ov = 0.0f;
         if (mm != -INFINITY) {
 #pragma unroll
           for (int w = 0; w < kWarps; ++w) {
-            const float mw = sh.m[w][h];
-            if (mw == -INFINITY) continue;
-            const float cw = fast_exp2(mw - mm);
-            ll += cw * sh.l[w][h];
-            ov += cw * sh.o[w][h][d];
+            if (sh.m[w][h] == -INFINITY) continue;
+            ov += sh.cw[w][h] * sh.o[w][h][d];
           }
         }
         const int64_t row = int64_t{i} * p.num_q_heads + int64_t{kvh} * G + h;
