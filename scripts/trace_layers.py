@@ -6,7 +6,8 @@ kernel, thread 0's view), groups the CTAs into launches, cuts the step into laye
 launches of the step's first kernel (the qkv / q|kv_a projection), and prints, for the layers
 whose kernel sequence is the most common one, the mean offset of every launch from its layer's
 start (us): the first CTA's start, the first and the last CTA's return from griddepcontrol.wait,
-and the last CTA's end. Stdlib only.
+and the last CTA's end; then each launch's share of the chain (its end minus the end before it).
+Stdlib only.
 
   python3 scripts/trace_layers.py trace.csv [--gap-us 15]
 """
@@ -151,6 +152,16 @@ def main():
         w = "-" if l["wait_last"] is None else f"{(l['wait_last'] - t0) / 1e3:.2f}"
         print(f"    {l['name']:<28} {l['ctas']:5d} start {(l['start'] - t0) / 1e3:7.2f} "
               f"wait_last {w:>7} end {((l['end'] or l['start']) - t0) / 1e3:7.2f}")
+    # At batch 1 the kernels run one after another: a launch's share of the step is its end minus
+    # the end of the launch that ended just before it.
+    ended = sorted((l for l in ls if l["end"] is not None), key=lambda l: l["end"])
+    share = collections.defaultdict(list)
+    for prev, cur in zip(ended, ended[1:]):
+        share[cur["name"]].append(cur["end"] - prev["end"])
+    print("chain (us; each launch's end minus the previous launch's end; median over the step):")
+    for name, v in sorted(share.items(), key=lambda kv: -sum(kv[1])):
+        print(f"    {name:<28} {len(v):4d} x {statistics.median(v) / 1e3:6.2f}  "
+              f"(sum {sum(v) / 1e3:8.1f})")
 
 
 if __name__ == "__main__":
