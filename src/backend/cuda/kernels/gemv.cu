@@ -185,6 +185,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   };
   // item / row_items as a multiply-high by the rounded-up reciprocal, not a division (~25
   // instructions, once per item and load): exact while items · row_items < 2^32 (gemv_supported).
+  // row_items == 1 takes the item itself: its reciprocal, 2^32, does not fit (the sum wraps to 0).
   const uint32_t row_items_inv = 0xffffffffu / static_cast<uint32_t>(row_items) + 1u;
   auto locate = [&](int item) {
     Item t;
