@@ -74,9 +74,48 @@ __device__ __forceinline__ void store_silu(const GemvParams& p, int m, int64_t r
   static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
 }
 
-// The prologue: x's m rows, through the input op, rounded to bf16 into shared memory at
-// xs[m * stride + v] (16-byte vectors). Every thread of the CTA calls it; no barrier at the end.
-template <int M, GemvIn IN, int kUnroll>
+// Staged inputs per 8 (kXSlots 16-byte slots): the 8 bf16 values, or for one row on the register
+// path (M = 1, S = 0: the batch-1 projections) the same 8 values as floats in two planes (floats
+// 0-3 of every vector, then floats 4-7: 16 bytes per lane, no bank conflict), so that the main
+// loop reads them without unpacking (same values, same fmaf: same bits). The rings and the bulk
+// path keep bf16 (their shared memory sets how many CTAs fit on an SM).
+template <int M, int S>
+constexpr int kXSlots = M == 1 && S == 0 ? 2 : 1;
+template <int M, int S>
+constexpr int64_t staged_bytes(int k) {
+  return int64_t{M} * k * 2 * kXSlots<M, S>;
+}
+
+// Stores staged vector i of n (the bf16 values of 8 inputs).
+template <int kSlots>
+__device__ __forceinline__ void put_x(uint4* xs, int i, const uint4& bf, int n) {
+  if constexpr (kSlots == 2) {
+    float f[8];
+    unpack8(bf, f);
+    float4* d = reinterpret_cast<float4*>(xs) + i;
+    d[0] = make_float4(f[0], f[1], f[2], f[3]);
+    d[n] = make_float4(f[4], f[5], f[6], f[7]);
+  } else {
+    xs[i] = bf;
+  }
+}
+
+// The 8 inputs of staged vector i of n as floats.
+template <int kSlots>
+__device__ __forceinline__ void get_x(const uint4* xs, int i, float (&f)[8], int n) {
+  if constexpr (kSlots == 2) {
+    const float4* s = reinterpret_cast<const float4*>(xs) + i;
+    const float4 a = s[0], b = s[n];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+    unpack8(xs[i], f);
+  }
+}
+
+// The prologue: x's m rows, through the input op, rounded to bf16, into shared memory as staged
+// vector m * stride + v (put_x). Every thread of the CTA calls it; no barrier at the end.
+template <int M, GemvIn IN, int kUnroll, int kSlots>
 __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stride,
                                         float* scratch) {
   const int k8 = p.k / 8;
@@ -85,7 +124,8 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 #pragma unroll(kUnroll == 1 ? 1 : 4)
     for (int i = threadIdx.x; i < M * k8; i += kThreads) {
       const int m = M == 1 ? 0 : i / k8, v = M == 1 ? i : i % k8;  // no division for one row
-      xs[m * stride + v] = reinterpret_cast<const uint4*>(x + m * p.ldx)[v];
+      put_x<kSlots>(xs, m * stride + v, reinterpret_cast<const uint4*>(x + m * p.ldx)[v],
+                    M * stride);
     }
   } else if constexpr (IN == GemvIn::kRmsNorm) {
     // 16-byte loads, unrolled so a thread's loads are in flight together; the second pass reads
@@ -116,7 +156,7 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           ou[i] = pack2(f[2 * i] * inv * g[2 * i], f[2 * i + 1] * inv * g[2 * i + 1]);
-        xs[m * stride + v] = o;
+        put_x<kSlots>(xs, m * stride + v, o, M * stride);
       }
     }
   } else {
@@ -135,7 +175,7 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
         for (int i = 0; i < 4; ++i)
           ou[i] = pack2(g[2 * i] / (1.0f + expf(-g[2 * i])) * u[2 * i],
                         g[2 * i + 1] / (1.0f + expf(-g[2 * i + 1])) * u[2 * i + 1]);
-        xs[m * stride + v] = o;
+        put_x<kSlots>(xs, m * stride + v, o, M * stride);
       }
     }
   }
@@ -220,7 +260,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
     }
   };
   // Ring slot of (stage, u) for this thread: a warp's 32 lanes fill 512 contiguous bytes.
-  uint4* ring = xs_vec + M * k8 + threadIdx.x;
+  constexpr int kSlots = kXSlots<M, S>;
+  uint4* ring = xs_vec + M * k8 * kSlots + threadIdx.x;
   auto issue = [&](int item, int stage) {
     const Src src = source(item);
 #pragma unroll
@@ -231,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   };
   uint4 wa[U], wb[U];
   // S == 1: lane l of this warp reads vector u of item i at bulk[(i * U + u) * 32 + l].
-  [[maybe_unused]] uint4* bulk = xs_vec + M * k8 + warp * 2 * U * 32;
+  [[maybe_unused]] uint4* bulk = xs_vec + M * k8 * kSlots + warp * 2 * U * 32;
   // The first items are in flight while the prologue runs.
   if constexpr (S == 0) {
     if (items > 0) load(wa, 0);
@@ -298,7 +339,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // (docs/cuda_backend.md, "Cold code"). At k >= 8192 the rolled loop takes its loads one round
   // trip at a time (not measured).
   constexpr int kStageUnroll = S >= 2 ? 8 : (IN == GemvIn::kSiluMul ? 4 : 1);
-  stage_x<M, IN, kStageUnroll>(p, xs_vec, k8, scratch);
+  stage_x<M, IN, kStageUnroll, kSlots>(p, xs_vec, k8, scratch);
   __syncthreads();
   DI_TRACE_MARK();  // x staged
   if constexpr (S == 1) {  // the bulk-copied items into the registers the loop consumes
@@ -327,7 +368,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float xf[8];
-          unpack8(xs_vec[m * k8 + v], xf);
+          get_x<kSlots>(xs_vec, m * k8 + v, xf, M * k8);
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
         }
@@ -507,7 +548,7 @@ cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
 // otherwise: the caller uses the registers).
 template <int M, GemvIn IN, int S>
 cudaError_t launch_ring(const GemvParams& p, int num_sms, cudaStream_t stream, bool* launched) {
-  const int64_t smem = gemv_smem_bytes(M, p.k) + ring_bytes<M>(S);
+  const int64_t smem = staged_bytes<M, S>(p.k) + ring_bytes<M>(S);
   int occ = 0;
   *launched = false;
   cudaError_t err = occupancy<M, IN, S>(smem, &occ);
@@ -567,11 +608,11 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
     }
     if (err != cudaSuccess || launched) return err;
   }
-  const int64_t smem = gemv_smem_bytes(M, p.k);
   int occ = 0;
   if constexpr (M == 1) {
     if (bulk_items(p)) {  // the first items by bulk copy (S = 1) when its shared memory fits
-      const int64_t bsmem = smem + int64_t{kWarps} * 2 * kLoadsPerLane<M> * 32 * 16;
+      const int64_t bsmem =
+          staged_bytes<M, 1>(p.k) + int64_t{kWarps} * 2 * kLoadsPerLane<M> * 32 * 16;
       cudaError_t err = occupancy<M, IN, 1>(bsmem, &occ);
       if (err != cudaSuccess) return err;
       if (occ > 0) {
@@ -580,6 +621,7 @@ cudaError_t launch_m_in(const GemvParams& p, int num_sms, cudaStream_t stream) {
       }
     }
   }
+  const int64_t smem = staged_bytes<M, 0>(p.k);
   cudaError_t err = occupancy<M, IN, 0>(smem, &occ);
   if (err != cudaSuccess) return err;
   return launch_grid<M, IN, 0>(p, num_sms, occ, smem, stream);

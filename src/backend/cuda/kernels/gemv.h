@@ -48,8 +48,11 @@ struct GemvParams {
   bool silu_out = false;
 };
 
-// Shared memory one CTA needs for the staged activations (m * k bf16).
-inline int64_t gemv_smem_bytes(int32_t m, int32_t k) { return int64_t{m} * k * 2; }
+// The most shared memory a CTA needs for the staged activations (m * k bf16; one row: k floats,
+// as the register path stages them).
+inline int64_t gemv_smem_bytes(int32_t m, int32_t k) {
+  return m == 1 ? int64_t{k} * 4 : int64_t{m} * k * 2;
+}
 
 // Whether launch_gemv handles these shapes: 1 <= m <= kGemvMaxRows, k % 8 == 0, 16-byte aligned
 // x / w rows, the staged activations within `max_smem` bytes.
