@@ -15,14 +15,7 @@ set -u
 ROOT=$(pwd); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export DI_SOURCE_DIR=$ROOT
 if [ -f .gpu_pack/bundle.tar.xz ]; then rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz; fi
-export LD_LIBRARY_PATH="$ROOT/.gpu_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
-  cands=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 /usr/lib/x86_64-linux-gnu)
-  for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-    cands+=("$sp/nvidia/cublas/lib" "$sp/nvidia/cu13/lib" "$sp/nvidia/cuda_runtime/lib" "$sp/torch/lib")
-  done
-  for d in "${cands[@]}"; do [ -e "$d/libcublasLt.so.13" ] && { export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; break; }; done
-fi
+source "$ROOT/scripts/gpu_libpath.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/env.txt" 2>&1
 t0=$(date +%s)
 for step in ${ONLY:-}; do
