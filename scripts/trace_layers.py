@@ -29,6 +29,7 @@ SITES = {
     9: "mla_cluster_decode",
     10: "mla_merge_uv",
     11: "argmax",
+    12: "attn_o_proj",
 }
 
 

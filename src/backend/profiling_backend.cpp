@@ -151,6 +151,17 @@ void ProfilingBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
       },
       [&] { inner_.qkv_rope_attention(store, attn); });
 }
+void ProfilingBackend::attention_o_proj(const QkvRopeStoreParams& store,
+                                        const PagedAttentionParams& attn, const Tensor& w_o,
+                                        Tensor& residual) {
+  timed(
+      [&] {
+        return fmt::format("attention_o_proj T={} S={} heads {}/{} d {} o_proj {}",
+                           attn.batch->num_tokens, attn.batch->num_seqs, attn.num_q_heads,
+                           attn.num_kv_heads, attn.head_dim_qk, dims(w_o));
+      },
+      [&] { inner_.attention_o_proj(store, attn, w_o, residual); });
+}
 void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
   timed(
       [&] {

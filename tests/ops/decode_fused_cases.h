@@ -180,6 +180,112 @@ struct TestMlaRopeStore : OpCase {
   }
 };
 
+// The inputs of one qkv_rope_attention call on sequences of the given contexts (one new token
+// each at the context's last position; `padding` appends a graph bucket's unused row), built in
+// place (the params point at the tensors). new_qkv: a new QKV GEMM output (seed by call).
+struct QkvAttentionInputs {
+  static constexpr int32_t kLayers = 2, kLayer = 1;
+  int32_t entry;
+  PagedSetup s;
+  PagedBatch b;
+  Tensor pool, qn, kn, cos_sin, q, o, qkv;
+  QkvRopeStoreParams sp;
+  PagedAttentionParams ap;
+  int32_t hq, hkv, d;
+
+  static std::vector<std::pair<int, int>> seqs_of(const std::vector<int32_t>& ctx) {
+    std::vector<std::pair<int, int>> seqs;
+    for (int32_t len : ctx) seqs.emplace_back(len - 1, 1);
+    return seqs;
+  }
+  QkvAttentionInputs(Backend& be, int32_t q_heads, int32_t kv_heads, int32_t dim, int32_t bs,
+                     bool norm, bool padding, const std::vector<int32_t>& ctx)
+      : entry(2 * kv_heads * dim),
+        s(seqs_of(ctx), bs, kLayers, 2 * kv_heads * dim),
+        hq(q_heads),
+        hkv(kv_heads),
+        d(dim) {
+    int32_t max_pos = 1;
+    for (int32_t len : ctx) max_pos = std::max(max_pos, len + 1);
+    if (padding) {
+      s.positions.push_back(0);
+      s.slots.push_back(-1);
+      ++s.num_tokens;
+      s.qo.push_back(s.num_tokens);
+      s.kv_ptr.push_back(s.kv_ptr.back());
+      s.last.push_back(0);
+    }
+    b = s.make(be);
+    const int64_t t = s.num_tokens;
+    pool = act(be, host_random({s.layout.num_blocks, kLayers, bs, entry}, 71));
+    qn = act(be, host_random({d}, 72));
+    kn = act(be, host_random({d}, 73));
+    Tensor cs_host = Tensor::empty({max_pos, d}, DType::kF32);
+    for (int32_t p = 0; p < max_pos; ++p)
+      for (int32_t j = 0; j < d / 2; ++j) {
+        const double a = p * std::pow(500000.0, -2.0 * j / d);
+        cs_host.f32()[p * d + j] = static_cast<float>(std::cos(a));
+        cs_host.f32()[p * d + d / 2 + j] = static_cast<float>(std::sin(a));
+      }
+    cos_sin = be.upload(cs_host, DType::kF32);
+    q = be.empty({t, hq, d}, be.compute_dtype());
+    Tensor sevens = Tensor::empty({t, hq, d}, DType::kF32);
+    std::fill(sevens.f32(), sevens.f32() + sevens.numel(), 7.0f);
+    o = act(be, sevens);
+    sp.qkv = &qkv;
+    sp.q_out = &q;
+    sp.pool = &pool;
+    sp.layout = s.layout;
+    sp.layer = kLayer;
+    sp.num_q_heads = hq;
+    sp.num_kv_heads = hkv;
+    sp.head_dim = d;
+    sp.q_norm = norm ? &qn : nullptr;
+    sp.k_norm = norm ? &kn : nullptr;
+    sp.eps = 1e-6f;
+    sp.cos_sin = &cos_sin;
+    sp.batch = &b;
+    ap.q = &q;
+    ap.out = &o;
+    ap.pool = &pool;
+    ap.layout = s.layout;
+    ap.layer = kLayer;
+    ap.num_q_heads = hq;
+    ap.num_kv_heads = hkv;
+    ap.head_dim_qk = ap.head_dim_v = d;
+    ap.k_offset = 0;
+    ap.v_offset = hkv * d;
+    ap.kv_head_stride = d;
+    ap.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    ap.batch = &b;
+  }
+  QkvAttentionInputs(const QkvAttentionInputs&) = delete;
+  QkvAttentionInputs& operator=(const QkvAttentionInputs&) = delete;
+
+  // Scale 2: scores of a few units, so the softmax is neither flat nor one-hot.
+  void new_qkv(Backend& be, int32_t call) {
+    qkv = act(be, host_random({s.num_tokens, (hq + 2 * hkv) * d}, 74 + static_cast<uint64_t>(call),
+                              2.0f));
+  }
+  // The new tokens' pool entries of the layer (Bf16 check), then the rest of the pool (exact).
+  void pool_outputs(Backend& be, std::vector<Output>& outs) const {
+    Tensor rest = be.download(pool);
+    int64_t stored = 0;
+    for (int32_t slot : s.slots) stored += slot >= 0;
+    Tensor entries = Tensor::empty({stored, entry}, DType::kF32);
+    int64_t row = 0;
+    for (int32_t slot : s.slots) {
+      if (slot < 0) continue;
+      float* e = rest.f32() + (slot / s.layout.block_size) * s.layout.block_stride() +
+                 s.layout.layer_offset(kLayer) + int64_t{slot % s.layout.block_size} * entry;
+      std::copy(e, e + entry, entries.f32() + row++ * entry);
+      std::fill(e, e + entry, 0.0f);
+    }
+    outs.push_back(Output{"entries", entries, Check::kBf16});
+    outs.push_back(Output{"pool_rest", rest, Check::kExact});
+  }
+};
+
 // Backend::qkv_rope_attention (one kernel on CUDA for decode batches) vs the CPU's composition
 // (qkv_rope_store, then paged_attention). Each sequence has one new token at position ctx - 1
 // (cached ctx - 1 tokens); `padding` appends a graph bucket's unused row (slot -1, no blocks,
@@ -217,87 +323,60 @@ struct TestQkvRopeAttention : OpCase {
     return n;
   }
   std::vector<Output> run(Backend& be) const override {
-    const int32_t entry = 2 * hkv * d, layers = 2, layer = 1;
-    std::vector<std::pair<int, int>> seqs;
-    int32_t max_pos = 1;
-    for (int32_t len : ctx) {
-      seqs.emplace_back(len - 1, 1);
-      max_pos = std::max(max_pos, len + 1);
-    }
-    PagedSetup s(seqs, block_size, layers, entry);
-    if (padding) {
-      s.positions.push_back(0);
-      s.slots.push_back(-1);
-      ++s.num_tokens;
-      s.qo.push_back(s.num_tokens);
-      s.kv_ptr.push_back(s.kv_ptr.back());
-      s.last.push_back(0);
-    }
-    PagedBatch b = s.make(be);
-    const int64_t t = s.num_tokens;
-    Tensor pool = act(be, host_random({s.layout.num_blocks, layers, block_size, entry}, 71));
-    Tensor qn = act(be, host_random({d}, 72));
-    Tensor kn = act(be, host_random({d}, 73));
-    Tensor cs_host = Tensor::empty({max_pos, d}, DType::kF32);
-    for (int32_t p = 0; p < max_pos; ++p)
-      for (int32_t j = 0; j < d / 2; ++j) {
-        const double a = p * std::pow(500000.0, -2.0 * j / d);
-        cs_host.f32()[p * d + j] = static_cast<float>(std::cos(a));
-        cs_host.f32()[p * d + d / 2 + j] = static_cast<float>(std::sin(a));
-      }
-    Tensor cos_sin = be.upload(cs_host, DType::kF32);
-    Tensor q = be.empty({t, hq, d}, be.compute_dtype());
-    Tensor sevens = Tensor::empty({t, hq, d}, DType::kF32);
-    std::fill(sevens.f32(), sevens.f32() + sevens.numel(), 7.0f);
-    Tensor o = act(be, sevens);
-    Tensor qkv;
-    QkvRopeStoreParams sp;
-    sp.qkv = &qkv;
-    sp.q_out = &q;
-    sp.pool = &pool;
-    sp.layout = s.layout;
-    sp.layer = layer;
-    sp.num_q_heads = hq;
-    sp.num_kv_heads = hkv;
-    sp.head_dim = d;
-    sp.q_norm = norm ? &qn : nullptr;
-    sp.k_norm = norm ? &kn : nullptr;
-    sp.eps = 1e-6f;
-    sp.cos_sin = &cos_sin;
-    sp.batch = &b;
-    PagedAttentionParams ap;
-    ap.q = &q;
-    ap.out = &o;
-    ap.pool = &pool;
-    ap.layout = s.layout;
-    ap.layer = layer;
-    ap.num_q_heads = hq;
-    ap.num_kv_heads = hkv;
-    ap.head_dim_qk = ap.head_dim_v = d;
-    ap.k_offset = 0;
-    ap.v_offset = hkv * d;
-    ap.kv_head_stride = d;
-    ap.scale = 1.0f / std::sqrt(static_cast<float>(d));
-    ap.batch = &b;
+    QkvAttentionInputs in(be, hq, hkv, d, block_size, norm, padding, ctx);
     for (int32_t call = 0; call < calls; ++call) {
-      // Scale 2: scores of a few units, so the softmax is neither flat nor one-hot.
-      qkv = act(be, host_random({t, (hq + 2 * hkv) * d}, 74 + static_cast<uint64_t>(call), 2.0f));
-      be.qkv_rope_attention(sp, ap);
+      in.new_qkv(be, call);
+      be.qkv_rope_attention(in.sp, in.ap);
     }
-    Tensor rest = be.download(pool);
-    int64_t stored = 0;
-    for (int32_t slot : s.slots) stored += slot >= 0;
-    Tensor entries = Tensor::empty({stored, entry}, DType::kF32);
-    int64_t row = 0;
-    for (int32_t slot : s.slots) {
-      if (slot < 0) continue;
-      float* e = rest.f32() + (slot / block_size) * s.layout.block_stride() +
-                 s.layout.layer_offset(layer) + int64_t{slot % block_size} * entry;
-      std::copy(e, e + entry, entries.f32() + row++ * entry);
-      std::fill(e, e + entry, 0.0f);
+    std::vector<Output> outs{out(be, "out", in.o, Check::kBf16)};
+    in.pool_outputs(be, outs);
+    return outs;
+  }
+};
+
+// Backend::attention_o_proj (o_proj of `hidden` rows, random residual) on
+// TestQkvRopeAttention's inputs. Outputs: the residual, the new K/V and the rest of the pool.
+struct TestAttentionOProj : OpCase {
+  std::string label;
+  int32_t hq, hkv, d, block_size, hidden;
+  bool norm;
+  std::vector<int32_t> ctx;
+  int32_t calls;
+  TestAttentionOProj(std::string l, int32_t q, int32_t kv, int32_t dim, int32_t bs, int32_t h,
+                     bool n, std::vector<int32_t> lens, int32_t num_calls = 1)
+      : label(std::move(l)),
+        hq(q),
+        hkv(kv),
+        d(dim),
+        block_size(bs),
+        hidden(h),
+        norm(n),
+        ctx(std::move(lens)),
+        calls(num_calls) {}
+  std::string name() const override {
+    std::string n = "attention_o_proj_" + label + "_hq" + std::to_string(hq) + "_hkv" +
+                    std::to_string(hkv) + "_d" + std::to_string(d) + "_hidden" +
+                    std::to_string(hidden) + "_ctx";
+    for (size_t i = 0; i < ctx.size(); ++i) {
+      if (i > 0) n += "-";
+      n += std::to_string(ctx[i]);
     }
-    return {out(be, "out", o, Check::kBf16), Output{"entries", entries, Check::kBf16},
-            Output{"pool_rest", rest, Check::kExact}};
+    if (calls > 1) n += "_x" + std::to_string(calls);
+    return n;
+  }
+  std::vector<Output> run(Backend& be) const override {
+    QkvAttentionInputs in(be, hq, hkv, d, block_size, norm, false, ctx);
+    const int64_t t = in.s.num_tokens, k = int64_t{hq} * d;
+    // W_o scaled so that x's update is of x's size (attention values are O(1)).
+    Tensor w_o = act(be, host_random({hidden, k}, 81, 1.0f / std::sqrt(static_cast<float>(k))));
+    Tensor x = act(be, host_random({t, hidden}, 82));
+    for (int32_t call = 0; call < calls; ++call) {
+      in.new_qkv(be, call);
+      be.attention_o_proj(in.sp, in.ap, w_o, x);
+    }
+    std::vector<Output> outs{out(be, "x", x, Check::kBf16)};
+    in.pool_outputs(be, outs);
+    return outs;
   }
 };
 
@@ -328,6 +407,20 @@ void add_qkv_rope_attention_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   add(new TestQkvRopeAttention("repeat", 8, 2, 64, 16, true, V{700}, false, 3));
 }
 
+// attention_o_proj: Qwen3-30B-A3B's heads and hidden size (the shape CUDA folds the split combine
+// into the projection for: one token, several splits) at 1 / 2 / 33 / 65 splits, three calls on
+// the same buffers; a ragged batch, Llama-3.1-8B's shape (too large to fold) and a small model
+// take the composed path on CUDA.
+void add_attention_o_proj_cases(std::vector<std::shared_ptr<OpCase>>& c) {
+  using V = std::vector<int32_t>;
+  for (int32_t len : {5, 65, 2049, 4100})
+    c.emplace_back(new TestAttentionOProj("qwen3moe", 32, 4, 128, 16, 2048, true, V{len}));
+  c.emplace_back(new TestAttentionOProj("repeat", 32, 4, 128, 16, 2048, true, V{700}, 3));
+  c.emplace_back(new TestAttentionOProj("ragged", 32, 4, 128, 16, 2048, true, V{700, 65, 3}));
+  c.emplace_back(new TestAttentionOProj("llama", 32, 8, 128, 16, 4096, false, V{513}));
+  c.emplace_back(new TestAttentionOProj("small", 4, 2, 64, 16, 256, true, V{300}));
+}
+
 void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestQkvRopeStore(16, 32, 8, 128, false));  // Llama-3.1-8B heads
   c.emplace_back(new TestQkvRopeStore(1, 3, 1, 16, true));      // the qwen3 golden
@@ -356,6 +449,7 @@ void add_decode_fused_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   c.emplace_back(new TestMlaRopeStore(1, 9, 7, 6, 33, 3, false, Src::kOffsets, true));
   c.emplace_back(new TestMlaRopeStore(64, 5, 24, 10, 48, 3, true, Src::kOffsets, true));
   add_qkv_rope_attention_cases(c);
+  add_attention_o_proj_cases(c);
 }
 
 }  // namespace

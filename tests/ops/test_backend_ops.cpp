@@ -999,6 +999,47 @@ TEST(BackendOpsTable, QkvRopeAttentionCpuReferencesRun) {
   EXPECT_EQ(checked, 21);
 }
 
+// The CPU references of the attention_o_proj cases (one call each) against the definition: the
+// residual plus W_o times the attention output of qkv_rope_attention on the same inputs, the
+// product summed in double here and rounded to bf16 as the projection's output (one bf16 step of
+// slack for the CPU's own summation order), then the add rounded to bf16. Runs without a GPU.
+TEST(BackendOpsTable, AttentionOProjCpuReferenceIsResidualPlusProjection) {
+  auto cpu = make_cpu_backend();
+  int64_t checked = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestAttentionOProj*>(c.get());
+    if (a == nullptr || a->calls != 1) continue;
+    const std::vector<Output>& ref = cpu_reference(*c);
+    ASSERT_EQ(ref.size(), 3u) << c->name();
+    ASSERT_EQ(ref[0].name, "x");
+    QkvAttentionInputs in(*cpu, a->hq, a->hkv, a->d, a->block_size, a->norm, false, a->ctx);
+    in.new_qkv(*cpu, 0);
+    cpu->qkv_rope_attention(in.sp, in.ap);
+    const Tensor o = cpu->download(in.o);
+    const int64_t t = in.s.num_tokens, k = int64_t{a->hq} * a->d;
+    const Tensor w = host_random({a->hidden, k}, 81, 1.0f / std::sqrt(static_cast<float>(k)));
+    const Tensor x0 = host_random({t, a->hidden}, 82);
+    auto bf16 = [](double v) {
+      return static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(v))));
+    };
+    int64_t bad = 0;
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t r = 0; r < a->hidden; ++r) {
+        double y = 0.0;
+        for (int64_t j = 0; j < k; ++j)
+          y += static_cast<double>(bf16(w.f32()[r * k + j])) * o.f32()[i * k + j];
+        const double want = bf16(bf16(x0.f32()[i * a->hidden + r]) + bf16(y));
+        const double got = ref[0].value.f32()[i * a->hidden + r];
+        // One bf16 step of y (the CPU's order may round y the other way), then of the sum.
+        const double tol = std::ldexp(std::fabs(y) + std::fabs(want), -8) + 1e-6;
+        bad += !(std::fabs(got - want) <= tol);
+      }
+    EXPECT_EQ(bad, 0) << c->name() << ": residual elements off the definition";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 7);  // every case but the three-call one
+}
+
 // The fused CUDA qkv_rope_attention against the same GPU's composition (qkv_rope_store_kernel,
 // then gqa_decode_kernel + combine_splits_kernel): the kernels share their arithmetic
 // (qkv_rope_rows.cuh, gqa_decode.cuh, split_combine.cuh), so every output must be bit-equal:
@@ -1116,6 +1157,76 @@ TEST(FusedQkvRopeAttention, TensorCoreMatchesComposedOnGpuBitwise) {
   EXPECT_EQ(checked, 21);
   // llama x7, llama_ragged x3, g4, g8, g16, qwen3, qwen3_ragged, repeat x2 (unless generic).
   EXPECT_EQ(fused_cases, decode_on ? 17 : 0);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// attention_o_proj on CUDA with the fusion switched on (opt-in; the split combine folded into the
+// projection, kernels/attn_o_proj.h) against the same GPU's composition (qkv_rope_attention, then
+// the o_proj GEMV): the new K/V and the rest of the pool bit-equal (the same store and decode
+// kernels), the residual equal to bf16 rounding (the projection's sum runs in another order), and
+// the fused kernel ran exactly for the one-token Qwen3-30B-A3B cases with several splits. Then the
+// same with the fusion off: no fused launch, and every output bit-equal to the composition.
+class ComposedOProjBackend final : public ProfilingBackend {
+ public:
+  explicit ComposedOProjBackend(Backend& inner) : ProfilingBackend(inner) {}
+  void attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
+                        const Tensor& w_o, Tensor& residual) override {
+    attention_o_proj_composed(*this, store, attn, w_o, residual);
+  }
+};
+
+TEST(FusedAttentionOProj, MatchesComposedOnGpu) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  auto& cb = static_cast<cuda::CudaBackend&>(*be);
+  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
+  const bool decode_on = !(decode_env && std::string(decode_env) == "generic");
+  ComposedOProjBackend composed(*be);
+  int64_t checked = 0, fused_total = 0;
+  for (int on : {1, 0}) {
+    cb.set_attn_o_proj(on);
+    for (const auto& c : all_cases()) {
+      const auto* a = dynamic_cast<const TestAttentionOProj*>(c.get());
+      if (a == nullptr) continue;
+      const int64_t before = cb.attn_o_proj_calls();
+      const std::vector<Output> fused = c->run(*be);
+      const int64_t fused_calls = cb.attn_o_proj_calls() - before;
+      const std::vector<Output> ref = c->run(composed);
+      EXPECT_EQ(cb.attn_o_proj_calls() - before, fused_calls) << "the composed run fused";
+      // One token of Qwen3-30B-A3B's shape with more than one split (split size 64).
+      const bool takes =
+          on == 1 && decode_on && a->ctx.size() == 1 && a->hidden == 2048 && a->ctx[0] > 64;
+      EXPECT_EQ(fused_calls, takes ? a->calls : 0) << c->name() << ": fused kernel calls";
+      fused_total += fused_calls;
+      ASSERT_EQ(fused.size(), ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        int64_t bad = 0, differ = 0;
+        double worst = 0.0;
+        for (int64_t j = 0; j < ref[i].value.numel(); ++j) {
+          const float x = ref[i].value.f32()[j], y = fused[i].value.f32()[j];
+          if (x == y) continue;
+          ++differ;
+          // Residual: within one bf16 step of values up to 1 (x's scale), else relative.
+          const double diff = std::fabs(static_cast<double>(x) - y);
+          const double tol = std::ldexp(1.0, -8) * (std::fabs(static_cast<double>(x)) + 1.0);
+          worst = std::max(worst, diff / tol);
+          bad += !(ref[i].name == "x" && on == 1 && diff <= tol);
+        }
+        std::printf("[op] %-62s o_proj %d %-9s differ=%lld of %lld (worst %.2f of tol) %s\n",
+                    c->name().c_str(), on, ref[i].name.c_str(), static_cast<long long>(differ),
+                    static_cast<long long>(ref[i].value.numel()), worst,
+                    bad == 0 ? "PASS" : "FAIL");
+        EXPECT_EQ(bad, 0) << c->name() << " o_proj " << on << " output '" << ref[i].name << "'";
+      }
+      ++checked;
+    }
+  }
+  cb.set_attn_o_proj(-1);
+  EXPECT_EQ(checked, 16);                     // 8 cases, fusion on and off
+  EXPECT_EQ(fused_total, decode_on ? 6 : 0);  // ctx 65, 2049, 4100, and 3 calls at 700
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

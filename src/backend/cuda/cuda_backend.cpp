@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/attention_prefill_mma.h"
 #include "backend/cuda/kernels/attention_prefill_wgmma.h"
+#include "backend/cuda/kernels/attn_o_proj.h"
 #include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/gemv.h"
@@ -1084,6 +1085,72 @@ bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
   if (!launch_qkv_rope_gqa_decode_mma(k, sk, stream_)) return false;
   CUDA_CHECK_LAUNCH("qkv_rope_attention (tensor cores)");
   ++fused_attention_calls_;
+  return true;
+}
+
+void CudaBackend::attention_o_proj(const QkvRopeStoreParams& store,
+                                   const PagedAttentionParams& attn, const Tensor& w_o,
+                                   Tensor& residual) {
+  if (!try_attention_o_proj(store, attn, w_o, residual))
+    attention_o_proj_composed(*this, store, attn, w_o, residual);
+}
+
+bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const PagedAttentionParams& at,
+                                       const Tensor& w_o, Tensor& residual) {
+  static const bool env_on = [] {  // opt-in: slower on the H200 (run 34)
+    const char* v = std::getenv("DEEPINFER_ATTN_O_PROJ");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  // Bit-for-bit batch invariance (design.md "Determinism") keeps the GEMV's summation order.
+  static const bool invariant = [] {
+    const char* v = std::getenv("DEEPINFER_BATCH_INVARIANT");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  const bool on = attn_o_proj_override_ >= 0 ? attn_o_proj_override_ != 0 : env_on;
+  if (!on || invariant || f32_ || !gqa_decode_enabled()) return false;
+  if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
+        at.batch == st.batch && at.q_rope == nullptr && at.head_w == nullptr &&
+        at.q->raw() == st.q_out->raw() && at.pool->raw() == st.pool->raw() && at.layer == st.layer))
+    return false;
+  const PagedBatch& b = *st.batch;
+  if (b.num_tokens != 1 || b.num_seqs != 1 || fused_mma_attention_) return false;
+  if (at.head_dim_v != cuda::kAttnOProjDim || at.num_kv_heads <= 0 ||
+      !cuda::gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
+    return false;
+  const int64_t k = int64_t{at.num_q_heads} * at.head_dim_v;
+  if (w_o.dtype() != DType::kBF16 || w_o.dim() != 2 || w_o.size(1) != k ||
+      residual.dtype() != DType::kBF16 || residual.numel() != w_o.size(0) ||
+      w_o.device() != Device::kCUDA || residual.device() != Device::kCUDA)
+    return false;
+  const int hidden = static_cast<int>(w_o.size(0));
+  const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_);
+  if (rows == 0) return false;
+  check_qkv_rope_store(st, dt_);
+  check_paged_attention(at, dt_);
+  Tensor ws;
+  const PagedAttentionKernelParams kp = planned_decode_params(at, ws);
+  // One split writes the output itself (nothing to merge): the composed ops.
+  if (kp.num_splits <= 1 || !cuda::gqa_decode_mma_takes(kp)) return false;
+  const int row_blocks = hidden / rows, ranks = at.num_q_heads / cuda::kAttnOProjHeads;
+  if (!reserve_attention_counters(row_blocks)) return false;  // inside a capture: no growing
+  qkv_rope_store(st);
+  DI_CHECK(cuda::launch_gqa_decode_mma(kp, stream_), "cuda attention_o_proj: decode kernel");
+  CUDA_CHECK_LAUNCH("attention_o_proj (decode)");
+  cuda::AttnOProjParams op{};
+  op.partial_o = kp.partial_o;
+  op.partial_ml = kp.partial_ml;
+  op.num_splits = kp.num_splits;
+  op.num_q_heads = at.num_q_heads;
+  op.w = cptr<bf16_t>(w_o);
+  op.x = mptr<bf16_t>(residual);
+  op.hidden = hidden;
+  op.rows_per_cta = rows;
+  op.counters = attention_counters_;
+  Tensor part = empty({int64_t{row_blocks} * ranks * rows}, DType::kF32);
+  op.partials = mptr<float>(part);
+  CUDA_CHECK(cuda::launch_attn_o_proj(op, stream_));
+  CUDA_CHECK_LAUNCH("attention_o_proj");
+  ++attn_o_proj_calls_;
   return true;
 }
 

@@ -86,6 +86,16 @@ class CudaBackend final : public Backend {
   // Llama-3.1-8B batch 1 205.7 -> 191.4 tok/s). DEEPINFER_ATTN_DECODE=generic always composes.
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
+  // qkv_rope_attention, then the output projection into the residual (the composed ops). Opt-in
+  // (DEEPINFER_ATTN_O_PROJ=1 or set_attn_o_proj(1); -1: the env again), for one decode token on
+  // the tensor-core decode kernel with several splits: the split combine inside the projection
+  // (kernels/attn_o_proj.h; same attention values, the projection summed in another order).
+  // Slower on the H200 (run 34: Qwen3-30B-A3B batch 1 387.7 -> 348.1 tok/s): its 128 KB CTAs
+  // do not all fit beside the decode kernel's, so W_o does not all load during the attention.
+  void attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
+                        const Tensor& w_o, Tensor& residual) override;
+  void set_attn_o_proj(int on) { attn_o_proj_override_ = on; }
+  int64_t attn_o_proj_calls() const { return attn_o_proj_calls_; }  // fused launches (tests)
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
   void set_fused_mma_attention(bool on) { fused_mma_attention_ = on; }
   bool fused_mma_attention() const { return fused_mma_attention_; }
@@ -243,6 +253,8 @@ class CudaBackend final : public Backend {
   bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
   bool try_qkv_rope_attention_mma(const QkvRopeStoreParams& store,
                                   const PagedAttentionParams& attn);
+  bool try_attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
+                            const Tensor& w_o, Tensor& residual);
   // The decode kernels' params for attn with the plan paged_attention would make (same splits,
   // same bits) and, for several splits, their workspace allocated into ws.
   PagedAttentionKernelParams planned_decode_params(const PagedAttentionParams& attn, Tensor& ws);
@@ -264,6 +276,8 @@ class CudaBackend final : public Backend {
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
+  int attn_o_proj_override_ = -1;  // -1: DEEPINFER_ATTN_O_PROJ (default off)
+  int64_t attn_o_proj_calls_ = 0;
   MlaDecodeKernel mla_decode_kernel_ = [] {
     const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
     if (env != nullptr && std::string(env) == "0") return MlaDecodeKernel::kGeneric;

@@ -117,6 +117,8 @@ int gqa_decode_mma_splits_per_cta();
 void set_gqa_decode_mma_splits_per_cta(int spc);
 // Launches it for a decode call when gqa_decode_mma_for and the layout allow; false otherwise.
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream);
+// Whether launch_gqa_decode_mma would take p (it launches nothing when not).
+bool gqa_decode_mma_takes(const PagedAttentionKernelParams& p);
 
 // The bf16 split combine after a decode kernel (combine_splits_kernel, a PDL dependent): merges
 // the num_splits partials of every row into out in split order; nothing for one split.

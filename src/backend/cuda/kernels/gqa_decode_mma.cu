@@ -490,9 +490,13 @@ int mma_splits_per_cta(const PagedAttentionKernelParams& p) {
 
 }  // namespace
 
+bool gqa_decode_mma_takes(const PagedAttentionKernelParams& p) {
+  return mma_splits_per_cta(p) != 0 && reinterpret_cast<uintptr_t>(p.q) % 4 == 0;
+}
+
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream) {
+  if (!gqa_decode_mma_takes(p)) return false;
   const int spc = mma_splits_per_cta(p);
-  if (spc == 0 || reinterpret_cast<uintptr_t>(p.q) % 4 != 0) return false;
   const int group = p.num_q_heads / p.num_kv_heads;
   const QkvRopeStoreKernelParams unused{};
   return p.head_dim_qk == 64 ? launch_d<64, false>(p, group, spc, unused, stream)

@@ -25,6 +25,7 @@ enum TraceSite : uint32_t {
   kTraceMlaClusterDecode = 9,
   kTraceMlaMergeUv = 10,
   kTraceArgmax = 11,
+  kTraceAttnOProj = 12,  // tag = hidden
 };
 
 struct TraceEvent {
