@@ -74,16 +74,17 @@ __device__ __forceinline__ void store_silu(const GemvParams& p, int m, int64_t r
   static_cast<bf16*>(p.y)[m * p.ldy + r] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
 }
 
-// Staged inputs per 8 (kXSlots 16-byte slots): the 8 bf16 values, or for one row on the register
-// path (M = 1, S = 0: the batch-1 projections) the same 8 values as floats in two planes (floats
-// 0-3 of every vector, then floats 4-7: 16 bytes per lane, no bank conflict), so that the main
-// loop reads them without unpacking (same values, same fmaf: same bits). The rings and the bulk
-// path keep bf16 (their shared memory sets how many CTAs fit on an SM).
+// Staged inputs per 8 (kXSlots 16-byte slots, gemv.h's gemv_x_slots): the 8 bf16 values, or for
+// one row on the register path (M = 1, S = 0: the batch-1 projections) the same 8 values as
+// floats in two planes (floats 0-3 of every vector, then floats 4-7: 16 bytes per lane, no bank
+// conflict), so that the main loop reads them without unpacking (same values, same fmaf: same
+// bits). The rings and the bulk path keep bf16 (their shared memory sets how many CTAs fit on an
+// SM).
 template <int M, int S>
-constexpr int kXSlots = M == 1 && S == 0 ? 2 : 1;
+constexpr int kXSlots = gemv_x_slots(M, S);
 template <int M, int S>
 constexpr int64_t staged_bytes(int k) {
-  return int64_t{M} * k * 2 * kXSlots<M, S>;
+  return gemv_staged_bytes(M, S, k);
 }
 
 // Stores staged vector i of n (the bf16 values of 8 inputs).

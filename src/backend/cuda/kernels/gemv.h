@@ -48,10 +48,21 @@ struct GemvParams {
   bool silu_out = false;
 };
 
-// The most shared memory a CTA needs for the staged activations (m * k bf16; one row: k floats,
-// as the register path stages them).
+// 16-byte slots per 8 staged inputs for m rows and a ring of `ring_stages` (0: the register path):
+// the 8 bf16 values, or for one row on the register path (the batch-1 projections) the same 8
+// values as floats in two planes (gemv.cu, put_x / get_x). The one definition both the kernel's
+// layout and the host's shared-memory bound use.
+constexpr int gemv_x_slots(int m, int ring_stages) {
+  return m == 1 && ring_stages == 0 ? 2 : 1;
+}
+constexpr int64_t gemv_staged_bytes(int m, int ring_stages, int64_t k) {
+  return int64_t{m} * k * 2 * gemv_x_slots(m, ring_stages);
+}
+
+// The most shared memory a CTA needs for the staged activations: the register path's (m * k
+// bf16; one row: k floats), which no other path exceeds.
 inline int64_t gemv_smem_bytes(int32_t m, int32_t k) {
-  return m == 1 ? int64_t{k} * 4 : int64_t{m} * k * 2;
+  return gemv_staged_bytes(m, 0, k);
 }
 
 // Whether launch_gemv handles these shapes: 1 <= m <= kGemvMaxRows, k % 8 == 0, 16-byte aligned
