@@ -1123,7 +1123,12 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
       w_o.device() != Device::kCUDA || residual.device() != Device::kCUDA)
     return false;
   const int hidden = static_cast<int>(w_o.size(0));
-  const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_);
+  // Heads per CTA: 4 (one 128 KB CTA per SM), or DEEPINFER_ATTN_O_PROJ_HEADS=2 (two of 64 KB).
+  static const int heads = [] {
+    const char* v = std::getenv("DEEPINFER_ATTN_O_PROJ_HEADS");
+    return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 4;
+  }();
+  const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_, heads);
   if (rows == 0) return false;
   check_qkv_rope_store(st, dt_);
   check_paged_attention(at, dt_);
@@ -1131,7 +1136,7 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
   const PagedAttentionKernelParams kp = planned_decode_params(at, ws);
   // One split writes the output itself (nothing to merge): the composed ops.
   if (kp.num_splits <= 1 || !cuda::gqa_decode_mma_takes(kp)) return false;
-  const int row_blocks = hidden / rows, ranks = at.num_q_heads / cuda::kAttnOProjHeads;
+  const int row_blocks = hidden / rows, ranks = at.num_q_heads / heads;
   if (!reserve_attention_counters(row_blocks)) return false;  // inside a capture: no growing
   qkv_rope_store(st);
   DI_CHECK(cuda::launch_gqa_decode_mma(kp, stream_), "cuda attention_o_proj: decode kernel");
@@ -1145,6 +1150,7 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
   op.x = mptr<bf16_t>(residual);
   op.hidden = hidden;
   op.rows_per_cta = rows;
+  op.heads_per_cta = heads;
   op.counters = attention_counters_;
   Tensor part = empty({int64_t{row_blocks} * ranks * rows}, DType::kF32);
   op.partials = mptr<float>(part);

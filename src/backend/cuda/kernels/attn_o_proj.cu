@@ -1,22 +1,26 @@
 // The split combine folded into the output projection: attn_o_proj.h has the design.
 #include "backend/cuda/kernels/attn_o_proj.h"
 
+#include <algorithm>
+
 #include "backend/cuda/kernels/common.cuh"
 
 namespace di::cuda {
 namespace {
 
-constexpr int kH = kAttnOProjHeads;
 constexpr int kD = kAttnOProjDim;
 constexpr int kGroupThreads = 128;  // combine_splits_kernel's block size: its reduction tree
-constexpr int kThreads = kH * kGroupThreads;
-constexpr int kCols = kH * kD;      // W_o columns per CTA
-constexpr int kChunks = kCols / 8;  // 16-byte chunks per W_o row of the block
 constexpr int kSplitChunk = 256;    // split weights per pass (combine_split_row_dim's)
+constexpr int kMaxRows = 128;       // R at most (y_s)
+constexpr int kMaxRanks = 16;       // CTAs per row block at most (num_q_heads / H <= 16)
+// H heads per CTA (a 128-thread group each): H · 128 W_o columns, H · 16 16-byte chunks per row.
+template <int H>
+constexpr int kThreadsOf = H* kGroupThreads;
+template <int H>
+constexpr int kChunksOf = H* kD / 8;
 // The o values of the first kPre splits are loaded with the (max, sum) pairs, so that the
 // merge's loads are one round trip through L2 up to kPre splits (33 at ctx 2048, split 64).
 constexpr int kPre = 36;
-static_assert(kChunks == 64, "a warp reads a W_o row as two 512-byte halves");
 
 // Reductions over one 128-thread group (named barrier 1 + g), in block_sum / block_max's tree
 // for a block of 128 threads, so the merge has combine_splits_kernel's bits.
@@ -48,17 +52,24 @@ __device__ __forceinline__ float round_bf16(float v) {
 
 // The CTA's o values as floats in two planes, as the one-row GEMV stages x: chunk k's values
 // 0-3 at lo[4k], 4-7 at hi[4k] (lane L's 16-byte reads of chunk L + 32 i are consecutive).
+template <int kChunks>
 struct OPlanes {
   float lo[kChunks * 4];
   float hi[kChunks * 4];
 };
 
-// At most 64 registers (two CTAs' worth): a CTA must fit beside the GQA decode kernel's.
-__global__ void __launch_bounds__(kThreads, 2) attn_o_proj_kernel(AttnOProjParams p) {
+// Registers: a CTA must fit beside the GQA decode kernel's (H = 4: 512 threads at <= 64
+// registers; H = 2: 256 threads at <= 80, two CTAs per SM beside it).
+template <int H>
+__global__ void __launch_bounds__(kThreadsOf<H>, H == 4 ? 2 : 3)
+    attn_o_proj_kernel(AttnOProjParams p) {
+  constexpr int kH = H, kThreads = kThreadsOf<H>, kChunks = kChunksOf<H>, kCols = H * kD;
+  constexpr int kPerLane = kChunks / 32;  // 16-byte chunks of a W_o row per lane
+  static_assert(kChunks % 32 == 0, "a warp reads a W_o row in 512-byte pieces");
   DI_TRACE_SCOPE(kTraceAttnOProj, static_cast<uint32_t>(p.hidden));
   extern __shared__ __align__(16) uint4 w_s[];  // [R][kChunks]
-  __shared__ __align__(16) OPlanes o_s;
-  __shared__ float y_s[kAttnOProjMaxSmemW / (kCols * 2)];  // [R] this CTA's partial rows
+  __shared__ __align__(16) OPlanes<kChunks> o_s;
+  __shared__ float y_s[kMaxRows];  // [R] this CTA's partial rows
   __shared__ float split_w[kH][kSplitChunk];
   __shared__ float scratch[kH][2][4];
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
@@ -131,25 +142,26 @@ __global__ void __launch_bounds__(kThreads, 2) attn_o_proj_kernel(AttnOProjParam
   __syncthreads();  // o and this thread's W_o copies -> every warp
   DI_TRACE_MARK();  // merged, W_o landed
 
-  // y[r] = Σ_c W[r, c] · o[c] for the block's rows: warp w takes rows w, w + 16, ...; lane L
-  // chunks L and L + 32 (the GEMV's lane order), then warp_sum.
+  // y[r] = Σ_c W[r, c] · o[c] for the block's rows: warp w takes rows w, w + W, ...; lane L
+  // chunks L, L + 32, ... (the GEMV's lane order), then warp_sum.
   {
-    float o1[8], o2[8];
-    const float4 a = reinterpret_cast<const float4*>(o_s.lo)[lane];
-    const float4 b = reinterpret_cast<const float4*>(o_s.hi)[lane];
-    const float4 c = reinterpret_cast<const float4*>(o_s.lo)[lane + 32];
-    const float4 e = reinterpret_cast<const float4*>(o_s.hi)[lane + 32];
-    o1[0] = a.x, o1[1] = a.y, o1[2] = a.z, o1[3] = a.w, o1[4] = b.x, o1[5] = b.y, o1[6] = b.z,
-    o1[7] = b.w;
-    o2[0] = c.x, o2[1] = c.y, o2[2] = c.z, o2[3] = c.w, o2[4] = e.x, o2[5] = e.y, o2[6] = e.z,
-    o2[7] = e.w;
+    float ov[kPerLane][8];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const float4 a = reinterpret_cast<const float4*>(o_s.lo)[lane + 32 * i];
+      const float4 b = reinterpret_cast<const float4*>(o_s.hi)[lane + 32 * i];
+      ov[i][0] = a.x, ov[i][1] = a.y, ov[i][2] = a.z, ov[i][3] = a.w;
+      ov[i][4] = b.x, ov[i][5] = b.y, ov[i][6] = b.z, ov[i][7] = b.w;
+    }
 #pragma unroll 1
     for (int r = warp; r < R; r += kThreads / 32) {
-      float w1[8], w2[8];
-      unpack8(w_s[r * kChunks + lane], w1);
-      unpack8(w_s[r * kChunks + lane + 32], w2);
-      float acc = dot8(w1, o1, 0.0f);
-      acc = dot8(w2, o2, acc);
+      float acc = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        float w[8];
+        unpack8(w_s[r * kChunks + lane + 32 * i], w);
+        acc = dot8(w, ov[i], acc);
+      }
       acc = warp_sum(acc);
       if (lane == 0) y_s[r] = acc;
     }
@@ -177,29 +189,38 @@ __global__ void __launch_bounds__(kThreads, 2) attn_o_proj_kernel(AttnOProjParam
 
 }  // namespace
 
-int attn_o_proj_rows_per_cta(int hidden, int num_q_heads, int num_sms) {
-  if (num_q_heads % kH != 0) return 0;
-  const int ranks = num_q_heads / kH;
-  if (ranks < 1) return 0;
-  for (int r = kAttnOProjMaxSmemW / (kCols * 2); r >= 16; r -= 16) {
+int attn_o_proj_rows_per_cta(int hidden, int num_q_heads, int num_sms, int heads_per_cta) {
+  const int h = heads_per_cta;
+  if ((h != 2 && h != 4) || num_q_heads % h != 0 || num_q_heads / h > kMaxRanks) return 0;
+  const int ranks = num_q_heads / h, cols = h * kD;
+  const int per_sm = h == 4 ? 1 : 2;  // CTAs of the grid per SM (H = 2: 64 KB each)
+  for (int r = std::min(kMaxRows, kAttnOProjMaxSmemW / per_sm / (cols * 2)); r >= 16; r -= 16) {
     if (hidden % r != 0) continue;
-    return int64_t{hidden / r} * ranks <= num_sms ? r : 0;
+    return int64_t{hidden / r} * ranks <= int64_t{num_sms} * per_sm ? r : 0;
   }
   return 0;
 }
 
-cudaError_t launch_attn_o_proj(const AttnOProjParams& p, cudaStream_t stream) {
-  const int ranks = p.num_q_heads / kH;
-  const int smem = p.rows_per_cta * kCols * 2;
-  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(&attn_o_proj_kernel), smem);
+namespace {
+template <int H>
+cudaError_t launch_heads(const AttnOProjParams& p, cudaStream_t stream) {
+  const int ranks = p.num_q_heads / H;
+  const int smem = p.rows_per_cta * H * kD * 2;
+  cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(&attn_o_proj_kernel<H>), smem);
   if (err != cudaSuccess) return err;
   // The largest shared-memory carveout (as measured in run 34), set on every launch: function
   // attributes are per device, and this path is opt-in.
-  err =
-      cudaFuncSetAttribute(attn_o_proj_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  err = cudaFuncSetAttribute(attn_o_proj_kernel<H>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             100);
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(ranks), static_cast<unsigned>(p.hidden / p.rows_per_cta));
-  return launch_pdl(attn_o_proj_kernel, grid, dim3(kThreads), static_cast<size_t>(smem), stream, p);
+  return launch_pdl(attn_o_proj_kernel<H>, grid, dim3(kThreadsOf<H>), static_cast<size_t>(smem),
+                    stream, p);
+}
+}  // namespace
+
+cudaError_t launch_attn_o_proj(const AttnOProjParams& p, cudaStream_t stream) {
+  return p.heads_per_cta == 2 ? launch_heads<2>(p, stream) : launch_heads<4>(p, stream);
 }
 
 }  // namespace di::cuda

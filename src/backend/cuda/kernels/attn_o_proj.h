@@ -37,19 +37,20 @@ struct AttnOProjParams {
   __nv_bfloat16* x;        // the residual [hidden]: x += W_o · attn (bf16, as the GEMV)
   int32_t hidden;
   int32_t rows_per_cta;  // R
+  int32_t heads_per_cta;  // H: 4 (512 threads, up to 128 KB of W_o) or 2 (256, up to 64 KB)
   float* partials;       // [hidden / R][C][R] workspace: each CTA's partial rows
   uint32_t* counters;    // [hidden / R], zero (the last CTA of a row block resets its)
 };
 
-constexpr int kAttnOProjHeads = 4;              // H: q heads per CTA (a 128-thread group each)
 constexpr int kAttnOProjDim = 128;              // head_dim_v
 constexpr int kAttnOProjMaxSmemW = 128 * 1024;  // W_o bytes per CTA
 
-// R for a projection of `hidden` rows over `num_q_heads` heads of 128 on `num_sms` SMs: the
-// largest R whose W_o block fits kAttnOProjMaxSmemW, divides hidden, is a multiple of 16 and of
-// the cluster size, with at most num_sms CTAs (so that every CTA loads its block during the
-// attention). 0 when there is none or the heads do not form clusters of at most 8 CTAs.
-int attn_o_proj_rows_per_cta(int hidden, int num_q_heads, int num_sms);
+// R for a projection of `hidden` rows over `num_q_heads` heads of 128, H = heads_per_cta (4 or
+// 2) heads per CTA, on `num_sms` SMs: the largest R (<= 128, a multiple of 16 dividing hidden)
+// whose W_o block fits kAttnOProjMaxSmemW (H = 4: one CTA per SM) or half of it (H = 2: two),
+// with at most that many CTAs per SM (so that every CTA can load its block during the
+// attention). 0 when there is none.
+int attn_o_proj_rows_per_cta(int hidden, int num_q_heads, int num_sms, int heads_per_cta);
 
 // Launches the kernel as a PDL dependent of the stream's previous kernel (the GQA decode kernel
 // that wrote the partials). p.rows_per_cta from attn_o_proj_rows_per_cta (> 0).
