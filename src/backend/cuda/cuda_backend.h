@@ -90,8 +90,8 @@ class CudaBackend final : public Backend {
   // (DEEPINFER_ATTN_O_PROJ=1 or set_attn_o_proj(1); -1: the env again), for one decode token on
   // the tensor-core decode kernel with several splits: the split combine inside the projection
   // (kernels/attn_o_proj.h; same attention values, the projection summed in another order).
-  // Slower on the H200 (run 34: Qwen3-30B-A3B batch 1 387.7 -> 348.1 tok/s): its 128 KB CTAs
-  // do not all fit beside the decode kernel's, so W_o does not all load during the attention.
+  // Slower on the H200 (run 34: Qwen3-30B-A3B batch 1 387.7 -> 348.1 tok/s; 2 heads per CTA,
+  // DEEPINFER_ATTN_O_PROJ_HEADS=2: 386 -> 366): see kernels/attn_o_proj.h.
   void attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
                         const Tensor& w_o, Tensor& residual) override;
   void set_attn_o_proj(int on) { attn_o_proj_override_ = on; }

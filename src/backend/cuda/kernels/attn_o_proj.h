@@ -3,8 +3,9 @@
 // on CUDA): instead of combine_splits_kernel writing the attention output and the o_proj GEMV
 // reading it back, one kernel splits o_proj's k over the q heads:
 //
-//   grid (C, hidden / R), C·H = num_q_heads (H = 4); CTA (q, b): q heads q·H .. q·H + H - 1,
-//   output rows b·R .. b·R + R - 1 (R·H·128·2 B of W_o <= 128 KB; at most one CTA per SM)
+//   grid (C, hidden / R), C·H = num_q_heads (H = 4, or 2 with DEEPINFER_ATTN_O_PROJ_HEADS=2);
+//   CTA (q, b): q heads q·H .. q·H + H - 1, output rows b·R .. b·R + R - 1 (R·H·128·2 B of W_o:
+//   <= 128 KB at one CTA per SM for H = 4, <= 64 KB at two for H = 2)
 //   before griddepcontrol.wait: its W_o block (R rows x H·128 columns) into shared memory
 //              (cp.async): the GQA decode kernel is running, and HBM has little else to do
 //   after it:  each 128-thread group merges one head's splits (combine_splits_kernel's
@@ -17,10 +18,12 @@
 // One dependent stage (the combine kernel) and o_proj's activation staging go away. The sum over
 // k runs in another order than the one-row GEMV's, so x may differ from the composed path in the
 // last bit (the attention values themselves are bit-equal). Opt-in (DEEPINFER_ATTN_O_PROJ=1):
-// slower on the H200 (run 34, Qwen3-30B-A3B batch 1 -10 %; docs/cuda_backend.md "The split
-// combine inside o_proj"): a 128 KB CTA fits beside the decode kernel's CTAs on some SMs only,
-// so part of W_o loads after the attention. A first version reduced the C partials in a cluster
-// through distributed shared memory (-12 %): not all 16 clusters of 8 were resident at once.
+// slower on the H200 (run 34, Qwen3-30B-A3B batch 1; docs/cuda_backend.md "The split combine
+// inside o_proj"): H = 4 -10 % (a 128 KB CTA fits beside the decode kernel's CTAs on some SMs
+// only, so part of W_o loads after the attention), H = 2 -5 % (all resident; the merge and the
+// hand-off after the wait take longer than the combine kernel and the GEMV). A first version
+// reduced the C partials in a cluster through distributed shared memory (-12 %): not all 16
+// clusters of 8 were resident at once.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
