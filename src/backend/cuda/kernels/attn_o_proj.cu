@@ -12,7 +12,6 @@ constexpr int kD = kAttnOProjDim;
 constexpr int kGroupThreads = 128;  // combine_splits_kernel's block size: its reduction tree
 constexpr int kSplitChunk = 256;    // split weights per pass (combine_split_row_dim's)
 constexpr int kMaxRows = 128;       // R at most (y_s)
-constexpr int kMaxRanks = 16;       // CTAs per row block at most (num_q_heads / H <= 16)
 // H heads per CTA (a 128-thread group each): H · 128 W_o columns, H · 16 16-byte chunks per row.
 template <int H>
 constexpr int kThreadsOf = H* kGroupThreads;
@@ -44,10 +43,6 @@ __device__ __forceinline__ float group_max(float v, float* scratch, int g) {
   group_bar(g);
   v = lane < 4 ? scratch[lane] : -INFINITY;
   return warp_max(v);
-}
-
-__device__ __forceinline__ float round_bf16(float v) {
-  return to_f32(from_f32<bf16>(v));
 }
 
 // The CTA's o values as floats in two planes, as the one-row GEMV stages x: chunk k's values
@@ -191,7 +186,8 @@ __global__ void __launch_bounds__(kThreadsOf<H>, H == 4 ? 2 : 3)
 
 int attn_o_proj_rows_per_cta(int hidden, int num_q_heads, int num_sms, int heads_per_cta) {
   const int h = heads_per_cta;
-  if ((h != 2 && h != 4) || num_q_heads % h != 0 || num_q_heads / h > kMaxRanks) return 0;
+  // Bit-for-bit batch invariance (design.md "Determinism") keeps the GEMV's summation order.
+  if (batch_invariant_env() || (h != 2 && h != 4) || num_q_heads % h != 0) return 0;
   const int ranks = num_q_heads / h, cols = h * kD;
   const int per_sm = h == 4 ? 1 : 2;  // CTAs of the grid per SM (H = 2: 64 KB each)
   for (int r = std::min(kMaxRows, kAttnOProjMaxSmemW / per_sm / (cols * 2)); r >= 16; r -= 16) {

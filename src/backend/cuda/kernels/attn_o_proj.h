@@ -52,7 +52,7 @@ constexpr int kAttnOProjMaxSmemW = 128 * 1024;  // W_o bytes per CTA
 // 2) heads per CTA, on `num_sms` SMs: the largest R (<= 128, a multiple of 16 dividing hidden)
 // whose W_o block fits kAttnOProjMaxSmemW (H = 4: one CTA per SM) or half of it (H = 2: two),
 // with at most that many CTAs per SM (so that every CTA can load its block during the
-// attention). 0 when there is none.
+// attention). 0 when there is none, and under DEEPINFER_BATCH_INVARIANT=1 (the GEMV's order).
 int attn_o_proj_rows_per_cta(int hidden, int num_q_heads, int num_sms, int heads_per_cta);
 
 // Launches the kernel as a PDL dependent of the stream's previous kernel (the GQA decode kernel

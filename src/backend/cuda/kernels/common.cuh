@@ -127,6 +127,10 @@ template <>
 __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ bf16 from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
+// v rounded to bf16 (nearest even), as a float: what a bf16 output holds.
+__device__ __forceinline__ float round_bf16(float v) {
+  return to_f32(from_f32<bf16>(v));
+}
 
 // Thread i of the CTA prefetches the 128-byte line i of [base, base + bytes) into L1 (threads past
 // the range do nothing): a CTA of at least bytes / 128 threads covers it. For what a kernel reads

@@ -21,8 +21,6 @@ constexpr int kMaxDynSmem = 220 * 1024;
 template <int M>
 constexpr int kLoadsPerLane = M <= 2 ? 8 : 4;
 
-__device__ __forceinline__ float round_bf16(float v) { return to_f32(from_f32<bf16>(v)); }
-
 // Two floats to a bf16 pair (round to nearest even, as from_f32<bf16>); a goes to the low half.
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
   const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(a));
