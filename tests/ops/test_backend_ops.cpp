@@ -1019,9 +1019,7 @@ TEST(BackendOpsTable, AttentionOProjCpuReferenceIsResidualPlusProjection) {
     const int64_t t = in.s.num_tokens, k = int64_t{a->hq} * a->d;
     const Tensor w = host_random({a->hidden, k}, 81, 1.0f / std::sqrt(static_cast<float>(k)));
     const Tensor x0 = host_random({t, a->hidden}, 82);
-    auto bf16 = [](double v) {
-      return static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(v))));
-    };
+    auto bf16 = [](double v) { return static_cast<double>(round_bf16(static_cast<float>(v))); };
     int64_t bad = 0;
     for (int64_t i = 0; i < t; ++i)
       for (int64_t r = 0; r < a->hidden; ++r) {

@@ -1013,19 +1013,26 @@ void CudaBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
   if (!try_qkv_rope_attention(store, attn)) qkv_rope_attention_composed(*this, store, attn);
 }
 
+namespace {
+
+// Whether `at` attends what `st` stores, as the fused attention paths need it: every tensor given,
+// one query (no q_rope), and the same query, pool, layer, batch and pool layout. Anything else,
+// incl. a malformed call, goes to the composed ops (whose checks name the problem).
+bool attention_reads_store(const QkvRopeStoreParams& st, const PagedAttentionParams& at) {
+  return st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
+         at.batch && at.q_rope == nullptr && at.batch == st.batch &&
+         at.q->raw() == st.q_out->raw() && at.pool->raw() == st.pool->raw() &&
+         at.layer == st.layer && at.layout.num_blocks == st.layout.num_blocks &&
+         at.layout.num_layers == st.layout.num_layers &&
+         at.layout.block_size == st.layout.block_size &&
+         at.layout.entry_size == st.layout.entry_size;
+}
+
+}  // namespace
+
 bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
                                          const PagedAttentionParams& at) {
-  if (f32_ || !gqa_decode_enabled()) return false;
-  // Anything the fused kernel does not cover, incl. a malformed call, goes to the composed ops
-  // (whose checks name the problem).
-  if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
-        at.batch && at.q_rope == nullptr && at.batch == st.batch &&
-        at.q->raw() == st.q_out->raw() && at.pool->raw() == st.pool->raw() &&
-        at.layer == st.layer && at.layout.num_blocks == st.layout.num_blocks &&
-        at.layout.num_layers == st.layout.num_layers &&
-        at.layout.block_size == st.layout.block_size &&
-        at.layout.entry_size == st.layout.entry_size))
-    return false;
+  if (f32_ || !gqa_decode_enabled() || !attention_reads_store(st, at)) return false;
   const PagedBatch& b = *st.batch;
   if (b.num_tokens == 0 || b.num_seqs == 0) return false;
   // Groups the tensor-core decode kernel takes: that kernel with the prologue fused in (opt-in,
@@ -1101,17 +1108,9 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
     const char* v = std::getenv("DEEPINFER_ATTN_O_PROJ");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
-  // Bit-for-bit batch invariance (design.md "Determinism") keeps the GEMV's summation order.
-  static const bool invariant = [] {
-    const char* v = std::getenv("DEEPINFER_BATCH_INVARIANT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
   const bool on = attn_o_proj_override_ >= 0 ? attn_o_proj_override_ != 0 : env_on;
-  if (!on || invariant || f32_ || !gqa_decode_enabled()) return false;
-  if (!(st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
-        at.batch == st.batch && at.q_rope == nullptr && at.head_w == nullptr &&
-        at.q->raw() == st.q_out->raw() && at.pool->raw() == st.pool->raw() && at.layer == st.layer))
-    return false;
+  if (!on || f32_ || !gqa_decode_enabled()) return false;
+  if (!attention_reads_store(st, at) || at.head_w != nullptr) return false;
   const PagedBatch& b = *st.batch;
   if (b.num_tokens != 1 || b.num_seqs != 1 || fused_mma_attention_) return false;
   if (at.head_dim_v != cuda::kAttnOProjDim || at.num_kv_heads <= 0 ||
