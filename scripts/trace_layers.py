@@ -30,6 +30,7 @@ SITES = {
     10: "mla_merge_uv",
     11: "argmax",
     12: "attn_o_proj",
+    13: "moe_t1_fused",
 }
 
 

@@ -2,9 +2,9 @@
 //
 //   decode path (device alignment + gate_up/silu + down + combine, captured in a CUDA graph):
 //     DeepSeek-V2-Lite (H 2048, I 1408, E 64, top-6) and Qwen3-30B-A3B (H 2048, I 768, E 128,
-//     top-8) at 2 / 4 / 8 / 16 tokens per expert (T chosen so every expert is touched that often) and
-//     at T = 1; reports GB/s of expert weights read (touched experts x 3·H·I bf16) vs the 4.28 TB/s
-//     copy bandwidth, graph replay and eager times. Also path=decode_grouped: the tensor-core
+//     top-8) at 2 / 4 / 8 / 16 tokens per expert (T chosen so every expert is touched that often)
+//     and at T = 1; reports GB/s of expert weights read (touched experts x 3·H·I bf16) vs the 4.28
+//     TB/s copy bandwidth, graph replay and eager times. Also path=decode_grouped: the tensor-core
 //     grouped GEMM path at the same sizes (graph replay), except with --quick.
 //   prefill at T = 4096, both paths: cuBLAS per expert after one read-back of the counts (default)
 //     and the tensor-core grouped GEMM on device offsets (set_moe_grouped_gemm): TFLOP/s
@@ -14,7 +14,8 @@
 //     vs warp (one warp per token) for the V2-Lite, Qwen3-30B-A3B and V3 router configs at
 //     T = 1 / 32 / 256: "[moe] router=... T=... serial_us=... warp_us=..." (--router: only these).
 //
-//   bench_cuda_moe [--quick] [--grouped] [--router]   (--grouped: only the grouped prefill GEMM, so a fault in
+//   bench_cuda_moe [--quick] [--grouped] [--router] [--t1]   (--t1: one token only; --grouped: only
+//   the grouped prefill GEMM, so a fault in
 //                                          the opt-in kernel cannot hide the other numbers)
 // Prints "[moe] ..." lines (machine-readable key=value).
 #include <cuda_runtime.h>
@@ -99,7 +100,8 @@ Problem make_problem(cuda::CudaBackend& be, const MoeShape& s, int64_t tokens, u
   return p;
 }
 
-void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grouped_only) {
+void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grouped_only,
+                 bool t1_only) {
   ExpertWeights w{be.empty({s.experts, 2 * s.inter, s.hidden}, DType::kBF16),
                   be.empty({s.experts, s.hidden, s.inter}, DType::kBF16)};
   be.fill_random(w.gate_up, 11, 0.05f);
@@ -112,6 +114,7 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
   std::vector<std::pair<int64_t, int64_t>> runs{{1, 1}};  // (tokens_per_expert, T)
   for (int64_t tpe : {2, 4, 8, 16}) runs.emplace_back(tpe, (tpe * s.experts + s.top_k - 1) / s.top_k);
   if (grouped_only) runs.clear();
+  if (t1_only) runs.resize(1);
   for (auto [tpe, tokens] : runs) {
     Problem p = make_problem(be, s, tokens, 100 + static_cast<uint64_t>(tokens));
     if (tpe >= 2 && !quick) {
@@ -154,7 +157,7 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
   // Prefill at T = 4096: cuBLAS per expert after one counts read-back (the default), and the
   // tensor-core grouped GEMM on device offsets (opt-in, set_moe_grouped_gemm).
   for (const bool grouped : {false, true}) {
-    if (grouped != grouped_only) continue;
+    if (grouped != grouped_only || t1_only) continue;
     const int64_t tokens = 4096;
     Problem p = make_problem(be, s, tokens, 7);
     be.set_moe_grouped_gemm(grouped);
@@ -274,11 +277,12 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
 
 int main(int argc, char** argv) {
   using namespace di;
-  bool quick = false, grouped_only = false, router_only = false;
+  bool quick = false, grouped_only = false, router_only = false, t1_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--router")) router_only = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--grouped")) grouped_only = true;
+    if (!std::strcmp(argv[i], "--t1")) t1_only = true;  // one token only (the T = 1 kernels)
   }
   if (!cuda::cuda_available()) {
     std::printf("[moe] skipped: no CUDA device\n");
@@ -292,7 +296,7 @@ int main(int argc, char** argv) {
     }
     const MoeShape shapes[] = {{"v2lite", 2048, 1408, 64, 6}, {"qwen3_30b_a3b", 2048, 768, 128, 8}};
     for (const MoeShape& s : shapes) {
-      bench_shape(be, s, quick, grouped_only);
+      bench_shape(be, s, quick, grouped_only, t1_only);
       be.synchronize();
       be.allocator().release_cached();
     }

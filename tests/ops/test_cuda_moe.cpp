@@ -281,6 +281,51 @@ TEST(CudaMoeGraph, CaptureReplayBitwiseEqualsEager) {
   EXPECT_EQ(m3, 0.0);
 }
 
+// The one-token path with gate_up and down in one persistent kernel (MoeT1DownImpl::kFused)
+// captured in a CUDA graph: six replays, the routing changed between them (a skipped slot in
+// one), each bitwise equal to the two-kernel path run eagerly on the same ids; its grid barrier
+// resets itself from replay to replay.
+TEST(CudaMoeGraph, FusedOneTokenReplayBitwiseEqualsTwoKernels) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  const int64_t h = 2048, inter = 768, e = 16, k = 8;
+  const Tensor x = act(*be, host_fill({1, h}, 41, 1.0f));
+  const ExpertWeights w{act(*be, host_fill({e, 2 * inter, h}, 42, 0.05f)),
+                        act(*be, host_fill({e, h, inter}, 43, 0.05f))};
+  const Tensor wts = be->upload(host_fill({1, k}, 44, 1.0f), DType::kF32);
+  std::vector<std::vector<int32_t>> routes = {
+      {0, 3, 5, 7, 9, 11, 13, 15}, {1, 2, 4, 6, 8, 10, 12, 14}, {15, 14, -1, 12, 11, 10, 9, 8}};
+  Tensor ids = ints(*be, routes[0]).reshape({1, k});
+  Tensor y = be->empty({1, h}, DType::kBF16);
+  std::vector<Tensor> ref;
+  for (const auto& r : routes) {
+    be->copy_to_device(host_i32(r), ids);
+    be->moe_experts(x, ids, wts, w, y);
+    ref.push_back(be->download(y));
+  }
+  cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kFused);
+  be->copy_to_device(host_i32(routes[0]), ids);
+  be->synchronize();
+  const int64_t launches = cuda::moe_t1_fused_launches();
+  cuda::CudaGraph graph;
+  graph.capture(*be, [&] { be->moe_experts(x, ids, wts, w, y); });
+  cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kAuto);
+  ASSERT_EQ(cuda::moe_t1_fused_launches(), launches + 1);  // the capture took the one kernel
+  int bad = 0;
+  for (int rep = 0; rep < 6; ++rep) {
+    const size_t r = static_cast<size_t>(rep) % routes.size();
+    be->copy_to_device(host_i32(routes[r]), ids);
+    CUDA_CHECK(cudaMemsetAsync(y.raw(), 0, y.nbytes(), be->stream()));
+    graph.replay();
+    const double d = compare(ref[r], be->download(y)).max_abs;
+    bad += d != 0.0;
+    std::printf("[moe-op] fused_t1_graph_replay%d_route%zu max_abs=%.3e %s\n", rep, r, d,
+                d == 0.0 ? "PASS" : "FAIL");
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(compare(ref[0], ref[1]).max_abs, 0.0);  // the routes differ in what they produce
+}
+
 // The tensor-core grouped prefill path reads only device offsets: captured, it replays bitwise
 // like eager, also after the routing changed.
 TEST(CudaMoeGroupedGraph, PrefillReplayBitwiseEqualsEager) {
@@ -525,20 +570,22 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
       const Tensor pipe = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPipelined);
       const Tensor pairs = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPairs);
       const Tensor smem = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kSmem);
+      const Tensor fused = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kFused);
       const Tensor v1 =
           run(cuda::MoeDecodeImpl::kV1, cuda::MoeT1DownImpl::kAuto);  // align + 3 kernels
-      int64_t vs_pairs = 0, vs_v1 = 0, vs_smem = 0;
+      int64_t vs_pairs = 0, vs_v1 = 0, vs_smem = 0, vs_fused = 0;
       for (int64_t i = 0; i < h; ++i) {
         vs_pairs += pipe.f32()[i] != pairs.f32()[i];
         vs_v1 += pipe.f32()[i] != v1.f32()[i];
         vs_smem += pipe.f32()[i] != smem.f32()[i];
+        vs_fused += pipe.f32()[i] != fused.f32()[i];
       }
       std::string label("t1_i");
       label += std::to_string(inter);
       label += "_k";
       label += std::to_string(kk);
       if (all_invalid) label += "_all_skipped";
-      bool ok = vs_pairs == 0 && vs_v1 == 0 && vs_smem == 0;
+      bool ok = vs_pairs == 0 && vs_v1 == 0 && vs_smem == 0 && vs_fused == 0;
       if (all_invalid) {
         double max_abs = 0.0;
         for (int64_t i = 0; i < h; ++i)
@@ -552,9 +599,9 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
         ++bad;
         std::printf(
             "[moe-op] %s pipelined_vs_pairs_differing=%lld vs_v1_differing=%lld "
-            "vs_smem_differing=%lld FAIL\n",
+            "vs_smem_differing=%lld vs_fused_differing=%lld FAIL\n",
             label.c_str(), static_cast<long long>(vs_pairs), static_cast<long long>(vs_v1),
-            static_cast<long long>(vs_smem));
+            static_cast<long long>(vs_smem), static_cast<long long>(vs_fused));
       }
     }
   }
@@ -839,25 +886,39 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     const Tensor fused_pairs = run(1);  // the pair down kernel: the same bits
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kSmem);
     const Tensor fused_smem = run(1);  // act in shared memory: the same bits
+    // gate_up and down in one persistent kernel, launched four times in a row (its grid
+    // barrier resets itself) with stages of 4 / 12 / 16 / 20 KB (1-5 columns and 1-4 rows per
+    // item, one or two stages per warp; every case fits): the same bits each time
+    cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kFused);
+    Tensor one_kernel[4];
+    const int stage_kb[4] = {4, 12, 16, 20};
+    const int64_t launches = cuda::moe_t1_fused_launches();
+    for (int v = 0; v < 4; ++v) {
+      cuda::set_moe_t1_fused_stage_kb(stage_kb[v]);
+      one_kernel[v] = run(1);
+    }
+    const bool one_kernel_ran = cuda::moe_t1_fused_launches() == launches + 4;
+    cuda::set_moe_t1_fused_stage_kb(0);
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kAuto);
     const Tensor composed = run(0);
-    int64_t differing = 0, vs_pairs = 0, vs_smem = 0;
+    int64_t differing = 0, vs_pairs = 0, vs_smem = 0, vs_one = 0;
     for (int64_t i = 0; i < h; ++i) {
       differing += fused.f32()[i] != composed.f32()[i];
       vs_pairs += fused.f32()[i] != fused_pairs.f32()[i];
       vs_smem += fused.f32()[i] != fused_smem.f32()[i];
+      for (const Tensor& o : one_kernel) vs_one += fused.f32()[i] != o.f32()[i];
     }
     std::string label = "residual_h" + std::to_string(h) + "_i" + std::to_string(in) + "_k" +
                         std::to_string(k) + "_shared" + std::to_string(c.shared_mult) +
                         (c.skip ? "_skip" : "");
-    const bool ok =
-        took && vs_pairs == 0 && vs_smem == 0 &&
-        (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
+    const bool ok = took && one_kernel_ran && vs_pairs == 0 && vs_smem == 0 && vs_one == 0 &&
+                    (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
     bad += !ok;
-    std::printf("[moe-op] %s fused=%d differing=%lld vs_pairs=%lld vs_smem=%lld %s\n",
-                label.c_str(), took ? 1 : 0, static_cast<long long>(differing),
-                static_cast<long long>(vs_pairs), static_cast<long long>(vs_smem),
-                ok ? "PASS" : "FAIL");
+    std::printf(
+        "[moe-op] %s fused=%d differing=%lld vs_pairs=%lld vs_smem=%lld vs_one_kernel=%lld %s\n",
+        label.c_str(), took ? 1 : 0, static_cast<long long>(differing),
+        static_cast<long long>(vs_pairs), static_cast<long long>(vs_smem),
+        static_cast<long long>(vs_one), ok ? "PASS" : "FAIL");
   }
   be->set_moe_fused(-1);
   EXPECT_EQ(bad, 0);

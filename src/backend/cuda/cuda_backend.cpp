@@ -146,6 +146,8 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   reserve_attention_counters(kInitialAttentionCounters);
   CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
   CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, sizeof(unsigned), stream_));
+  CUDA_CHECK(cudaMalloc(&moe_t1_barrier_, 2 * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemsetAsync(moe_t1_barrier_, 0, 2 * sizeof(unsigned), stream_));
   CUDA_CHECK(
       cudaMalloc(&moe_route_logits_, sizeof(float) * kNormRouteMaxTokens * kMaxRouterExperts));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -160,6 +162,7 @@ CudaBackend::~CudaBackend() {
   for (uint32_t* c : retired_attention_counters_) cudaFree(c);
   if (attention_counters_) cudaFree(attention_counters_);
   if (moe_route_counter_) cudaFree(moe_route_counter_);
+  if (moe_t1_barrier_) cudaFree(moe_t1_barrier_);
   if (moe_route_logits_) cudaFree(moe_route_logits_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -1446,6 +1449,7 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
     q.shared_slots = static_cast<int32_t>(shared_slots);
   }
   q.residual = cptr<bf16_t>(*p.residual);
+  q.barrier = moe_t1_barrier_;
   // The caller's norm: the shared slots recompute x from the residual and start during the
   // router (moe_grouped.h, shared_early).
   if (shared_slots > 0 && p.norm_w != nullptr && p.norm_w->dtype() == dt_ &&
@@ -1487,12 +1491,19 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // One token (batch-1 decode), v2 kernels: no alignment, combine folded into down (moe_grouped.h).
   if (moe_t1_applies(x, w, slots)) {
     Tensor act_t1 = empty({k, inter}, DType::kF32);
-    CUDA_CHECK(launch_moe_decode_t1(
-        MoeDecodeT1Params{cptr<bf16_t>(x), cptr<bf16_t>(w.gate_up), cptr<bf16_t>(w.down),
-                          cptr<int32_t>(topk_ids), cptr<float>(topk_weights), mptr<float>(act_t1),
-                          mptr<bf16_t>(out), static_cast<int32_t>(h), static_cast<int32_t>(inter),
-                          static_cast<int32_t>(num_experts), static_cast<int32_t>(k)},
-        num_sms_, stream_));
+    MoeDecodeT1Params q{cptr<bf16_t>(x),
+                        cptr<bf16_t>(w.gate_up),
+                        cptr<bf16_t>(w.down),
+                        cptr<int32_t>(topk_ids),
+                        cptr<float>(topk_weights),
+                        mptr<float>(act_t1),
+                        mptr<bf16_t>(out),
+                        static_cast<int32_t>(h),
+                        static_cast<int32_t>(inter),
+                        static_cast<int32_t>(num_experts),
+                        static_cast<int32_t>(k)};
+    q.barrier = moe_t1_barrier_;
+    CUDA_CHECK(launch_moe_decode_t1(q, num_sms_, stream_));
     CUDA_CHECK_LAUNCH("moe_decode_t1");
     return;
   }

@@ -311,6 +311,7 @@ class CudaBackend final : public Backend {
   int64_t moe_fused_route_calls_ = 0;
   int64_t moe_fused_residual_calls_ = 0;
   unsigned* moe_route_counter_ = nullptr;  // the fused router's arrival counter (zero at rest)
+  unsigned* moe_t1_barrier_ = nullptr;     // the fused one-token MoE kernel's grid barrier [2]
   float* moe_route_logits_ = nullptr;      // the fused router's logits when the caller passes none
   bool moe_grouped_gemm_ = false;
   bool attention_prefill_mma_ = true;

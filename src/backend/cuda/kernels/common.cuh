@@ -384,6 +384,17 @@ __device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned* ptr, unsign
   return old;
 }
 
+// A grid-scope flag read with acquire / written with release (the persistent MoE kernel's
+// grid barrier, moe_gemm.cu).
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* ptr) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(unsigned* ptr, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
 // cp.async groups: close the copies this thread issued so far into one group; wait until at most
 // N of its groups are in flight (the copies of the others are then visible to this thread).
 __device__ __forceinline__ void cp_async_commit() {
@@ -473,6 +484,10 @@ __device__ __forceinline__ void bulk_copy_g2s_stream(void* dst, const void* src,
 #else
   bulk_copy_g2s(dst, src, bytes, bar);
 #endif
+}
+// A plain arrival (count 1) on an mbarrier: a consumer's "done with this stage".
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;

@@ -2,6 +2,7 @@
 // weight row once with 16-byte loads and apply it to all rows routed to the expert, MT at a time;
 // then the deterministic weighted combine.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -887,6 +888,305 @@ void (*t1_smem_kernel_for(int iters))(MoeDecodeT1Params) {
                       : moe_down_t1_smem_kernel<W, 8>;
 }
 
+// ---- gate_up and down in one persistent kernel (DEEPINFER_MOE_T1_DOWN=fused, run 35) ----
+// The two kernels above hand off through a kernel boundary: gate_up's tail (768 CTAs in ~6
+// waves finishing unevenly), then down's wait and ramp, 23.8 us per Qwen3-30B-A3B layer for
+// 75.5 MB (3.2 TB/s; run 34's timeline). Here one CTA per SM streams its share of both phases'
+// weights by bulk copies into shared memory, so that the copies continue across the dependency:
+//
+//   warp w (of 8): ring of Sw stages; item k of the warp goes to stage k % Sw
+//     [gate_up items ........ -> act]  grid barrier  [act -> smem, down items .... -> out]
+//                         ^ its first Sw down items are already being copied
+//
+// Items: gate_up = gc columns of one slot (gate rows, then up rows); down = dn output rows, each
+// with the rows of every slot. CTA b takes the b-th share of the gate_up items and of the down
+// items (the down shares in reverse CTA order, so the rounding evens out); warp w takes items
+// w, w + 8, ... of its CTA's list and copies its own (lane 0 arms the stage's barrier; gate_up:
+// lanes 0 / 1 copy the gate / up rows, down: lane s copies slot s's rows).
+// Arithmetic per column / row = moe_gate_up_t1_kernel and the pipelined down (lane chunks c =
+// lane + 32 i ascending, warp_sum, silu · up; per slot in slot order fmaf(w, y, out), t1_store):
+// the same bits. Every CTA must be resident at once (the barrier): one CTA per SM, grid <= the
+// co-resident count (launch_moe_t1_fused).
+// Measured slower (H200, run 35; docs/cuda_backend.md "gate_up and down in one kernel"): alone
+// 31 against 23.4 us per Qwen3-30B-A3B layer, 26 with the arithmetic left out; in the model
+// Qwen3-30B-A3B batch 1 389 -> 337 tok/s, V2-Lite 513 -> 454. Opt-in, for the next design.
+constexpr int kT1FusedWarps = 8;
+constexpr int kT1FusedThreads = kT1FusedWarps * 32;
+constexpr int kT1FusedMaxSlots = 32;
+
+struct MoeT1FusedParams {
+  MoeDecodeT1Params p;
+  unsigned* barrier;    // [2]: arrivals, generation (arrivals zero at rest)
+  int32_t gc;           // gate_up columns per item
+  int32_t dn;           // down rows per item (<= 4)
+  int32_t warp_stages;  // Sw
+  int32_t stage_bytes;
+  int32_t gu_per_slot;  // ceil(inter / gc)
+  int32_t gu_items;     // slots · gu_per_slot
+  int32_t down_items;   // ceil(hidden / dn)
+};
+
+// Dynamic shared memory: [full 8·Sw][info] mbarriers | x [hidden] bf16 | act [slots][inter] f32
+// (split halves, as the smem down kernel) | 8·Sw stages.
+struct T1FusedLayout {
+  int x_off, act_off, ring_off, bytes;
+};
+__host__ __device__ inline int align_up(int v, int a) {
+  return (v + a - 1) / a * a;
+}
+__host__ __device__ inline T1FusedLayout t1_fused_layout(int warp_stages, int stage_bytes,
+                                                         int hidden, int inter, int slots) {
+  T1FusedLayout l{};
+  l.x_off = align_up((kT1FusedWarps * warp_stages + 1) * 8, 16);
+  l.act_off = align_up(l.x_off + hidden * 2, 16);
+  l.ring_off = align_up(l.act_off + slots * inter * 4, 128);
+  l.bytes = l.ring_off + kT1FusedWarps * warp_stages * stage_bytes;
+  return l;
+}
+
+// Item ranges of CTA b of g.
+struct T1FusedShare {
+  int gu_lo, ngu, dn_lo, total;
+};
+__device__ __forceinline__ T1FusedShare t1_fused_share(const MoeT1FusedParams& f) {
+  const int64_t b = blockIdx.x, g = gridDim.x, rb = g - 1 - b;
+  T1FusedShare s;
+  s.gu_lo = static_cast<int>(b * f.gu_items / g);
+  s.ngu = static_cast<int>((b + 1) * f.gu_items / g) - s.gu_lo;
+  s.dn_lo = static_cast<int>(rb * f.down_items / g);
+  s.total = s.ngu + static_cast<int>((rb + 1) * f.down_items / g) - s.dn_lo;
+  return s;
+}
+
+// A gate_up item: slot (shared slots first, so that their weights can be copied before the
+// router ends) and first column.
+struct T1GateUpItem {
+  int slot, j0, cols;
+};
+__device__ __forceinline__ T1GateUpItem t1_gate_up_item(const MoeT1FusedParams& f, int i) {
+  const MoeDecodeT1Params& p = f.p;
+  const int sp = i / f.gu_per_slot;
+  T1GateUpItem it;
+  it.slot = sp < p.shared_slots ? p.top_k + sp : sp - p.shared_slots;
+  it.j0 = (i - sp * f.gu_per_slot) * f.gc;
+  it.cols = min(f.gc, p.inter - it.j0);
+  return it;
+}
+
+// A warp's view of the slots: lane s < slots holds slot s's row bases (gate and up rows of
+// column 0, down row 0 and the down row stride) and weight, `live` when the slot is not skipped.
+struct T1FusedSlotRows {
+  const __nv_bfloat16* gate = nullptr;
+  const __nv_bfloat16* up = nullptr;
+  const __nv_bfloat16* down = nullptr;
+  int64_t down_stride = 0;
+  float weight = 0.0f;
+  bool live = false;
+};
+
+// The warp's copies of local item t into `dst`, completing on `bar` (every lane calls it).
+// live_mask: bit s = slot s not skipped.
+__device__ void t1_fused_issue(const MoeT1FusedParams& f, const T1FusedShare& sh, int t,
+                               const T1FusedSlotRows& rows_of, unsigned live_mask, int lane,
+                               unsigned char* dst, uint64_t* bar) {
+  const MoeDecodeT1Params& p = f.p;
+  const int64_t h = p.hidden, inter = p.inter;
+  if (t < sh.ngu) {
+    const T1GateUpItem it = t1_gate_up_item(f, sh.gu_lo + t);
+    const bool live = (live_mask >> it.slot) & 1u;
+    const uint32_t bytes = static_cast<uint32_t>(it.cols * h * 2);
+    const __nv_bfloat16* gate = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rows_of.gate), it.slot));
+    const __nv_bfloat16* up = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(rows_of.up), it.slot));
+    if (lane == 0) mbar_expect_tx(bar, live ? 2 * bytes : 0);
+    __syncwarp();
+    if (live && lane < 2)
+      bulk_copy_g2s_stream(dst + lane * f.gc * h * 2, (lane == 0 ? gate : up) + it.j0 * h, bytes,
+                           bar);
+    return;
+  }
+  const int slots = p.top_k + p.shared_slots;
+  const int n0 = (sh.dn_lo + t - sh.ngu) * f.dn, rows = min(f.dn, p.hidden - n0);
+  const uint32_t row_bytes = static_cast<uint32_t>(inter * 2);
+  if (lane == 0) mbar_expect_tx(bar, __popc(live_mask) * row_bytes * rows);
+  __syncwarp();
+  if (lane < slots && rows_of.live)
+    for (int r = 0; r < rows; ++r)
+      bulk_copy_g2s_stream(dst + (static_cast<int64_t>(r) * slots + lane) * row_bytes,
+                           rows_of.down + (n0 + r) * rows_of.down_stride, row_bytes, bar);
+}
+
+__global__ void __launch_bounds__(kT1FusedThreads, 1) moe_t1_fused_kernel(MoeT1FusedParams f) {
+  DI_TRACE_SCOPE(kTraceMoeT1Fused, 0);
+  const MoeDecodeT1Params& p = f.p;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int slots = p.top_k + p.shared_slots;
+  const int sw = f.warp_stages;
+  const T1FusedLayout lay = t1_fused_layout(sw, f.stage_bytes, p.hidden, p.inter, slots);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem) + warp * sw;  // this warp's stages
+  uint64_t* info = reinterpret_cast<uint64_t*>(smem) + kT1FusedWarps * sw;
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + lay.x_off);
+  float* act_s = reinterpret_cast<float*>(smem + lay.act_off);
+  unsigned char* ring = smem + lay.ring_off + static_cast<int64_t>(warp) * sw * f.stage_bytes;
+  const T1FusedShare sh = t1_fused_share(f);
+  if (lane == 0) {
+    for (int s = 0; s < sw; ++s) mbar_init(full + s, 1);
+    if (warp == 0) mbar_init(info, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (p.early_trigger) pdl_trigger();
+  const int64_t h = p.hidden;
+  const int inter = p.inter;
+  auto stage_of = [&](int k) { return ring + static_cast<int64_t>(k % sw) * f.stage_bytes; };
+  auto issue = [&](int t, const T1FusedSlotRows& rows_of, unsigned mask) {
+    const int k = t / kT1FusedWarps;                // the warp's k-th item
+    if (k >= sw && lane == 0) fence_proxy_async();  // the warp's reads of the stage, then the copy
+    t1_fused_issue(f, sh, t, rows_of, mask, lane, stage_of(k), full + k % sw);
+  };
+
+  T1FusedSlotRows rows_of;
+  if (lane >= p.top_k && lane < slots) {  // a shared slot: always there, weight 1
+    const int64_t q = lane - p.top_k, cols = int64_t{p.shared_slots} * inter;
+    rows_of = {p.shared_gate_up + q * inter * h,
+               p.shared_gate_up + (cols + q * inter) * h,
+               p.shared_down + q * inter,
+               cols,
+               1.0f,
+               true};
+  }
+  // Before the wait: the warp's first items when they are shared slots' gate_up columns.
+  const unsigned shared_mask = __ballot_sync(0xffffffffu, rows_of.live);
+  int next = warp;  // the warp's next item to copy
+  for (; next < sh.ngu && next / kT1FusedWarps < sw &&
+         t1_gate_up_item(f, sh.gu_lo + next).slot >= p.top_k;
+       next += kT1FusedWarps)
+    issue(next, rows_of, shared_mask);
+  pdl_wait();  // the router's ids, weights and x
+  if (lane < p.top_k) {
+    const int e = __ldcg(p.topk_ids + lane);
+    const float w = __ldcg(p.topk_weights + lane);
+    if (e >= 0 && e < p.num_experts) {
+      const __nv_bfloat16* g = p.gate_up + int64_t{e} * 2 * inter * h;
+      rows_of = {g, g + inter * h, p.down + int64_t{e} * h * inter, inter, w, true};
+    }
+  }
+  const unsigned live_mask = __ballot_sync(0xffffffffu, rows_of.live);
+  if (tid == 0) {
+    mbar_expect_tx(info, static_cast<uint32_t>(p.hidden * 2));
+    bulk_copy_g2s(xs, p.x, static_cast<uint32_t>(p.hidden * 2), info);
+  }
+  for (; next < sh.total && next / kT1FusedWarps < sw; next += kT1FusedWarps)
+    issue(next, rows_of, live_mask);
+  mbar_wait(info, 0);  // x has landed
+  DI_TRACE_WAITED();
+
+  const int hchunks = p.hidden / 8, ichunks = p.inter / 8;
+  const uint4* xv4 = reinterpret_cast<const uint4*>(xs);
+  // The warp's current item is consumed: its stage takes the warp's item Sw later.
+  auto done = [&] {
+    __syncwarp();
+    if (next < sh.total) {
+      issue(next, rows_of, live_mask);
+      next += kT1FusedWarps;
+    }
+  };
+  for (int t = warp; t < sh.ngu; t += kT1FusedWarps) {
+    const int k = t / kT1FusedWarps;
+    const T1GateUpItem it = t1_gate_up_item(f, sh.gu_lo + t);
+    mbar_wait(full + k % sw, static_cast<uint32_t>((k / sw) & 1));
+    if ((live_mask >> it.slot) & 1u) {  // warp-uniform
+      const unsigned char* st = stage_of(k);
+      for (int col = 0; col < it.cols; ++col) {
+        const uint4* wg = reinterpret_cast<const uint4*>(st) + col * hchunks;
+        const uint4* wu = reinterpret_cast<const uint4*>(st + f.gc * h * 2) + col * hchunks;
+        float ag = 0.0f, au = 0.0f;
+#pragma unroll 4
+        for (int c = lane; c < hchunks; c += 32) {
+          float xf[8], gf[8], uf[8];
+          unpack8(xv4[c], xf);
+          unpack8(wg[c], gf);
+          unpack8(wu[c], uf);
+          ag = dot8(gf, xf, ag);
+          au = dot8(uf, xf, au);
+        }
+        const float gs = warp_sum(ag), us = warp_sum(au);
+        if (lane == 0) {
+          const float silu = gs / (1.0f + expf(-gs));
+          p.act[int64_t{it.slot} * inter + it.j0 + col] = silu * us;
+        }
+      }
+    }
+    done();
+  }
+
+  // Every CTA's act rows written: a grid barrier (sense reversal; the last arrival resets the
+  // count and moves the generation on). The warps' first down items are being copied meanwhile.
+  __syncthreads();
+  if (tid == 0) {
+    unsigned* count = f.barrier;
+    unsigned* gen = f.barrier + 1;
+    const unsigned g0 = ld_acquire_gpu(gen);
+    if (atomic_add_acq_rel_gpu(count, 1u) == gridDim.x - 1) {
+      *count = 0;  // the next launch's arrivals come after this kernel (stream order)
+      st_release_gpu(gen, g0 + 1);
+    } else {
+      while (ld_acquire_gpu(gen) == g0) {
+      }
+    }
+  }
+  __syncthreads();
+  DI_TRACE_MARK();
+  {  // act -> shared memory through L2, split halves (moe_down_t1_smem_kernel's layout)
+    const int per_slot = inter / 4;
+    for (int i = tid; i < slots * per_slot; i += kT1FusedThreads) {
+      const int s = i / per_slot, j = i - s * per_slot;
+      cp_async16(act_s + s * inter + (j & 1) * (inter / 2) + (j >> 1) * 4, p.act + 4 * i, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+  const int first = sh.ngu + ((warp - sh.ngu) % kT1FusedWarps + kT1FusedWarps) % kT1FusedWarps;
+  for (int t = first; t < sh.total; t += kT1FusedWarps) {
+    const int k = t / kT1FusedWarps;
+    const int n0 = (sh.dn_lo + t - sh.ngu) * f.dn, rows = min(f.dn, p.hidden - n0);
+    float res[4];  // the residual elements of the item's rows (dn <= 4), loaded before the wait
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      res[r] = lane == 0 && r < rows && p.residual ? __bfloat162float(__ldcg(p.residual + n0 + r))
+                                                   : 0.0f;
+    mbar_wait(full + k % sw, static_cast<uint32_t>((k / sw) & 1));
+    const unsigned char* st = stage_of(k);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (r >= rows) break;
+      float out = 0.0f;
+      for (int s = 0; s < slots; ++s) {
+        const float w = __shfl_sync(0xffffffffu, rows_of.weight, s);
+        if (!((live_mask >> s) & 1u)) continue;  // warp-uniform: a skipped slot adds no term
+        const uint4* wr =
+            reinterpret_cast<const uint4*>(st + (static_cast<int64_t>(r) * slots + s) * inter * 2);
+        const float4* lo = reinterpret_cast<const float4*>(act_s + s * inter);
+        const float4* hi = lo + inter / 8;
+        float acc = 0.0f;
+        for (int c = lane; c < ichunks; c += 32) {
+          float wf[8];
+          unpack8(wr[c], wf);
+          const float4 a = lo[c], b = hi[c];
+          const float av[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+          acc = dot8(wf, av, acc);
+        }
+        out = fmaf(w, warp_sum(acc), out);
+      }
+      if (lane == 0) t1_store(p, n0 + r, out, res[r]);
+    }
+    done();
+  }
+}
+
 // Block (t, c): token t, output columns 4·(c·blockDim + thread) .. + 3 (float4 loads of the
 // slots' y rows, all in flight together; hidden % 4 == 0), or one column per thread otherwise.
 // Per column the sum is fmaf(w_j, y_j, acc) over j ascending in both forms (the one-token down
@@ -1085,6 +1385,7 @@ MoeT1DownImpl moe_t1_down_impl() {
     if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeT1DownImpl::kPairs;
     if (v != nullptr && std::strcmp(v, "pipe") == 0) return MoeT1DownImpl::kPipelined;
     if (v != nullptr && std::strcmp(v, "smem") == 0) return MoeT1DownImpl::kSmem;
+    if (v != nullptr && std::strcmp(v, "fused") == 0) return MoeT1DownImpl::kFused;
     return MoeT1DownImpl::kAuto;
   }();
   return impl;
@@ -1107,6 +1408,72 @@ bool t1_pdl(const MoeDecodeT1Params& p, bool smem_down) {
 cudaError_t launch_t1(bool pdl, void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block,
                       cudaStream_t stream, const MoeDecodeT1Params& p) {
   return launch_dependent_if(pdl, kernel, grid, block, 0, stream, p);
+}
+
+static int g_t1_fused_stage_kb = 0;
+static std::atomic<int64_t> g_t1_fused_launches{0};
+void set_moe_t1_fused_stage_kb(int kb) {
+  g_t1_fused_stage_kb = kb;
+}
+int64_t moe_t1_fused_launches() {
+  return g_t1_fused_launches.load();
+}
+
+// The persistent kernel's launch (moe_t1_fused_kernel): stages of ~DEEPINFER_MOE_FUSED_STAGE_KB
+// (default 12) KB, as many per warp as fit beside x and act in the device's shared memory (at
+// most DEEPINFER_MOE_FUSED_STAGES per warp when set), one CTA per SM. False (nothing launched)
+// when the shape does not fit: more than 32 slots, no barrier words, no stage per warp, no
+// residency.
+static bool launch_moe_t1_fused(const MoeDecodeT1Params& p, int num_sms, bool pdl,
+                                cudaStream_t stream, cudaError_t* err) {
+  *err = cudaSuccess;
+  const int slots = p.top_k + p.shared_slots;
+  if (p.barrier == nullptr || slots > kT1FusedMaxSlots || p.hidden % 8 != 0 || p.inter % 8 != 0 ||
+      num_sms <= 0)
+    return false;
+  static const int env_kb = std::max(1, env_int("DEEPINFER_MOE_FUSED_STAGE_KB", 12));
+  static const int max_stages = env_int("DEEPINFER_MOE_FUSED_STAGES", 16);
+  const int stage_kb = g_t1_fused_stage_kb > 0 ? g_t1_fused_stage_kb : env_kb;
+  const int64_t target = int64_t{stage_kb} * 1024;
+  const int64_t col_bytes = int64_t{4} * p.hidden;         // one gate_up column: gate + up rows
+  const int64_t row_bytes = int64_t{2} * slots * p.inter;  // one down row: every slot's
+  const int64_t dn = std::clamp<int64_t>(target / row_bytes, 1, 4);
+  // Gate_up items fill the stage a down row sets when that is larger (V2-Lite: 22 KB, 2 columns).
+  const int64_t gc = std::clamp<int64_t>(std::max(target, dn * row_bytes) / col_bytes, 1, p.inter);
+  const int64_t stage = (std::max(gc * col_bytes, dn * row_bytes) + 127) / 128 * 128;
+  int dev = 0, optin = 0;
+  if ((*err = cudaGetDevice(&dev)) != cudaSuccess) return true;
+  if ((*err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)) !=
+      cudaSuccess)
+    return true;
+  if (stage > optin) return false;
+  int sw = 0;
+  while (sw < std::max(1, max_stages) &&
+         t1_fused_layout(sw + 1, static_cast<int>(stage), p.hidden, p.inter, slots).bytes <= optin)
+    ++sw;
+  if (sw < 1) return false;
+  const int bytes = t1_fused_layout(sw, static_cast<int>(stage), p.hidden, p.inter, slots).bytes;
+  const void* kernel = reinterpret_cast<const void*>(moe_t1_fused_kernel);
+  if ((*err = open_dynamic_smem(kernel, bytes)) != cudaSuccess) return true;
+  int per_sm = 0;
+  if ((*err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_t1_fused_kernel,
+                                                            kT1FusedThreads, bytes)) != cudaSuccess)
+    return true;
+  if (per_sm < 1) return false;
+  MoeT1FusedParams f{p,
+                     p.barrier,
+                     static_cast<int32_t>(gc),
+                     static_cast<int32_t>(dn),
+                     sw,
+                     static_cast<int32_t>(stage),
+                     static_cast<int32_t>((p.inter + gc - 1) / gc),
+                     0,
+                     static_cast<int32_t>((p.hidden + dn - 1) / dn)};
+  f.gu_items = slots * f.gu_per_slot;
+  *err = launch_dependent_if(pdl, moe_t1_fused_kernel, dim3(static_cast<unsigned>(num_sms)),
+                             dim3(kT1FusedThreads), static_cast<size_t>(bytes), stream, f);
+  if (*err == cudaSuccess) ++g_t1_fused_launches;
+  return true;
 }
 
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
@@ -1138,6 +1505,13 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
                                        : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6>
                                                          : moe_gate_up_t1_kernel<2, 8>;
   cudaError_t err;
+  if (moe_t1_down_impl() == MoeT1DownImpl::kFused) {
+    // Gate_up and down in one kernel, a PDL dependent of the router as gate_up is (every slot
+    // reads the router's x: bitwise the shared-early recomputation, moe_grouped.h).
+    MoeDecodeT1Params q = params;
+    q.early_trigger = early_trigger;
+    if (launch_moe_t1_fused(q, num_sms, pdl_enabled(), stream, &err)) return err;
+  }
   if (p.shared_early) {  // a PDL dependent of the router: the shared slots run during it
     const int smem = p.hidden * 2;
     if ((err = open_dynamic_smem(reinterpret_cast<const void*>(gate_up), smem)) != cudaSuccess)

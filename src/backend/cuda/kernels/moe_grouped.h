@@ -123,6 +123,9 @@ struct MoeDecodeT1Params {
   const __nv_bfloat16* norm_x = nullptr;  // [1, hidden]
   const __nv_bfloat16* norm_w = nullptr;  // [hidden]
   float eps = 0.0f;
+  // Two words of device memory, zero before the first launch, for kFused's grid barrier (the
+  // kernel leaves them ready for the next launch). Null: kFused falls back to two kernels.
+  unsigned* barrier = nullptr;
 };
 // down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
@@ -130,11 +133,18 @@ struct MoeDecodeT1Params {
 // act in shared memory once per CTA and streams each warp's rows through a register ring
 // (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too. kAuto (default):
 // pipelined for inter <= 1024 (Qwen3-30B-A3B), smem above (V2-Lite: a PDL dependent of gate_up
-// that loads its first rows before the wait; run 23), by measurement.
-// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem (read once); the
+// that loads its first rows before the wait; run 23), by measurement. kFused (run 35): gate_up
+// and down in one persistent kernel (one CTA per SM, weights through a ring of bulk copies, a
+// grid barrier between the phases while the ring keeps filling; needs `barrier`); bitwise equal.
+// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem, =fused kFused (read
+// once); the
 // override (tests, benchmarks; not thread-safe, outside captures) wins over the env.
-enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem };
+enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem, kFused };
 MoeT1DownImpl moe_t1_down_impl();
+// kFused's stage size in KB (tests: every item shape); 0: DEEPINFER_MOE_FUSED_STAGE_KB (16).
+void set_moe_t1_fused_stage_kb(int kb);
+// How many times kFused's kernel was launched (tests: the fallback to two kernels is not taken).
+int64_t moe_t1_fused_launches();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
 // num_sms: the device's multiprocessor count (sizes the smem down kernel's grid).
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, int num_sms, cudaStream_t stream);

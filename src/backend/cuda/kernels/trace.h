@@ -25,7 +25,8 @@ enum TraceSite : uint32_t {
   kTraceMlaClusterDecode = 9,
   kTraceMlaMergeUv = 10,
   kTraceArgmax = 11,
-  kTraceAttnOProj = 12,  // tag = hidden
+  kTraceAttnOProj = 12,   // tag = hidden
+  kTraceMoeT1Fused = 13,  // gate_up and down in one kernel; mark = the grid barrier passed
 };
 
 struct TraceEvent {
