@@ -485,6 +485,17 @@ __device__ void t1_norm_x(const MoeDecodeT1Params& p, __nv_bfloat16* hs, float* 
   __syncthreads();
 }
 
+// act[slot, j] = silu(gate · x) · (up · x) from a warp's per-lane partial dots (warp_sum, lane 0
+// stores): the one-token gate_up's end, in both one-token forms.
+__device__ __forceinline__ void t1_store_act(const MoeDecodeT1Params& p, int slot, int j, float ag,
+                                             float au, int lane) {
+  const float gs = warp_sum(ag), us = warp_sum(au);
+  if (lane == 0) {
+    const float silu = gs / (1.0f + expf(-gs));
+    p.act[int64_t{slot} * p.inter + j] = silu * us;
+  }
+}
+
 template <int U, int MinBlocks>
 __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
     moe_gate_up_t1_kernel(MoeDecodeT1Params p) {
@@ -550,11 +561,7 @@ __global__ void __launch_bounds__(kDecodeThreads, MinBlocks)
       }
     }
   }
-  const float gs = warp_sum(ag), us = warp_sum(au);
-  if (lane == 0) {
-    const float silu = gs / (1.0f + expf(-gs));
-    p.act[int64_t{slot} * p.inter + j] = silu * us;
-  }
+  t1_store_act(p, slot, j, ag, au, lane);
 }
 
 // Slot s of the down kernels: its down row n (null when skipped) and weight. Routed slots s <
@@ -1112,11 +1119,7 @@ __global__ void __launch_bounds__(kT1FusedThreads, 1) moe_t1_fused_kernel(MoeT1F
           ag = dot8(gf, xf, ag);
           au = dot8(uf, xf, au);
         }
-        const float gs = warp_sum(ag), us = warp_sum(au);
-        if (lane == 0) {
-          const float silu = gs / (1.0f + expf(-gs));
-          p.act[int64_t{it.slot} * inter + it.j0 + col] = silu * us;
-        }
+        t1_store_act(p, it.slot, it.j0 + col, ag, au, lane);
       }
     }
     done();
