@@ -1038,6 +1038,13 @@ TEST(BackendOpsTable, AttentionOProjCpuReferenceIsResidualPlusProjection) {
   EXPECT_EQ(checked, 7);  // every case but the three-call one
 }
 
+// The decode attention kernels run unless DEEPINFER_ATTN_DECODE=generic (then the fused paths
+// compose and their kernels are not called).
+[[maybe_unused]] bool decode_kernels_on() {
+  const char* env = std::getenv("DEEPINFER_ATTN_DECODE");
+  return !(env && std::string(env) == "generic");
+}
+
 // The fused CUDA qkv_rope_attention against the same GPU's composition (qkv_rope_store_kernel,
 // then gqa_decode_kernel + combine_splits_kernel): the kernels share their arithmetic
 // (qkv_rope_rows.cuh, gqa_decode.cuh, split_combine.cuh), so every output must be bit-equal:
@@ -1058,8 +1065,7 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   auto& cb = static_cast<cuda::CudaBackend&>(*be);
   // The fused kernel is opt-in (slower on the H200): turn it on for this test.
-  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
-  const bool fusion_on = !(decode_env && std::string(decode_env) == "generic");
+  const bool fusion_on = decode_kernels_on();
   cb.set_fused_attention(true);
   // The fused kernel shares the CUDA-core decode kernel's arithmetic; groups that default to the
   // tensor-core decode kernel are composed instead, so compare with that kernel off.
@@ -1116,8 +1122,7 @@ TEST(FusedQkvRopeAttention, TensorCoreMatchesComposedOnGpuBitwise) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   auto& cb = static_cast<cuda::CudaBackend&>(*be);
-  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
-  const bool decode_on = !(decode_env && std::string(decode_env) == "generic");
+  const bool decode_on = decode_kernels_on();
   const bool saved_fused_mma = cb.fused_mma_attention();
   const int saved_spc = cuda::gqa_decode_mma_splits_per_cta();
   cb.set_fused_attention(false);  // other groups compose: only the tensor-core fusion counts
@@ -1180,8 +1185,7 @@ TEST(FusedAttentionOProj, MatchesComposedOnGpu) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   auto& cb = static_cast<cuda::CudaBackend&>(*be);
-  const char* decode_env = std::getenv("DEEPINFER_ATTN_DECODE");
-  const bool decode_on = !(decode_env && std::string(decode_env) == "generic");
+  const bool decode_on = decode_kernels_on();
   ComposedOProjBackend composed(*be);
   int64_t checked = 0, fused_total = 0;
   for (int on : {1, 0}) {

@@ -485,10 +485,6 @@ __device__ __forceinline__ void bulk_copy_g2s_stream(void* dst, const void* src,
   bulk_copy_g2s(dst, src, bytes, bar);
 #endif
 }
-// A plain arrival (count 1) on an mbarrier: a consumer's "done with this stage".
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done) {

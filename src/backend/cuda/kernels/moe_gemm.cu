@@ -785,6 +785,21 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
 // unsplit row, 32 bytes per lane, was two wavefronts per read: ncu, run 21 call 2).
 // W warps per CTA (16; DEEPINFER_MOE_T1_SMEM=deep: 12 warps with deeper rings).
 
+// act (slots x inter f32, gate_up's output) -> shared memory through L2 by the CTA's `threads`
+// threads, split in halves per slot (see above), then a __syncthreads(): every thread of the CTA
+// calls it.
+__device__ __forceinline__ void t1_stage_act(const MoeDecodeT1Params& p, float* act_s, int slots,
+                                             int tid, int threads) {
+  const int per_slot = p.inter / 4;  // 16-byte pieces of a slot's row
+  for (int i = tid; i < slots * per_slot; i += threads) {
+    const int s = i / per_slot, j = i - s * per_slot;
+    cp_async16(act_s + s * p.inter + (j & 1) * (p.inter / 2) + (j >> 1) * 4, p.act + 4 * i, 16);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
 // A warp's position in its rows: column index (of the warp's columns) and slot.
 struct T1RowPos {
   int col = 0, slot = 0;
@@ -839,16 +854,7 @@ __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1
   if (p.early_rows) pdl_wait();
   DI_TRACE_WAITED();
   const float res0 = lane == 0 && ncols > 0 ? t1_residual(p, n0) : 0.0f;  // the first column's
-  {
-    const int per_slot = p.inter / 4;  // 16-byte pieces of a slot's row
-    for (int i = tid; i < slots * per_slot; i += W * 32) {
-      const int s = i / per_slot, j = i - s * per_slot;
-      cp_async16(act_s + s * p.inter + (j & 1) * (p.inter / 2) + (j >> 1) * 4, p.act + 4 * i, 16);
-    }
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
+  t1_stage_act(p, act_s, slots, tid, W * 32);
   const int total = ncols * slots;
   float out = 0.0f;  // the current column's combine sum (every lane holds it; lane 0 stores)
   T1RowPos at;       // the row being summed
@@ -922,8 +928,7 @@ constexpr int kT1FusedThreads = kT1FusedWarps * 32;
 constexpr int kT1FusedMaxSlots = 32;
 
 struct MoeT1FusedParams {
-  MoeDecodeT1Params p;
-  unsigned* barrier;    // [2]: arrivals, generation (arrivals zero at rest)
+  MoeDecodeT1Params p;  // p.barrier: arrivals, generation (arrivals zero at rest)
   int32_t gc;           // gate_up columns per item
   int32_t dn;           // down rows per item (<= 4)
   int32_t warp_stages;  // Sw
@@ -1129,8 +1134,8 @@ __global__ void __launch_bounds__(kT1FusedThreads, 1) moe_t1_fused_kernel(MoeT1F
   // count and moves the generation on). The warps' first down items are being copied meanwhile.
   __syncthreads();
   if (tid == 0) {
-    unsigned* count = f.barrier;
-    unsigned* gen = f.barrier + 1;
+    unsigned* count = p.barrier;
+    unsigned* gen = p.barrier + 1;
     const unsigned g0 = ld_acquire_gpu(gen);
     if (atomic_add_acq_rel_gpu(count, 1u) == gridDim.x - 1) {
       *count = 0;  // the next launch's arrivals come after this kernel (stream order)
@@ -1142,25 +1147,14 @@ __global__ void __launch_bounds__(kT1FusedThreads, 1) moe_t1_fused_kernel(MoeT1F
   }
   __syncthreads();
   DI_TRACE_MARK();
-  {  // act -> shared memory through L2, split halves (moe_down_t1_smem_kernel's layout)
-    const int per_slot = inter / 4;
-    for (int i = tid; i < slots * per_slot; i += kT1FusedThreads) {
-      const int s = i / per_slot, j = i - s * per_slot;
-      cp_async16(act_s + s * inter + (j & 1) * (inter / 2) + (j >> 1) * 4, p.act + 4 * i, 16);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-  }
-  __syncthreads();
+  t1_stage_act(p, act_s, slots, tid, kT1FusedThreads);
   const int first = sh.ngu + ((warp - sh.ngu) % kT1FusedWarps + kT1FusedWarps) % kT1FusedWarps;
   for (int t = first; t < sh.total; t += kT1FusedWarps) {
     const int k = t / kT1FusedWarps;
     const int n0 = (sh.dn_lo + t - sh.ngu) * f.dn, rows = min(f.dn, p.hidden - n0);
     float res[4];  // the residual elements of the item's rows (dn <= 4), loaded before the wait
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      res[r] = lane == 0 && r < rows && p.residual ? __bfloat162float(__ldcg(p.residual + n0 + r))
-                                                   : 0.0f;
+    for (int r = 0; r < 4; ++r) res[r] = lane == 0 && r < rows ? t1_residual(p, n0 + r) : 0.0f;
     mbar_wait(full + k % sw, static_cast<uint32_t>((k / sw) & 1));
     const unsigned char* st = stage_of(k);
 #pragma unroll
@@ -1463,16 +1457,15 @@ static bool launch_moe_t1_fused(const MoeDecodeT1Params& p, int num_sms, bool pd
                                                             kT1FusedThreads, bytes)) != cudaSuccess)
     return true;
   if (per_sm < 1) return false;
-  MoeT1FusedParams f{p,
-                     p.barrier,
-                     static_cast<int32_t>(gc),
-                     static_cast<int32_t>(dn),
-                     sw,
-                     static_cast<int32_t>(stage),
-                     static_cast<int32_t>((p.inter + gc - 1) / gc),
-                     0,
-                     static_cast<int32_t>((p.hidden + dn - 1) / dn)};
-  f.gu_items = slots * f.gu_per_slot;
+  const int32_t gu_per_slot = static_cast<int32_t>((p.inter + gc - 1) / gc);
+  const MoeT1FusedParams f{p,
+                           static_cast<int32_t>(gc),
+                           static_cast<int32_t>(dn),
+                           sw,
+                           static_cast<int32_t>(stage),
+                           gu_per_slot,
+                           slots * gu_per_slot,
+                           static_cast<int32_t>((p.hidden + dn - 1) / dn)};
   *err = launch_dependent_if(pdl, moe_t1_fused_kernel, dim3(static_cast<unsigned>(num_sms)),
                              dim3(kT1FusedThreads), static_cast<size_t>(bytes), stream, f);
   if (*err == cudaSuccess) ++g_t1_fused_launches;
