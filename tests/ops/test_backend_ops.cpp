@@ -651,6 +651,8 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   // The decode kernel's other instantiations: group 8 (Qwen3-30B-A3B), head dim 256, group 1.
   add(new TestPagedAttention("gqa_decode_g8", 32, 4, 128, 128, false, 16,
                              P{{511, 1}, {0, 1}, {2047, 1}}));
+  // Qwen3-30B-A3B at batch 1, ctx 2048: 32 splits x 4 kv heads, one CTA per SM (the warm passes).
+  add(new TestPagedAttention("gqa_decode_g8_bs1", 32, 4, 128, 128, false, 16, P{{2047, 1}}));
   add(new TestPagedAttention("gqa_decode_d256", 8, 4, 256, 256, false, 64, P{{300, 1}, {64, 1}}));
   add(new TestPagedAttention("mha_decode", 4, 4, 128, 128, false, 16,
                              P{{70, 1}, {5, 1}, {129, 1}}));
@@ -1107,6 +1109,7 @@ TEST(FusedQkvRopeAttention, MatchesComposedOnGpuBitwise) {
   cb.set_fused_attention(false);  // back to the default for the tests after this one
   cuda::set_gqa_decode_mma_mode(saved_mma);
   EXPECT_EQ(checked, 21);
+  EXPECT_NO_THROW(cb.check_integrity());  // the fused kernel's arrival counters back at zero
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <string>
@@ -221,6 +222,21 @@ INSTANTIATE_TEST_SUITE_P(Table, CudaMoeGrouped, ::testing::ValuesIn(grouped_case
 
 // The decode path captured in a CUDA graph replays bitwise like eager, and a replay after the
 // routing changed (new ids copied into the same buffer) follows the new routing.
+// CudaBackend::check_integrity: at rest (a fresh backend, then after work) its counters are zero;
+// inside a graph capture it refuses (it would have to synchronize the stream), and the capture
+// can still be ended.
+TEST(CudaBackendIntegrity, AtRestAndRefusedInsideCapture) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  EXPECT_NO_THROW(be->check_integrity());
+  ASSERT_EQ(cudaStreamBeginCapture(be->stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_THROW(be->check_integrity(), std::exception);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(be->stream(), &graph), cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_NO_THROW(be->check_integrity());
+}
+
 TEST(CudaMoeGraph, CaptureReplayBitwiseEqualsEager) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
@@ -922,6 +938,8 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
   }
   be->set_moe_fused(-1);
   EXPECT_EQ(bad, 0);
+  // The router's counter and the fused kernel's barrier were left at rest by every launch.
+  EXPECT_NO_THROW(be->check_integrity());
 }
 
 // The shared slots started during the router (MoeDecodeT1Params::shared_early: gate_up as a PDL

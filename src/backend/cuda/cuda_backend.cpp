@@ -23,6 +23,7 @@
 #include "backend/cuda/kernels/moe_grouped.h"
 #include "backend/cuda/kernels/moe_stats.h"
 #include "backend/cuda/kernels/qkv_rope_attention.h"
+#include "core/error.h"
 
 namespace di {
 namespace cuda {
@@ -1160,6 +1161,29 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
   CUDA_CHECK_LAUNCH("attention_o_proj");
   ++attn_o_proj_calls_;
   return true;
+}
+
+void CudaBackend::check_integrity() {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  DI_CHECK(capture == cudaStreamCaptureStatusNone,
+           "CudaBackend::check_integrity: the stream is capturing a graph");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  DI_CHECK((attention_counters_ == nullptr) == (attention_counters_cap_ == 0),
+           "CudaBackend: attention counters {} with capacity {}",
+           static_cast<const void*>(attention_counters_), attention_counters_cap_);
+  auto all_zero = [](const unsigned* dev, int64_t n, const char* what) {
+    std::vector<unsigned> host(static_cast<size_t>(n));
+    CUDA_CHECK(
+        cudaMemcpy(host.data(), dev, host.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; ++i)
+      DI_CHECK(host[i] == 0, "CudaBackend: {} [{}] is {} at rest (a kernel left it armed)", what, i,
+               host[i]);
+  };
+  if (attention_counters_ != nullptr)
+    all_zero(attention_counters_, attention_counters_cap_, "attention arrival counter");
+  all_zero(moe_route_counter_, 1, "fused router arrival counter");
+  all_zero(moe_t1_barrier_, 1, "one-token fused MoE barrier arrivals");  // [1]: a generation
 }
 
 bool CudaBackend::reserve_attention_counters(int64_t n) {

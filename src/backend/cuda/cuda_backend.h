@@ -58,6 +58,11 @@ class CudaBackend final : public Backend {
   Tensor upload(const Tensor& host, DType dtype) override;
   Tensor download(const Tensor& t) override;
   void synchronize() override;
+  // Invariants at rest (synchronizes the stream; throws inside a graph capture): the decode
+  // kernels' arrival counters (the fused attention kernels' and the fused router's) and the
+  // one-token fused MoE kernel's barrier arrivals are zero, as each kernel's last CTA leaves
+  // them; the attention counter buffer and its capacity agree.
+  void check_integrity();
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
