@@ -16,6 +16,10 @@
 // 4 x 12 KB per CTA), 3 (x3) or 1 (x1) streaming CTAs of 256 threads per SM. Printed: ns per hop
 // (median of 5 launches), and the streamers' bytes / time in TB/s.
 //
+// Then (run 36) the streamers' bandwidth with SMs 0 .. R-1 kept free of them (`reserve=R`: the
+// chaser on SM 0, no streamer below SM R), for R = 1 (where=other above), 9, 17, 33: how much
+// HBM bandwidth a decode step would give up if its latency-bound kernels had SMs of their own.
+//
 //   bench_cuda_l2lat [--hops 400]
 #include <cuda_runtime.h>
 
@@ -53,6 +57,7 @@ struct Params {
   int64_t stream_vecs;  // 16-byte vectors in it
   int where;
   int bulk;
+  int reserve;      // where=other: no streamer on SMs below this (at least 1: the chaser's)
   unsigned* claim;  // the chaser's CTA claims SM 0 here
   unsigned* done;   // the chaser sets it when its timed hops are over
   unsigned long long*
@@ -122,7 +127,8 @@ __global__ void __launch_bounds__(kThreads) l2lat_kernel(Params p) {
     int r = 0;
     if (sm == 0 && atomicCAS(p.claim, 0u, 1u) == 0u) {
       r = 1;
-    } else if (p.where == kAll || (p.where == kOther && sm != 0) || (p.where == kSame && sm == 0)) {
+    } else if (p.where == kAll || (p.where == kOther && sm >= static_cast<unsigned>(p.reserve)) ||
+               (p.where == kSame && sm == 0)) {
       r = 2;
     }
     role = r;
@@ -209,7 +215,7 @@ int main(int argc, char** argv) {
         CK(cudaMemset(d_done, 0, 4));
         const unsigned long long init[4] = {0, 0, ~0ull, 0};
         CK(cudaMemcpy(d_out, init, sizeof init, cudaMemcpyHostToDevice));
-        Params p{d_chain, hops,  d_stream, stream_bytes / 16, where, k.bulk, d_claim,
+        Params p{d_chain, hops,  d_stream, stream_bytes / 16, where, k.bulk, 1, d_claim,
                  d_done,  d_out, d_sink};
         const int smem = (220 * 1024) / (k.ctas_per_sm + 1) / 1024 * 1024;
         l2lat_kernel<<<sms*(k.ctas_per_sm + 1), kThreads, smem>>>(p);
@@ -227,6 +233,34 @@ int main(int argc, char** argv) {
           "[l2lat] where=%s streamer=%s ns_per_hop=%.0f (min %.0f max %.0f) stream_tbps=%.2f\n",
           where_name[where], where == kNone ? "-" : k.name, lat[lat.size() / 2], lat.front(),
           lat.back(), tbps[tbps.size() / 2]);
+    }
+  }
+  // SMs kept free of streamers (where=other with SMs 0 .. reserve-1 idle but the chaser's).
+  for (const Kind& k : {kinds[0], kinds[2]}) {
+    for (const int reserve : {1, 9, 17, 33}) {
+      std::vector<double> lat, tbps;
+      for (int rep = 0; rep < 5; ++rep) {
+        CK(cudaMemset(d_claim, 0, 4));
+        CK(cudaMemset(d_done, 0, 4));
+        const unsigned long long init[4] = {0, 0, ~0ull, 0};
+        CK(cudaMemcpy(d_out, init, sizeof init, cudaMemcpyHostToDevice));
+        Params p{d_chain, hops,  d_stream, stream_bytes / 16, kOther, k.bulk, reserve, d_claim,
+                 d_done,  d_out, d_sink};
+        const int smem = (220 * 1024) / (k.ctas_per_sm + 1) / 1024 * 1024;
+        l2lat_kernel<<<sms*(k.ctas_per_sm + 1), kThreads, smem>>>(p);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        unsigned long long out[4];
+        CK(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost));
+        lat.push_back(static_cast<double>(out[0]) / hops);
+        const double dt = out[3] > out[2] ? static_cast<double>(out[3] - out[2]) : 0.0;
+        tbps.push_back(dt > 0 ? static_cast<double>(out[1]) / dt / 1e3 : 0.0);
+      }
+      std::sort(lat.begin(), lat.end());
+      std::sort(tbps.begin(), tbps.end());
+      std::printf(
+          "[l2lat] reserve=%d streaming_sms=%d streamer=%s ns_per_hop=%.0f stream_tbps=%.2f\n",
+          reserve, sms - reserve, k.name, lat[lat.size() / 2], tbps[tbps.size() / 2]);
     }
   }
   return 0;
