@@ -12,6 +12,8 @@
 //   [green] two-streams   alternating between two streams of the primary context, event edges
 //   [green] green-one     every kernel on the small partition's stream
 //   [green] green-two     alternating between the small and the large partition, event edges
+// and each of them again as a CUDA graph (`graph ns_per_kernel`: the replay's time per kernel;
+// added after run 36's device time was spent: not yet run).
 //
 //   bench_cuda_green [--small-sms 16] [--n 200]
 #include <cuda.h>
@@ -146,6 +148,74 @@ void run_chain(const char* name, const std::vector<Lane>& lanes, const Chain& c,
   }
 }
 
+// The same chain captured into a CUDA graph (stream capture forked across the lanes by events,
+// joined back into lanes[0]) and replayed: the per-kernel time of a replay, as a decode step
+// would pay it. Prints the capture's error instead when a lane's context cannot join it.
+void run_graph(const char* name, const std::vector<Lane>& lanes, const Chain& c,
+               CtxSetCurrent set_current, CUcontext primary) {
+  auto use = [&](const Lane& l) {
+    if (set_current != nullptr) set_current(l.ctx != nullptr ? l.ctx : primary);
+  };
+  std::vector<cudaEvent_t> events(static_cast<size_t>(c.n) + 1);
+  for (size_t i = 0; i < events.size(); ++i) {
+    use(lanes[i % lanes.size()]);
+    CK(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
+  }
+  use(lanes[0]);
+  cudaError_t err = cudaStreamBeginCapture(lanes[0].stream, cudaStreamCaptureModeRelaxed);
+  for (int i = 0; i < c.n && err == cudaSuccess; ++i) {
+    const Lane& l = lanes[static_cast<size_t>(i) % lanes.size()];
+    use(l);
+    if (i > 0 && lanes.size() > 1)
+      err = cudaStreamWaitEvent(l.stream, events[static_cast<size_t>(i) - 1], 0);
+    if (err != cudaSuccess) break;
+    tick<<<1, 32, 0, l.stream>>>(c.ts, c.sm, i);
+    err = cudaGetLastError();
+    if (err == cudaSuccess && lanes.size() > 1)
+      err = cudaEventRecord(events[static_cast<size_t>(i)], l.stream);
+  }
+  // Join: the last kernel's lane back into lanes[0].
+  if (err == cudaSuccess && lanes.size() > 1 && (c.n - 1) % static_cast<int>(lanes.size()) != 0) {
+    use(lanes[0]);
+    err = cudaStreamWaitEvent(lanes[0].stream, events[static_cast<size_t>(c.n) - 1], 0);
+  }
+  use(lanes[0]);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(lanes[0].stream, &graph);
+  if (err == cudaSuccess) err = end;
+  cudaGraphExec_t exec = nullptr;
+  if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+  if (err != cudaSuccess) {
+    std::printf("[green] %-12s graph: %s\n", name, cudaGetErrorString(err));
+    (void)cudaGetLastError();
+  } else {
+    cudaEvent_t t0, t1;
+    CK(cudaEventCreate(&t0));
+    CK(cudaEventCreate(&t1));
+    std::vector<float> ms;
+    for (int rep = 0; rep < 21; ++rep) {
+      CK(cudaEventRecord(t0, lanes[0].stream));
+      CK(cudaGraphLaunch(exec, lanes[0].stream));
+      CK(cudaEventRecord(t1, lanes[0].stream));
+      CK(cudaEventSynchronize(t1));
+      float m = 0.0f;
+      CK(cudaEventElapsedTime(&m, t0, t1));
+      if (rep > 0) ms.push_back(m);  // the first replay uploads the graph
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("[green] %-12s graph ns_per_kernel=%.0f (median of 20 replays of %d kernels)\n",
+                name, static_cast<double>(ms[ms.size() / 2]) * 1e6 / c.n, c.n);
+    CK(cudaEventDestroy(t0));
+    CK(cudaEventDestroy(t1));
+    CK(cudaGraphExecDestroy(exec));
+  }
+  if (graph != nullptr) CK(cudaGraphDestroy(graph));
+  for (size_t i = 0; i < events.size(); ++i) {
+    use(lanes[i % lanes.size()]);
+    CK(cudaEventDestroy(events[i]));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,6 +243,8 @@ int main(int argc, char** argv) {
     run_chain("one-stream", {Lane{s0, nullptr}}, c, set_current, primary);
     run_chain("two-streams", {Lane{s0, nullptr}, Lane{s1, nullptr}}, c, set_current, primary);
   }
+  run_graph("one-stream", {Lane{s0, nullptr}}, c, set_current, primary);
+  run_graph("two-streams", {Lane{s0, nullptr}, Lane{s1, nullptr}}, c, set_current, primary);
 
   // Green contexts: `small_sms` SMs and the rest.
   auto get_resource =
@@ -222,5 +294,7 @@ int main(int argc, char** argv) {
     run_chain("green-one", {Lane{gs, c_small}}, c, set_current, primary);
     run_chain("green-two", {Lane{gs, c_small}, Lane{gr, c_rest}}, c, set_current, primary);
   }
+  run_graph("green-one", {Lane{gs, c_small}}, c, set_current, primary);
+  run_graph("green-two", {Lane{gs, c_small}, Lane{gr, c_rest}}, c, set_current, primary);
   return 0;
 }
