@@ -651,7 +651,7 @@ std::vector<std::shared_ptr<OpCase>> all_cases() {
   // The decode kernel's other instantiations: group 8 (Qwen3-30B-A3B), head dim 256, group 1.
   add(new TestPagedAttention("gqa_decode_g8", 32, 4, 128, 128, false, 16,
                              P{{511, 1}, {0, 1}, {2047, 1}}));
-  // Qwen3-30B-A3B at batch 1, ctx 2048: 32 splits x 4 kv heads, one CTA per SM (the warm passes).
+  // Qwen3-30B-A3B at batch 1, ctx 2048: 32 splits x 4 kv heads, the batch-1 grid of one CTA per SM.
   add(new TestPagedAttention("gqa_decode_g8_bs1", 32, 4, 128, 128, false, 16, P{{2047, 1}}));
   add(new TestPagedAttention("gqa_decode_d256", 8, 4, 256, 256, false, 64, P{{300, 1}, {64, 1}}));
   add(new TestPagedAttention("mha_decode", 4, 4, 128, 128, false, 16,

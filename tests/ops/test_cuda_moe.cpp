@@ -220,11 +220,9 @@ std::string case_name(const ::testing::TestParamInfo<MoeCase>& i) { return i.par
 INSTANTIATE_TEST_SUITE_P(Table, CudaMoe, ::testing::ValuesIn(cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Table, CudaMoeGrouped, ::testing::ValuesIn(grouped_cases()), case_name);
 
-// The decode path captured in a CUDA graph replays bitwise like eager, and a replay after the
-// routing changed (new ids copied into the same buffer) follows the new routing.
-// CudaBackend::check_integrity: at rest (a fresh backend, then after work) its counters are zero;
-// inside a graph capture it refuses (it would have to synchronize the stream), and the capture
-// can still be ended.
+// CudaBackend::check_integrity: at rest (after whatever tests ran before on the shared backend)
+// its counters are zero; inside a graph capture it refuses (it would have to synchronize the
+// stream), and the capture can still be ended.
 TEST(CudaBackendIntegrity, AtRestAndRefusedInsideCapture) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
@@ -237,6 +235,8 @@ TEST(CudaBackendIntegrity, AtRestAndRefusedInsideCapture) {
   EXPECT_NO_THROW(be->check_integrity());
 }
 
+// The decode path captured in a CUDA graph replays bitwise like eager, and a replay after the
+// routing changed (new ids copied into the same buffer) follows the new routing.
 TEST(CudaMoeGraph, CaptureReplayBitwiseEqualsEager) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
