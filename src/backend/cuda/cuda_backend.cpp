@@ -1163,11 +1163,14 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
   return true;
 }
 
+bool CudaBackend::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void CudaBackend::check_integrity() {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
-  DI_CHECK(capture == cudaStreamCaptureStatusNone,
-           "CudaBackend::check_integrity: the stream is capturing a graph");
+  DI_CHECK(!capturing(), "CudaBackend::check_integrity: the stream is capturing a graph");
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   DI_CHECK((attention_counters_ == nullptr) == (attention_counters_cap_ == 0),
            "CudaBackend: attention counters {} with capacity {}",
@@ -1188,9 +1191,7 @@ void CudaBackend::check_integrity() {
 
 bool CudaBackend::reserve_attention_counters(int64_t n) {
   if (n <= attention_counters_cap_) return true;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return false;  // no allocation inside a capture
+  if (capturing()) return false;  // no allocation inside a capture
   // The old buffer stays allocated until the backend dies: a captured graph may still use it.
   if (attention_counters_ != nullptr) retired_attention_counters_.push_back(attention_counters_);
   const int64_t cap = std::max(n, 2 * attention_counters_cap_);
@@ -1352,9 +1353,7 @@ const float* CudaBackend::router_bias(const MoeRoutingParams& r, const char* op)
   if (r.correction_bias->device() == Device::kCPU &&
       !host_cache_.contains(r.correction_bias->raw())) {
     // The host bias is uploaded once, lazily; an upload cannot be captured in a CUDA graph.
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-    DI_CHECK(capturing == cudaStreamCaptureStatusNone,
+    DI_CHECK(!capturing(),
              "cuda {}: the host correction bias is first used inside a CUDA graph capture; run "
              "one eager step (warm-up) before capturing",
              op);
@@ -1542,11 +1541,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
       h % 8 == 0 && inter % 8 == 0 && aligned16(x) && aligned16(w.gate_up) && aligned16(w.down);
   // Inside a CUDA graph capture the host read-back of the cuBLAS path is impossible: take the
   // decode kernels at any size then (correct for any rows per expert, just slower at large T).
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
   // Opt-in (env, moe_grouped.h): the grouped GEMM also for decode sizes at >= N rows per expert.
-  const bool decode_range = slots <= moe_device_max_slots_ ||
-                            (capturing != cudaStreamCaptureStatusNone && !moe_grouped_gemm_);
+  const bool decode_range = slots <= moe_device_max_slots_ || (capturing() && !moe_grouped_gemm_);
   const int grouped_min_rows = moe_decode_grouped_min_rows();
   const bool decode_as_grouped =
       decode_range && grouped_min_rows > 0 && slots >= int64_t{grouped_min_rows} * num_experts;

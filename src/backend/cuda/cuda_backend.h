@@ -309,6 +309,8 @@ class CudaBackend final : public Backend {
   // Whether one token's experts take the one-token kernels (launch_moe_decode_t1): x [1, H], the
   // weights' shapes already checked, `slots` = top_k (the routed slots).
   bool moe_t1_applies(const Tensor& x, const ExpertWeights& w, int64_t slots) const;
+  // Whether the backend's stream is capturing a CUDA graph.
+  bool capturing() const;
   int moe_fused_override_ = -1;
   int mla_fused_uk_override_ = -1;
   int64_t mla_fused_uk_calls_ = 0;
