@@ -206,61 +206,51 @@ int main(int argc, char** argv) {
   // ctas_per_sm streamers per SM: every SM holds ctas_per_sm + 1 CTAs (the shared memory
   // each asks for), SM 0 the chaser and ctas_per_sm streamers.
   const Kind kinds[] = {{"ld8x3", 0, 3}, {"ld8x1", 0, 1}, {"bulkx3", 1, 3}, {"bulkx1", 1, 1}};
+  // Five launches of one configuration: the chaser's ns per hop and the streams' TB/s, each
+  // sorted (the median is the middle element).
+  struct Samples {
+    std::vector<double> lat, tbps;
+  };
+  auto measure = [&](const Kind& k, int where, int reserve) {
+    Samples r;
+    for (int rep = 0; rep < 5; ++rep) {
+      CK(cudaMemset(d_claim, 0, 4));
+      CK(cudaMemset(d_done, 0, 4));
+      const unsigned long long init[4] = {0, 0, ~0ull, 0};
+      CK(cudaMemcpy(d_out, init, sizeof init, cudaMemcpyHostToDevice));
+      Params p{d_chain, hops,  d_stream, stream_bytes / 16, where, k.bulk, reserve, d_claim,
+               d_done,  d_out, d_sink};
+      const int smem = (220 * 1024) / (k.ctas_per_sm + 1) / 1024 * 1024;
+      l2lat_kernel<<<sms*(k.ctas_per_sm + 1), kThreads, smem>>>(p);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      unsigned long long out[4];
+      CK(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost));
+      r.lat.push_back(static_cast<double>(out[0]) / hops);
+      const double dt = out[3] > out[2] ? static_cast<double>(out[3] - out[2]) : 0.0;
+      r.tbps.push_back(dt > 0 ? static_cast<double>(out[1]) / dt / 1e3 : 0.0);
+    }
+    std::sort(r.lat.begin(), r.lat.end());
+    std::sort(r.tbps.begin(), r.tbps.end());
+    return r;
+  };
   for (const Kind& k : kinds) {
     for (int where = 0; where < 4; ++where) {
       if (where == kNone && &k != &kinds[0]) continue;
-      std::vector<double> lat, tbps;
-      for (int rep = 0; rep < 5; ++rep) {
-        CK(cudaMemset(d_claim, 0, 4));
-        CK(cudaMemset(d_done, 0, 4));
-        const unsigned long long init[4] = {0, 0, ~0ull, 0};
-        CK(cudaMemcpy(d_out, init, sizeof init, cudaMemcpyHostToDevice));
-        Params p{d_chain, hops,  d_stream, stream_bytes / 16, where, k.bulk, 1, d_claim,
-                 d_done,  d_out, d_sink};
-        const int smem = (220 * 1024) / (k.ctas_per_sm + 1) / 1024 * 1024;
-        l2lat_kernel<<<sms*(k.ctas_per_sm + 1), kThreads, smem>>>(p);
-        CK(cudaGetLastError());
-        CK(cudaDeviceSynchronize());
-        unsigned long long out[4];
-        CK(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost));
-        lat.push_back(static_cast<double>(out[0]) / hops);
-        const double dt = out[3] > out[2] ? static_cast<double>(out[3] - out[2]) : 0.0;
-        tbps.push_back(dt > 0 ? static_cast<double>(out[1]) / dt / 1e3 : 0.0);
-      }
-      std::sort(lat.begin(), lat.end());
-      std::sort(tbps.begin(), tbps.end());
+      const Samples r = measure(k, where, 1);
       std::printf(
           "[l2lat] where=%s streamer=%s ns_per_hop=%.0f (min %.0f max %.0f) stream_tbps=%.2f\n",
-          where_name[where], where == kNone ? "-" : k.name, lat[lat.size() / 2], lat.front(),
-          lat.back(), tbps[tbps.size() / 2]);
+          where_name[where], where == kNone ? "-" : k.name, r.lat[r.lat.size() / 2], r.lat.front(),
+          r.lat.back(), r.tbps[r.tbps.size() / 2]);
     }
   }
   // SMs kept free of streamers (where=other with SMs 0 .. reserve-1 idle but the chaser's).
   for (const Kind& k : {kinds[0], kinds[2]}) {
     for (const int reserve : {1, 9, 17, 33}) {
-      std::vector<double> lat, tbps;
-      for (int rep = 0; rep < 5; ++rep) {
-        CK(cudaMemset(d_claim, 0, 4));
-        CK(cudaMemset(d_done, 0, 4));
-        const unsigned long long init[4] = {0, 0, ~0ull, 0};
-        CK(cudaMemcpy(d_out, init, sizeof init, cudaMemcpyHostToDevice));
-        Params p{d_chain, hops,  d_stream, stream_bytes / 16, kOther, k.bulk, reserve, d_claim,
-                 d_done,  d_out, d_sink};
-        const int smem = (220 * 1024) / (k.ctas_per_sm + 1) / 1024 * 1024;
-        l2lat_kernel<<<sms*(k.ctas_per_sm + 1), kThreads, smem>>>(p);
-        CK(cudaGetLastError());
-        CK(cudaDeviceSynchronize());
-        unsigned long long out[4];
-        CK(cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost));
-        lat.push_back(static_cast<double>(out[0]) / hops);
-        const double dt = out[3] > out[2] ? static_cast<double>(out[3] - out[2]) : 0.0;
-        tbps.push_back(dt > 0 ? static_cast<double>(out[1]) / dt / 1e3 : 0.0);
-      }
-      std::sort(lat.begin(), lat.end());
-      std::sort(tbps.begin(), tbps.end());
+      const Samples r = measure(k, kOther, reserve);
       std::printf(
           "[l2lat] reserve=%d streaming_sms=%d streamer=%s ns_per_hop=%.0f stream_tbps=%.2f\n",
-          reserve, sms - reserve, k.name, lat[lat.size() / 2], tbps[tbps.size() / 2]);
+          reserve, sms - reserve, k.name, r.lat[r.lat.size() / 2], r.tbps[r.tbps.size() / 2]);
     }
   }
   return 0;
