@@ -86,18 +86,48 @@ struct Chain {
 
 using CtxSetCurrent = CUresult (*)(CUcontext);
 
+// Makes a lane's context current (its green context, or the primary one) before work is
+// enqueued on its stream or an event is made for it.
+struct Contexts {
+  CtxSetCurrent set_current;
+  CUcontext primary;
+  void use(const Lane& l) const {
+    if (set_current != nullptr) set_current(l.ctx != nullptr ? l.ctx : primary);
+  }
+};
+
+// The chain's events: event i in the context of the lane that records it (lane i mod lanes).
+class ChainEvents {
+ public:
+  ChainEvents(const std::vector<Lane>& lanes, int n, const Contexts& cx)
+      : lanes_(lanes), cx_(cx), events_(static_cast<size_t>(n)) {
+    for (size_t i = 0; i < events_.size(); ++i) {
+      cx_.use(lanes_[i % lanes_.size()]);
+      CK(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming));
+    }
+  }
+  ~ChainEvents() {
+    for (size_t i = 0; i < events_.size(); ++i) {
+      cx_.use(lanes_[i % lanes_.size()]);
+      CK(cudaEventDestroy(events_[i]));
+    }
+  }
+  ChainEvents(const ChainEvents&) = delete;
+  ChainEvents& operator=(const ChainEvents&) = delete;
+  cudaEvent_t operator[](int i) const { return events_[static_cast<size_t>(i)]; }
+
+ private:
+  const std::vector<Lane>& lanes_;
+  Contexts cx_;
+  std::vector<cudaEvent_t> events_;
+};
+
 // Enqueues gate + n ticks alternating over `lanes` (event edges between lanes), releases the
 // gate, and prints one run's mean and largest hand-off and the SMs used per lane.
 void run_chain(const char* name, const std::vector<Lane>& lanes, const Chain& c,
-               CtxSetCurrent set_current, CUcontext primary) {
-  auto use = [&](const Lane& l) {
-    if (set_current != nullptr) set_current(l.ctx != nullptr ? l.ctx : primary);
-  };
-  std::vector<cudaEvent_t> events(static_cast<size_t>(c.n));
-  for (int i = 0; i < c.n; ++i) {
-    use(lanes[static_cast<size_t>(i) % lanes.size()]);
-    CK(cudaEventCreateWithFlags(&events[static_cast<size_t>(i)], cudaEventDisableTiming));
-  }
+               const Contexts& cx) {
+  auto use = [&](const Lane& l) { cx.use(l); };
+  const ChainEvents events(lanes, c.n, cx);
   *const_cast<volatile int*>(c.flag) = 0;
   int* d_flag = nullptr;
   CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_flag), c.flag, 0));
@@ -107,11 +137,10 @@ void run_chain(const char* name, const std::vector<Lane>& lanes, const Chain& c,
   for (int i = 0; i < c.n; ++i) {
     const Lane& l = lanes[static_cast<size_t>(i) % lanes.size()];
     use(l);
-    if (i > 0 && lanes.size() > 1)
-      CK(cudaStreamWaitEvent(l.stream, events[static_cast<size_t>(i) - 1], 0));
+    if (i > 0 && lanes.size() > 1) CK(cudaStreamWaitEvent(l.stream, events[i - 1], 0));
     tick<<<1, 32, 0, l.stream>>>(c.ts, c.sm, i);
     CK(cudaGetLastError());
-    if (lanes.size() > 1) CK(cudaEventRecord(events[static_cast<size_t>(i)], l.stream));
+    if (lanes.size() > 1) CK(cudaEventRecord(events[i], l.stream));
   }
   *const_cast<volatile int*>(c.flag) = 1;
   for (const Lane& l : lanes) {
@@ -142,42 +171,30 @@ void run_chain(const char* name, const std::vector<Lane>& lanes, const Chain& c,
     std::printf(" lane%zu_sms=%zu(%u-%u)", k, used.size(), lo, hi);
   }
   std::printf("\n");
-  for (size_t i = 0; i < events.size(); ++i) {
-    use(lanes[i % lanes.size()]);
-    CK(cudaEventDestroy(events[i]));
-  }
 }
 
 // The same chain captured into a CUDA graph (stream capture forked across the lanes by events,
 // joined back into lanes[0]) and replayed: the per-kernel time of a replay, as a decode step
 // would pay it. Prints the capture's error instead when a lane's context cannot join it.
 void run_graph(const char* name, const std::vector<Lane>& lanes, const Chain& c,
-               CtxSetCurrent set_current, CUcontext primary) {
-  auto use = [&](const Lane& l) {
-    if (set_current != nullptr) set_current(l.ctx != nullptr ? l.ctx : primary);
-  };
-  std::vector<cudaEvent_t> events(static_cast<size_t>(c.n) + 1);
-  for (size_t i = 0; i < events.size(); ++i) {
-    use(lanes[i % lanes.size()]);
-    CK(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
-  }
+               const Contexts& cx) {
+  auto use = [&](const Lane& l) { cx.use(l); };
+  const ChainEvents events(lanes, c.n, cx);
   use(lanes[0]);
   cudaError_t err = cudaStreamBeginCapture(lanes[0].stream, cudaStreamCaptureModeRelaxed);
   for (int i = 0; i < c.n && err == cudaSuccess; ++i) {
     const Lane& l = lanes[static_cast<size_t>(i) % lanes.size()];
     use(l);
-    if (i > 0 && lanes.size() > 1)
-      err = cudaStreamWaitEvent(l.stream, events[static_cast<size_t>(i) - 1], 0);
+    if (i > 0 && lanes.size() > 1) err = cudaStreamWaitEvent(l.stream, events[i - 1], 0);
     if (err != cudaSuccess) break;
     tick<<<1, 32, 0, l.stream>>>(c.ts, c.sm, i);
     err = cudaGetLastError();
-    if (err == cudaSuccess && lanes.size() > 1)
-      err = cudaEventRecord(events[static_cast<size_t>(i)], l.stream);
+    if (err == cudaSuccess && lanes.size() > 1) err = cudaEventRecord(events[i], l.stream);
   }
   // Join: the last kernel's lane back into lanes[0].
   if (err == cudaSuccess && lanes.size() > 1 && (c.n - 1) % static_cast<int>(lanes.size()) != 0) {
     use(lanes[0]);
-    err = cudaStreamWaitEvent(lanes[0].stream, events[static_cast<size_t>(c.n) - 1], 0);
+    err = cudaStreamWaitEvent(lanes[0].stream, events[c.n - 1], 0);
   }
   use(lanes[0]);
   cudaGraph_t graph = nullptr;
@@ -210,10 +227,6 @@ void run_graph(const char* name, const std::vector<Lane>& lanes, const Chain& c,
     CK(cudaGraphExecDestroy(exec));
   }
   if (graph != nullptr) CK(cudaGraphDestroy(graph));
-  for (size_t i = 0; i < events.size(); ++i) {
-    use(lanes[i % lanes.size()]);
-    CK(cudaEventDestroy(events[i]));
-  }
 }
 
 }  // namespace
@@ -235,16 +248,17 @@ int main(int argc, char** argv) {
   auto set_current = driver<CtxSetCurrent>("cuCtxSetCurrent");
   CUcontext primary = nullptr;
   if (get_current != nullptr) get_current(&primary);
+  const Contexts cx{set_current, primary};
 
   cudaStream_t s0 = nullptr, s1 = nullptr;
   CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   for (int rep = 0; rep < 2; ++rep) {
-    run_chain("one-stream", {Lane{s0, nullptr}}, c, set_current, primary);
-    run_chain("two-streams", {Lane{s0, nullptr}, Lane{s1, nullptr}}, c, set_current, primary);
+    run_chain("one-stream", {Lane{s0, nullptr}}, c, cx);
+    run_chain("two-streams", {Lane{s0, nullptr}, Lane{s1, nullptr}}, c, cx);
   }
-  run_graph("one-stream", {Lane{s0, nullptr}}, c, set_current, primary);
-  run_graph("two-streams", {Lane{s0, nullptr}, Lane{s1, nullptr}}, c, set_current, primary);
+  run_graph("one-stream", {Lane{s0, nullptr}}, c, cx);
+  run_graph("two-streams", {Lane{s0, nullptr}, Lane{s1, nullptr}}, c, cx);
 
   // Green contexts: `small_sms` SMs and the rest.
   auto get_resource =
@@ -291,10 +305,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (int rep = 0; rep < 2; ++rep) {
-    run_chain("green-one", {Lane{gs, c_small}}, c, set_current, primary);
-    run_chain("green-two", {Lane{gs, c_small}, Lane{gr, c_rest}}, c, set_current, primary);
+    run_chain("green-one", {Lane{gs, c_small}}, c, cx);
+    run_chain("green-two", {Lane{gs, c_small}, Lane{gr, c_rest}}, c, cx);
   }
-  run_graph("green-one", {Lane{gs, c_small}}, c, set_current, primary);
-  run_graph("green-two", {Lane{gs, c_small}, Lane{gr, c_rest}}, c, set_current, primary);
+  run_graph("green-one", {Lane{gs, c_small}}, c, cx);
+  run_graph("green-two", {Lane{gs, c_small}, Lane{gr, c_rest}}, c, cx);
   return 0;
 }
