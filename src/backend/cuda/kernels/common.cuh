@@ -428,11 +428,9 @@ __device__ __forceinline__ uint32_t cluster_addr(const void* p, int rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(smem_u32(p)), "r"(rank));
   return out;
 }
-// A float from distributed shared memory (an address from cluster_addr).
-__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-  return v;
+// A float into distributed shared memory (an address from cluster_addr).
+__device__ __forceinline__ void st_cluster_f32(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 // 16 bytes global -> shared (cp.async.cg); src_bytes 0 zero-fills (src must still be a valid
 // pointer).

@@ -348,9 +348,10 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_warp_kernel(MoeRou
 // norm_rows), CTA 0 also writes them out as h, and each warp writes its expert's logits. Then
 // either (W = 4, any expert count) the last CTA to finish (arrival counter) routes token t with
 // warp t, reading the logits back through L2, or (the cluster router, W = 16, one cluster of at
-// most kRouteClusterMaxCtas CTAs: up to 128 experts) the CTAs keep their logits in shared
-// memory too, CTA 0 gathers them over distributed shared memory after a cluster barrier and
-// routes: no global round trip and no atomic between the logits and the routing (run 26).
+// most kRouteClusterMaxCtas CTAs: up to 128 experts) each warp also stores its logits into CTA
+// 0's shared memory over distributed shared memory, and CTA 0 routes after one cluster barrier:
+// no global round trip and no atomic between the logits and the routing (run 26; the stores
+// replaced CTA 0's gather and a second barrier in run 37).
 constexpr int kNormRouteWarps = 4;
 constexpr int kRouteClusterWarps = 16;
 constexpr int kRouteClusterMaxCtas = 8;  // the portable cluster size
@@ -419,8 +420,7 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
   __shared__ __align__(
       16) unsigned char smem[kRowBytes > kScratchBytes ? kRowBytes : kScratchBytes];
   __shared__ float red[17];
-  // The cluster router: this CTA's logits [token][warp], and in CTA 0 all of them [token][E].
-  __shared__ float cta_logits[kCluster ? kNormRouteMaxTokens * W : 1];
+  // The cluster router: in CTA 0, every CTA's logits [token][E] (each warp stores its own there).
   __shared__ float all_logits[kCluster ? kNormRouteMaxTokens * kRouteClusterMaxExperts : 1];
   __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
   RouteWarpScratch* scratch = reinterpret_cast<RouteWarpScratch*>(smem);
@@ -477,28 +477,20 @@ __global__ void __launch_bounds__(W * 32) moe_norm_route_kernel(MoeNormRouteKern
       if (lane == 0) {
         DI_TRACE_MARK_AFTER(acc);  // (thread 0) its logit
         p.logits[int64_t{t} * ne + e] = acc;
-        if constexpr (kCluster) cta_logits[t * W + warp] = acc;
+        if constexpr (kCluster)
+          st_cluster_f32(cluster_addr(all_logits + t * kRouteClusterMaxExperts + e, 0), acc);
       }
     }
   }
   if constexpr (kCluster) {
-    // After the barrier (release / acquire at cluster scope) every CTA's logits are readable;
-    // CTA 0 (the cluster spans the grid: rank = blockIdx.x) gathers them, and a second barrier
-    // keeps the others' shared memory alive until it has.
+    // Each warp has stored its logits into CTA 0's all_logits (the cluster spans the grid: rank
+    // = blockIdx.x); after the barrier (release / acquire at cluster scope) CTA 0 holds them all,
+    // and every warp of it is done with hs (scratch may reuse it). No CTA reads another's shared
+    // memory, so nothing has to stay alive past this one barrier (run 37: it replaced a gather
+    // by CTA 0 over distributed shared memory between two barriers).
     cluster_arrive();
     cluster_wait();
-    const bool router = blockIdx.x == 0;
-    if (router) {
-      for (int i = tid; i < p.tokens * ne; i += W * 32) {
-        const int t = i / ne, x = i - t * ne;
-        all_logits[t * kRouteClusterMaxExperts + x] =
-            ld_cluster_f32(cluster_addr(cta_logits + t * W + x % W, x / W));
-      }
-    }
-    cluster_arrive_relaxed();
-    cluster_wait();
-    if (!router) return;
-    __syncthreads();  // all_logits complete (every warp is done with hs: scratch may reuse it)
+    if (blockIdx.x != 0) return;
     if (warp < p.tokens) {
       route_token_warp<kSlots, true, kMode>(
           p.route, warp, all_logits + warp * kRouteClusterMaxExperts, lane, scratch[warp]);
