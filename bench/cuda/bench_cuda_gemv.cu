@@ -13,7 +13,11 @@
 //   [check] every ring setting's outputs against the register kernel's, bitwise (the reduction
 //           order is the same by construction).
 //
-//   bench_cuda_gemv [--reps 20]
+//   bench_cuda_gemv [--reps 20] [--shapes llama|moe]
+//
+// --shapes moe (run 37): the batch-1 attention projections of the MoE models instead
+// (Qwen3-30B-A3B's qkv 5120 x 2048 and o_proj 2048 x 4096, DeepSeek-V2-Lite's q|kv_a 3648 x 2048
+// and o_proj 2048 x 2048), without the layer sequence.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -136,8 +140,22 @@ di::cuda::GemvParams params(const Proj& pr, const ProjBufs& b, int i, bool accum
 
 int main(int argc, char** argv) {
   int reps = 20;
+  bool moe = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) {
+      const char* v = argv[++i];
+      if (std::strcmp(v, "moe") == 0) {
+        moe = true;
+      } else if (std::strcmp(v, "llama") != 0) {
+        std::fprintf(stderr, "--shapes: expected llama or moe, got '%s'\n", v);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda_gemv [--reps N] [--shapes llama|moe]\n");
+      return 2;
+    }
   }
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
@@ -149,7 +167,7 @@ int main(int argc, char** argv) {
 
   // The first four are a decoder layer as the model issues it (silu·mul in gate_up's epilogue);
   // then the shapes before run 13 (silu·mul in down's prologue) and without prologue math.
-  const Proj projs[] = {
+  const std::vector<Proj> llama_projs = {
       {"qkv", di::cuda::GemvIn::kRmsNorm, 6144, 4096, false, false},
       {"o_proj", di::cuda::GemvIn::kNone, 4096, 4096, true, false},
       {"gate_up", di::cuda::GemvIn::kRmsNorm, 28672, 4096, false, true},
@@ -158,7 +176,15 @@ int main(int argc, char** argv) {
       {"down_silu", di::cuda::GemvIn::kSiluMul, 4096, 14336, true, false},
       {"qkv_copy", di::cuda::GemvIn::kNone, 6144, 4096, false, false},
   };
-  constexpr int kProjs = sizeof(projs) / sizeof(projs[0]);
+  const std::vector<Proj> moe_projs = {
+      {"q3_qkv", di::cuda::GemvIn::kRmsNorm, 5120, 2048, false, false},
+      {"q3_o", di::cuda::GemvIn::kNone, 2048, 4096, true, false},
+      {"v2_qkva", di::cuda::GemvIn::kRmsNorm, 3648, 2048, false, false},
+      {"v2_o", di::cuda::GemvIn::kNone, 2048, 2048, true, false},
+      {"q3_qkv_cp", di::cuda::GemvIn::kNone, 5120, 2048, false, false},
+  };
+  const std::vector<Proj>& projs = moe ? moe_projs : llama_projs;
+  const int kProjs = static_cast<int>(projs.size());
   std::vector<ProjBufs> bufs;
   for (int i = 0; i < kProjs; ++i) bufs.push_back(make_bufs(projs[i], 1000 * (i + 1)));
   CK(cudaDeviceSynchronize());
@@ -294,6 +320,7 @@ int main(int argc, char** argv) {
           100.0 * bytes / (us * 1e-6) / kCopyBw, bytes / kCopyBw * 1e6,
           same ? "bitwise equal" : "differs", rd);
     }
+    if (moe) continue;  // the layer sequence is Llama's
     // A decoder layer's four projections in sequence, 8 layers (distinct weights).
     const double ms = di::bench::graph_replay_ms(s, reps, [&] {
       for (int l = 0; l < 8; ++l) {
