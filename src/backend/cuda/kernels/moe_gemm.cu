@@ -1491,12 +1491,21 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   // CTAs issue their first weight loads before the wait, and so does down with early_rows.
   const dim3 gu_grid(ceil_div(p.inter, kDecodeWarps),
                      static_cast<unsigned>(p.top_k + p.shared_slots));
-  static const int gu_variant = [] {  // DEEPINFER_MOE_T1_GU=4x4 | 2x6 | 2x8 (U x CTAs per SM)
+  // DEEPINFER_MOE_T1_GU=4x4 | 2x6 | 2x8 (U x CTAs per SM) forces a variant (-1: the policy).
+  // Policy (run 37): 2x6 when its resident warps hold the whole grid in one wave (Qwen3-30B-A3B:
+  // 8 slots x 768 columns = 6,144 warps against 6,336; 4x4 there -4 %), else 4x4, whose 4 loads
+  // in flight per lane serve a grid that takes several waves either way (V2-Lite: 8 slots x 1,408
+  // columns = 11,264 warps; 512.5 -> 514.5 tok/s, +0.4 %, run 37 call 11). Same sums either way.
+  static const int gu_forced = [] {
     const char* v = std::getenv("DEEPINFER_MOE_T1_GU");
-    if (v != nullptr && std::strcmp(v, "4x4") == 0) return 0;
-    if (v != nullptr && std::strcmp(v, "2x8") == 0) return 2;
+    if (v == nullptr) return -1;
+    if (std::strcmp(v, "4x4") == 0) return 0;
+    if (std::strcmp(v, "2x8") == 0) return 2;
     return 1;
   }();
+  const int64_t gu_warps = int64_t{gu_grid.x} * gu_grid.y * kDecodeWarps;
+  const int gu_variant =
+      gu_forced >= 0 ? gu_forced : (gu_warps <= int64_t{6} * kDecodeWarps * num_sms ? 1 : 0);
   void (*gate_up)(MoeDecodeT1Params) = gu_variant == 0   ? moe_gate_up_t1_kernel<4, 1>
                                        : gu_variant == 1 ? moe_gate_up_t1_kernel<2, 6>
                                                          : moe_gate_up_t1_kernel<2, 8>;

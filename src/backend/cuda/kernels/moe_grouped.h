@@ -79,7 +79,8 @@ void launch_moe_decode_tc(const MoeDecodeParams& p, cudaStream_t stream);
 
 // One token (decode at batch 1), v2 only: 2 kernels instead of align + gate_up + down + combine.
 // gate_up: grid (⌈inter / 8⌉, slots), act[j] for slot j (2 chunk loads in flight per lane, 6 CTAs
-// per SM: DEEPINFER_MOE_T1_GU=2x6 default, 4x4 the earlier kernel, 2x8); down: grid ⌈hidden / 4⌉ (4
+// per SM; 4 in flight at 4 CTAs per SM when the 2x6 grid would take more than one wave (run 37);
+// DEEPINFER_MOE_T1_GU=2x6 / 4x4 / 2x8 forces one); down: grid ⌈hidden / 4⌉ (4
 // warps), each warp one output column summing its down rows over the slots j ascending (the combine
 // folded in; two slots' loads in flight at a time). Slots with an expert id outside [0, E) are
 // skipped. Results equal the 4-kernel path bit for bit. Same alignment requirements as
