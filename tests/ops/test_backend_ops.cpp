@@ -1290,6 +1290,48 @@ TEST(FusedLinearGemv, BulkCopiedItemsBitEqualToRegisters) {
 #endif
 }
 
+// The split combine without barriers (few rows, at most 64 splits: combine_split_row_warp)
+// against the block merge it replaces: every GQA attention case of the table, bit for bit, and
+// the warp merge ran for some (the decode cases with 2-64 splits).
+TEST(SplitCombine, WarpMergeBitEqualToBlockMerge) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::split_combine_warp();
+  int64_t checked = 0, took = 0;
+  for (const auto& c : all_cases()) {
+    const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
+    if (a == nullptr || a->mla) continue;
+    cuda::set_split_combine_warp(0);
+    const std::vector<Output> block = c->run(*be);
+    cuda::set_split_combine_warp(1);
+    const int64_t before = cuda::split_combine_warp_launches();
+    const std::vector<Output> warp = c->run(*be);
+    const int64_t launches = cuda::split_combine_warp_launches() - before;
+    took += launches > 0;
+    ASSERT_EQ(block.size(), warp.size());
+    for (size_t i = 0; i < block.size(); ++i) {
+      const int64_t bad = bits_differ(block[i], warp[i]);
+      std::printf(
+          "[op] %-60s %-8s warp_vs_block_merge_bits_differ=%lld of %lld (warp launches "
+          "%lld) %s\n",
+          c->name().c_str(), block[i].name.c_str(), static_cast<long long>(bad),
+          static_cast<long long>(block[i].value.numel()), static_cast<long long>(launches),
+          bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << block[i].name << "'";
+    }
+    ++checked;
+  }
+  cuda::set_split_combine_warp(saved);
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(took, 0) << "no case took the warp merge";
+  std::printf("[op] split combine warp merge: %lld cases, %lld took it\n",
+              static_cast<long long>(checked), static_cast<long long>(took));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 // The GQA decode kernel's warp layouts: 4 or 8 token warps (TW) times 1 or 2 warps per head group
 // (HS), chosen by the grid and the group. Every layout runs the same online softmax per token
 // warp of the 4-warp layout and merges in the same order, so every output must be bit-equal to

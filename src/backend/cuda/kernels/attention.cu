@@ -261,11 +261,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(PagedAttentio
 }
 
 // Merges the splits of every (token, q head) row (split_combine.cuh).
-template <typename T, int kPre = 0>
+template <typename T, int kPre = 0, bool kWarp = false>
 __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKernelParams p) {
   DI_TRACE_SCOPE(kTraceCombineSplits, 0);
-  combine_split_row<T, kPre>(p.partial_o, p.partial_ml, int64_t{p.num_tokens} * p.num_q_heads,
-                             p.num_splits, p.head_dim_v, blockIdx.x, out_of<T>(p));
+  combine_split_row<T, kPre, kWarp>(p.partial_o, p.partial_ml,
+                                    int64_t{p.num_tokens} * p.num_q_heads, p.num_splits,
+                                    p.head_dim_v, blockIdx.x, out_of<T>(p));
 }
 
 // ---- decode: one CTA per (KV split, kv head, sequence), bf16, GQA (separate K and V) ----------
@@ -464,13 +465,33 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
       smem_layout(rows_per_tile, head_dim_qk, head_dim_v, v_in_k, elem_size).total);
 }
 
+// Prepared in run 37 and not yet run on a GPU, so off by default: DEEPINFER_COMBINE_WARP=1 (or
+// set_split_combine_warp(1)) takes combine_split_row_warp where it applies.
+static std::atomic<int> g_combine_warp{env_int("DEEPINFER_COMBINE_WARP", 0)};
+static std::atomic<int64_t> g_combine_warp_launches{0};
+void set_split_combine_warp(int on) {
+  g_combine_warp.store(on, std::memory_order_relaxed);
+}
+int split_combine_warp() {
+  return g_combine_warp.load(std::memory_order_relaxed);
+}
+int64_t split_combine_warp_launches() {
+  return g_combine_warp_launches.load(std::memory_order_relaxed);
+}
+
 void launch_split_combine(const PagedAttentionKernelParams& p, cudaStream_t stream) {
   if (p.num_splits <= 1) return;
   const auto rows = static_cast<unsigned>(int64_t{p.num_tokens} * p.num_q_heads);
-  // Few rows: the o values requested with the (max, sum) loads (split_combine.cuh).
+  // Few rows: the o values requested with the (max, sum) loads (split_combine.cuh); at most 64
+  // splits: the same merge without barriers (combine_split_row_warp; 128 threads per CTA).
+  const bool few = rows <= kCombinePreloadMaxRows;
+  const bool warp =
+      few && p.num_splits <= kPreLoaded && g_combine_warp.load(std::memory_order_relaxed) != 0;
+  if (warp) g_combine_warp_launches.fetch_add(1, std::memory_order_relaxed);
   (void)launch_decode(kPdlSplitCombine,
-                      rows <= kCombinePreloadMaxRows ? combine_splits_kernel<bf16, kPreLoaded>
-                                                     : combine_splits_kernel<bf16>,
+                      warp  ? combine_splits_kernel<bf16, kPreLoaded, true>
+                      : few ? combine_splits_kernel<bf16, kPreLoaded>
+                            : combine_splits_kernel<bf16>,
                       dim3(rows, ceil_div(p.head_dim_v, 128)), dim3(128), 0, stream, p);
 }
 

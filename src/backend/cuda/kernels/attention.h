@@ -115,6 +115,13 @@ bool gqa_decode_mma_for(int group, int head_dim);
 // computed): 0 (default) picks 1, 2 or 4 by the grid; 1..8 forces it. Same bits for every value.
 int gqa_decode_mma_splits_per_cta();
 void set_gqa_decode_mma_splits_per_cta(int spc);
+// The split combine for few rows and at most 64 splits without barriers (split_combine.cuh,
+// combine_split_row_warp; bitwise the block merge by construction). 1 = on, 0 = the block merge
+// (default until it has run on a GPU: prepared in run 37; DEEPINFER_COMBINE_WARP).
+// split_combine_warp_launches() counts the launches that took it (tests).
+void set_split_combine_warp(int on);
+int split_combine_warp();
+int64_t split_combine_warp_launches();
 // Launches it for a decode call when gqa_decode_mma_for and the layout allow; false otherwise.
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream);
 // Whether launch_gqa_decode_mma would take p (it launches nothing when not).

@@ -99,10 +99,63 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
   if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
 }
 
+// The same output with no barrier (prepared in run 37, not yet run on a GPU, so the launcher takes
+// it only when asked: DEEPINFER_COMBINE_WARP=1): at most 64 splits,
+// at least 64 threads per CTA (so block_sum's threads hold one split each and its warps 2.. hold
+// none), every o value preloaded (kPreLoaded). Each warp computes the max and the denominator
+// itself: lane l holds splits l and 32 + l, warp_sum of each half is block_sum's warp 0 and warp 1
+// partial (the same butterfly over the same lanes), and block_sum's last step, the butterfly over
+// [W0, W1, 0, ...], is W0 + W1 exactly (adding zeros). The split weights reach every thread by
+// shuffles instead of shared memory, and the o sum keeps the split order and the expression
+// o += w · o_j: the same bits as combine_split_row_dim<T, false, kPreLoaded> with no
+// __syncthreads (that one has five).
+template <typename T, bool kMark = false>
+__device__ __forceinline__ void combine_split_row_warp(const float* __restrict__ partial_o,
+                                                       const float* __restrict__ partial_ml,
+                                                       int64_t rows, int num_splits, int dv,
+                                                       int64_t row, int d, T* __restrict__ out) {
+  constexpr int kMax = 64;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  float ov[kMax];
+  {
+    const float* po = partial_o + row * dv + d;
+    const int64_t step = rows * dv;
+    const int nv = d < dv ? num_splits : 0;
+#pragma unroll
+    for (int j = 0; j < kMax; ++j) {
+      ov[j] = j < nv ? *po : 0.0f;
+      po += step;
+    }
+  }
+  const int sa = lane, sb = 32 + lane;  // this lane's splits
+  const float ma = sa < num_splits ? partial_ml[(sa * rows + row) * 2] : -INFINITY;
+  const float mb = sb < num_splits ? partial_ml[(sb * rows + row) * 2] : -INFINITY;
+  const float m = warp_max(fmaxf(fmaxf(-INFINITY, ma), mb));
+  float wa = 0.0f, wb = 0.0f, da = 0.0f, db = 0.0f;
+  if (sa < num_splits && ma != -INFINITY) {
+    wa = expf(ma - m);
+    da += wa * partial_ml[(sa * rows + row) * 2 + 1];
+  }
+  if (sb < num_splits && mb != -INFINITY) {
+    wb = expf(mb - m);
+    db += wb * partial_ml[(sb * rows + row) * 2 + 1];
+  }
+  const float den = warp_sum(da) + warp_sum(db);
+  if constexpr (kMark) DI_TRACE_MARK_AFTER(den);
+  float o = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    const float w = __shfl_sync(0xffffffffu, j < 32 ? wa : wb, j & 31);
+    if (j < num_splits) o += w * ov[j];
+  }
+  if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
+}
+
 // The combine kernel's body: grid (rows, ceil(dv / blockDim.x)), one output dim per thread.
 constexpr int kPreLoaded = 64;
 constexpr unsigned kCombinePreloadMaxRows = 256;  // batch 8 of a 32-head model
-template <typename T, int kPre = 0>
+// kWarp: combine_split_row_warp (the launcher checks its limits).
+template <typename T, int kPre = 0, bool kWarp = false>
 __device__ __forceinline__ void combine_split_row(const float* __restrict__ partial_o,
                                                   const float* __restrict__ partial_ml,
                                                   int64_t rows, int num_splits, int dv, int64_t row,
@@ -110,9 +163,13 @@ __device__ __forceinline__ void combine_split_row(const float* __restrict__ part
   pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
   pdl_wait();     // launched as a PDL dependent (launch_decode): nothing read before this
   DI_TRACE_WAITED();  // every kernel that calls this has a DI_TRACE_SCOPE
-  combine_split_row_dim<T, false, kPre, true>(
-      partial_o, partial_ml, rows, num_splits, dv, row,
-      static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x), out);
+  const int d = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if constexpr (kWarp) {
+    combine_split_row_warp<T, true>(partial_o, partial_ml, rows, num_splits, dv, row, d, out);
+  } else {
+    combine_split_row_dim<T, false, kPre, true>(partial_o, partial_ml, rows, num_splits, dv, row, d,
+                                                out);
+  }
 }
 
 }  // namespace di::cuda
