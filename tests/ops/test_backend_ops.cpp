@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_sampler.h"
 #include "backend/cuda/kernels/attention.h"
+#include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/gemv.h"
 #endif
 
@@ -1326,6 +1327,49 @@ TEST(SplitCombine, WarpMergeBitEqualToBlockMerge) {
   EXPECT_GT(checked, 0);
   EXPECT_GT(took, 0) << "no case took the warp merge";
   std::printf("[op] split combine warp merge: %lld cases, %lld took it\n",
+              static_cast<long long>(checked), static_cast<long long>(took));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The rope/store kernel with one warp per head row against the CTA per row (prepared in run 37):
+// every qkv_rope_store and qkv_rope_attention case of the table (the attention cases store through
+// it on the composed path), bit for bit, and the warp kernel ran for some.
+TEST(QkvRopeStoreWarp, BitEqualToCtaPerRow) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::qkv_rope_store_warp();
+  int64_t checked = 0, took = 0;
+  for (const auto& c : all_cases()) {
+    if (dynamic_cast<const TestQkvRopeStore*>(c.get()) == nullptr &&
+        dynamic_cast<const TestQkvRopeAttention*>(c.get()) == nullptr)
+      continue;
+    cuda::set_qkv_rope_store_warp(0);
+    const std::vector<Output> cta = c->run(*be);
+    cuda::set_qkv_rope_store_warp(1);
+    const int64_t before = cuda::qkv_rope_store_warp_launches();
+    const std::vector<Output> warp = c->run(*be);
+    const int64_t launches = cuda::qkv_rope_store_warp_launches() - before;
+    took += launches > 0;
+    ASSERT_EQ(cta.size(), warp.size());
+    for (size_t i = 0; i < cta.size(); ++i) {
+      const int64_t bad = bits_differ(cta[i], warp[i]);
+      std::printf(
+          "[op] %-60s %-8s warp_vs_cta_rope_store_bits_differ=%lld of %lld (warp launches %lld) "
+          "%s\n",
+          c->name().c_str(), cta[i].name.c_str(), static_cast<long long>(bad),
+          static_cast<long long>(cta[i].value.numel()), static_cast<long long>(launches),
+          bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << cta[i].name << "'";
+    }
+    ++checked;
+  }
+  cuda::set_qkv_rope_store_warp(saved);
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(took, 0) << "no case took the warp kernel";
+  std::printf("[op] rope/store warp kernel: %lld cases, %lld took it\n",
               static_cast<long long>(checked), static_cast<long long>(took));
 #else
   GTEST_SKIP() << "built without CUDA";

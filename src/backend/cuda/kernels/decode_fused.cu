@@ -6,6 +6,8 @@
 // DeepSeek-V2-Lite decode, batch 1: the MLA prologue moves 16 x 192 q values + 576 kv values
 // (~7.4 KB in bf16) per layer; unfused it was 4 copies + 2 ropes + 1 norm + 2 KV stores + 2
 // write_columns (11 launches); fused it is one (3 CTAs per token: the entry + 2 x 8 q heads).
+#include <atomic>
+
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/head_linear.cuh"
@@ -65,6 +67,64 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
   qkv_rope_rows<T, 1>(src, dst, d, norm_w, p.eps, rotate, pos,
                       RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos}, row_s, scratch);
 }
+
+// qkv_rope_store_kernel with one warp per head row (4 rows per CTA) and no barrier: the same
+// metadata, prefetches and arithmetic (qkv_rope_row_warp). Prepared in run 37, not yet run on a
+// GPU: taken only with DEEPINFER_ROPE_STORE_WARP=1 (set_qkv_rope_store_warp).
+template <typename T, int E>
+__global__ void __launch_bounds__(kFusedThreads)
+    qkv_rope_store_warp_kernel(QkvRopeStoreKernelParams p) {
+  DI_TRACE_SCOPE(kTraceQkvRopeStore, 1);
+  pdl_trigger();
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int heads = p.num_q_heads + 2 * p.num_kv_heads;
+  const int64_t row = int64_t{blockIdx.x} * (kFusedThreads / 32) + warp;
+  if (row >= p.tokens * heads) return;  // warp-uniform; reads nothing
+  const int64_t t = row / heads;
+  const int h = static_cast<int>(row % heads);
+  constexpr int d = 32 * E;
+  const T* src = static_cast<const T*>(p.qkv) + (t * heads + h) * d;
+  const int32_t pos = p.positions[t];
+  const int32_t slot = h < p.num_q_heads ? 0 : p.slot_mapping[t];
+  T* dst = nullptr;
+  const T* norm_w = nullptr;
+  bool rotate = false;
+  bool store = true;
+  if (h < p.num_q_heads) {
+    dst = static_cast<T*>(p.q_out) + (t * p.num_q_heads + h) * d;
+    norm_w = static_cast<const T*>(p.q_norm);
+    rotate = true;
+  } else {
+    const int64_t block = slot / p.block_size, off = slot % p.block_size;
+    store = slot >= 0 && block < p.num_blocks;
+    const bool is_k = h < p.num_q_heads + p.num_kv_heads;
+    const int g = is_k ? h - p.num_q_heads : h - p.num_q_heads - p.num_kv_heads;
+    if (store)
+      dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size +
+            (is_k ? 0 : int64_t{p.num_kv_heads} * d) + int64_t{g} * d;
+    norm_w = is_k ? static_cast<const T*>(p.k_norm) : nullptr;
+    rotate = is_k;
+  }
+  if (store) {  // the warp's lanes prefetch the norm weights' and the rope row's lines
+    constexpr int64_t bytes = int64_t{d} * sizeof(T);
+    if (norm_w != nullptr && lane * 128 < bytes)
+      asm volatile(
+          "prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(norm_w) + lane * 128));
+    if (rotate && pos >= 0 && pos < p.max_pos) {
+      const int elem = p.cos_sin_f32 ? 4 : 2;
+      const char* r = static_cast<const char*>(p.cos_sin) + int64_t{pos} * d * elem;
+      if (lane * 128 < d * elem) asm volatile("prefetch.global.L1 [%0];" ::"l"(r + lane * 128));
+    }
+  }
+  pdl_wait();
+  DI_TRACE_WAITED();
+  if (!store) return;
+  qkv_rope_row_warp<T, E>(src, dst, norm_w, p.eps, rotate, pos,
+                          RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos});
+}
+
+std::atomic<int> g_rope_store_warp{env_int("DEEPINFER_ROPE_STORE_WARP", 0)};
+std::atomic<int64_t> g_rope_store_warp_launches{0};
 
 struct RopeTable {
   const void* cos_sin;
@@ -241,9 +301,29 @@ __global__ void moe_combine_f32_out_kernel(MoeCombineF32OutParams p) {
 
 }  // namespace
 
+void set_qkv_rope_store_warp(int on) {
+  g_rope_store_warp.store(on, std::memory_order_relaxed);
+}
+int qkv_rope_store_warp() {
+  return g_rope_store_warp.load(std::memory_order_relaxed);
+}
+int64_t qkv_rope_store_warp_launches() {
+  return g_rope_store_warp_launches.load(std::memory_order_relaxed);
+}
+
 void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t stream) {
   const int64_t rows = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
   if (rows == 0) return;
+  if (!p.f32 && g_rope_store_warp.load(std::memory_order_relaxed) != 0 &&
+      (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256)) {
+    const auto wgrid = static_cast<unsigned>(ceil_div(rows, int64_t{kFusedThreads / 32}));
+    auto kernel = p.head_dim == 64    ? qkv_rope_store_warp_kernel<bf16, 2>
+                  : p.head_dim == 128 ? qkv_rope_store_warp_kernel<bf16, 4>
+                                      : qkv_rope_store_warp_kernel<bf16, 8>;
+    g_rope_store_warp_launches.fetch_add(1, std::memory_order_relaxed);
+    (void)launch_decode(kPdlRopeStore, kernel, wgrid, kFusedThreads, 0, stream, p);
+    return;
+  }
   const auto grid = static_cast<unsigned>(rows);
   (void)(p.f32 ? launch_decode(kPdlRopeStore, qkv_rope_store_kernel<float>, grid, kFusedThreads, 0,
                                stream, p)

@@ -41,6 +41,13 @@ struct QkvRopeStoreKernelParams {
   bool f32;                    // element type of qkv, q_out, pool, norms
 };
 void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t stream);
+// One warp per head row instead of one 128-thread CTA (bf16, head dims 64 / 128 / 256; the same
+// bits by construction: qkv_rope_rows.cuh, qkv_rope_row_warp). Prepared in run 37 and not yet run
+// on a GPU, so off by default: 1 = on (DEEPINFER_ROPE_STORE_WARP=1), 0 = the CTA per row.
+// qkv_rope_store_warp_launches() counts the launches that took it (tests).
+void set_qkv_rope_store_warp(int on);
+int qkv_rope_store_warp();
+int64_t qkv_rope_store_warp_launches();
 
 // The MLA attention prologue in one launch (Backend::mla_rope_store; DeepSeek V2/V3). Per token t,
 // from the q rows (q[t * q_ld + q_col + h * (nope + rope) + i]) and the kv_a rows

@@ -139,6 +139,59 @@ __device__ __forceinline__ void qkv_rope_rows_batched(const T* src, T* dst, int 
   }
 }
 
+// One head row of d = 32 · E elements by one warp, with qkv_rope_rows<T, 1>'s bits and no barrier
+// (prepared in run 37, not yet run on a GPU). Lane l holds elements l + 32 k. The norm replays the
+// 128-thread tree: thread t = 32 w + l sums elements t, t + 128, ... (fmaf in that order), so warp
+// w's sum is warp_sum of this lane's elements l + 32 (w + 4 m); block_sum's last butterfly over
+// [W0, W1, W2, W3, 0, ...] is (W0 + W2) + (W1 + W3). Rope pairs (j, j + d/2) are elements k and k
+// + E/2 of the same lane. E even (d = 64 / 128 / 256).
+template <typename T, int E>
+__device__ __forceinline__ void qkv_rope_row_warp(const T* src, T* dst, const T* norm_w, float eps,
+                                                  bool rotate, int32_t pos, RopeCosSin cs) {
+  static_assert(E % 2 == 0 && E <= 8, "head dims 64, 128, 256");
+  constexpr int d = 32 * E, half = d / 2;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  if (pos < 0 || pos >= cs.max_pos) rotate = false;
+  if (!rotate && norm_w == nullptr) {
+#pragma unroll
+    for (int k = 0; k < E; ++k) dst[lane + 32 * k] = src[lane + 32 * k];
+    return;
+  }
+  float x[E];
+#pragma unroll
+  for (int k = 0; k < E; ++k) x[k] = to_f32(src[lane + 32 * k]);
+  if (norm_w != nullptr) {
+    float w_sum[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int k = w; k < E; k += 4) ss = fmaf(x[k], x[k], ss);
+      w_sum[w] = warp_sum(ss);
+    }
+    const float total = (w_sum[0] + w_sum[2]) + (w_sum[1] + w_sum[3]);
+    const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int k = 0; k < E; ++k)
+      x[k] = to_f32(from_f32<T>(x[k] * inv * to_f32(norm_w[lane + 32 * k])));
+  }
+  if (!rotate) {
+#pragma unroll
+    for (int k = 0; k < E; ++k) dst[lane + 32 * k] = from_f32<T>(x[k]);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < E / 2; ++k) {
+    const int j = lane + 32 * k;
+    float c, s;
+    rope_cos_sin(cs.table, cs.f32, pos, d, j, c, s);
+    const float x0 = x[k], x1 = x[k + E / 2];
+    // Explicit fmaf, as qkv_rope_row.
+    dst[j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
+    dst[j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
+  }
+}
+
 // R consecutive head rows of d elements (src[r * d + i] -> dst[r * d + i]; dst may be global or
 // shared memory): x = src; [x = round(x / rms(x) * norm_w) when norm_w]; [x = rope(x, pos) when
 // rotate and 0 <= pos < max_pos]; dst = round(x). Neither: a bitwise copy. Every thread of the
