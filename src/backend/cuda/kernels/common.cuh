@@ -132,13 +132,17 @@ __device__ __forceinline__ float round_bf16(float v) {
   return to_f32(from_f32<bf16>(v));
 }
 
-// Thread i of the CTA prefetches the 128-byte line i of [base, base + bytes) into L1 (threads past
-// the range do nothing): a CTA of at least bytes / 128 threads covers it. For what a kernel reads
-// after its griddepcontrol.wait that no kernel writes (weights, tables), issued before the wait.
-__device__ __forceinline__ void prefetch_l1_lines(const void* base, int64_t bytes) {
-  const int64_t line = int64_t{threadIdx.x} * 128;
+// Thread i of a group (the CTA: i = threadIdx.x; or a warp: i = its lane) prefetches the 128-byte
+// line i of [base, base + bytes) into L1 (threads past the range do nothing): a group of at least
+// bytes / 128 threads covers it. For what a kernel reads after its griddepcontrol.wait that no
+// kernel writes (weights, tables), issued before the wait.
+__device__ __forceinline__ void prefetch_l1_lines(const void* base, int64_t bytes, unsigned i) {
+  const int64_t line = int64_t{i} * 128;
   if (line < bytes)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(static_cast<const char*>(base) + line));
+}
+__device__ __forceinline__ void prefetch_l1_lines(const void* base, int64_t bytes) {
+  prefetch_l1_lines(base, bytes, threadIdx.x);
 }
 
 // Frequency j of a rope table row: table is [max_pos, dim] (f32, or bf16 when !f32), the cos of
@@ -156,12 +160,17 @@ __device__ __forceinline__ void rope_cos_sin(const void* table, bool f32, int32_
     s = to_f32(t[half + j]);
   }
 }
-// prefetch_l1_lines of the rope table row of position pos (nothing outside [0, max_pos)).
+// prefetch_l1_lines of the rope table row of position pos (nothing outside [0, max_pos)), by
+// thread i of the group (default: the CTA's threadIdx.x).
 __device__ __forceinline__ void prefetch_rope_row_l1(const void* table, bool f32, int32_t pos,
-                                                     int32_t max_pos, int dim) {
+                                                     int32_t max_pos, int dim, unsigned i) {
   const int elem = f32 ? 4 : 2;
   if (pos >= 0 && pos < max_pos)
-    prefetch_l1_lines(static_cast<const char*>(table) + int64_t{pos} * dim * elem, dim * elem);
+    prefetch_l1_lines(static_cast<const char*>(table) + int64_t{pos} * dim * elem, dim * elem, i);
+}
+__device__ __forceinline__ void prefetch_rope_row_l1(const void* table, bool f32, int32_t pos,
+                                                     int32_t max_pos, int dim) {
+  prefetch_rope_row_l1(table, f32, pos, max_pos, dim, threadIdx.x);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

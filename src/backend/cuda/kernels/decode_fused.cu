@@ -19,6 +19,60 @@ namespace {
 constexpr int kFusedThreads = kQkvRowThreads;
 constexpr int kMlaThreads = 256;
 
+// Head row h of token t of the qkv GEMM's output (d = head_dim): where it goes (q_out, or K / V
+// in the pool entry of the token's slot; store false when the slot is outside the pool), its
+// norm weights and whether it is rotated. Read before griddepcontrol.wait (the rope/store kernels
+// are PDL dependents, launch_decode): only what no kernel of the step writes — the batch metadata
+// (copied before the step's first kernel, as the GQA decode kernel reads it) — so that after the
+// wait only the qkv row is a round trip through L2 (run 28's timeline: ~3.7 us after the wait,
+// three round trips).
+template <typename T>
+struct QkvHeadRow {
+  const T* src;
+  T* dst;
+  const T* norm_w;
+  int32_t pos;
+  bool rotate;
+  bool store;
+  int d;
+  // L1 prefetches (128-byte lines) by thread i of the group that runs the row: what the row's
+  // math reads besides the row (the norm weights and the rope table row), issued before the wait.
+  __device__ __forceinline__ void prefetch(const QkvRopeStoreKernelParams& p, unsigned i) const {
+    if (!store) return;
+    if (norm_w != nullptr) prefetch_l1_lines(norm_w, int64_t{d} * sizeof(T), i);
+    if (rotate) prefetch_rope_row_l1(p.cos_sin, p.cos_sin_f32, pos, p.max_pos, d, i);
+  }
+};
+template <typename T>
+__device__ __forceinline__ QkvHeadRow<T> qkv_head_row(const QkvRopeStoreKernelParams& p, int64_t t,
+                                                      int h, int d) {
+  const int heads = p.num_q_heads + 2 * p.num_kv_heads;
+  QkvHeadRow<T> r{static_cast<const T*>(p.qkv) + (t * heads + h) * d,
+                  nullptr,
+                  nullptr,
+                  p.positions[t],
+                  false,
+                  true,
+                  d};
+  const int32_t slot = h < p.num_q_heads ? 0 : p.slot_mapping[t];
+  if (h < p.num_q_heads) {
+    r.dst = static_cast<T*>(p.q_out) + (t * p.num_q_heads + h) * d;
+    r.norm_w = static_cast<const T*>(p.q_norm);
+    r.rotate = true;
+  } else {
+    const int64_t block = slot / p.block_size, off = slot % p.block_size;
+    r.store = slot >= 0 && block < p.num_blocks;
+    const bool is_k = h < p.num_q_heads + p.num_kv_heads;
+    const int g = is_k ? h - p.num_q_heads : h - p.num_q_heads - p.num_kv_heads;
+    if (r.store)
+      r.dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset +
+              off * p.entry_size + (is_k ? 0 : int64_t{p.num_kv_heads} * d) + int64_t{g} * d;
+    r.norm_w = is_k ? static_cast<const T*>(p.k_norm) : nullptr;
+    r.rotate = is_k;
+  }
+  return r;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeStoreKernelParams p) {
   DI_TRACE_SCOPE(kTraceQkvRopeStore, 0);
@@ -26,45 +80,15 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
   __shared__ float row_s[kMaxFusedHeadDim];
   __shared__ float scratch[32];
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
-  const int64_t t = blockIdx.x / heads;
-  const int h = static_cast<int>(blockIdx.x % heads);
-  const int d = p.head_dim;
-  const T* src = static_cast<const T*>(p.qkv) + (t * heads + h) * d;
-  // Launched as a PDL dependent (launch_decode): before the wait only what no kernel of the step
-  // writes — the batch metadata (copied before the step's first kernel, as the GQA decode kernel
-  // reads it), the norm weights and the rope table — so that after it only the qkv row is a
-  // round trip through L2 (run 28's timeline: ~3.7 us after the wait, three round trips).
-  const int32_t pos = p.positions[t];
-  const int32_t slot = h < p.num_q_heads ? 0 : p.slot_mapping[t];
-  // Destination, norm and rope of this head row. Every branch below depends only on blockIdx, so
-  // the whole CTA takes it together (qkv_rope_rows needs every thread).
-  T* dst = nullptr;
-  const T* norm_w = nullptr;
-  bool rotate = false;
-  bool store = true;
-  if (h < p.num_q_heads) {
-    dst = static_cast<T*>(p.q_out) + (t * p.num_q_heads + h) * d;
-    norm_w = static_cast<const T*>(p.q_norm);
-    rotate = true;
-  } else {
-    const int64_t block = slot / p.block_size, off = slot % p.block_size;
-    store = slot >= 0 && block < p.num_blocks;
-    const bool is_k = h < p.num_q_heads + p.num_kv_heads;
-    const int g = is_k ? h - p.num_q_heads : h - p.num_q_heads - p.num_kv_heads;
-    if (store)
-      dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size +
-            (is_k ? 0 : int64_t{p.num_kv_heads} * d) + int64_t{g} * d;
-    norm_w = is_k ? static_cast<const T*>(p.k_norm) : nullptr;
-    rotate = is_k;
-  }
-  if (store) {  // L1 prefetches (128-byte lines) of what qkv_rope_rows reads besides the row
-    if (norm_w != nullptr) prefetch_l1_lines(norm_w, int64_t{d} * sizeof(T));
-    if (rotate) prefetch_rope_row_l1(p.cos_sin, p.cos_sin_f32, pos, p.max_pos, d);
-  }
+  // Every branch of the row's description depends only on blockIdx, so the whole CTA takes it
+  // together (qkv_rope_rows needs every thread).
+  const QkvHeadRow<T> r =
+      qkv_head_row<T>(p, blockIdx.x / heads, static_cast<int>(blockIdx.x % heads), p.head_dim);
+  r.prefetch(p, threadIdx.x);
   pdl_wait();
   DI_TRACE_WAITED();
-  if (!store) return;
-  qkv_rope_rows<T, 1>(src, dst, d, norm_w, p.eps, rotate, pos,
+  if (!r.store) return;
+  qkv_rope_rows<T, 1>(r.src, r.dst, p.head_dim, r.norm_w, p.eps, r.rotate, r.pos,
                       RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos}, row_s, scratch);
 }
 
@@ -80,46 +104,12 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
   const int64_t row = int64_t{blockIdx.x} * (kFusedThreads / 32) + warp;
   if (row >= p.tokens * heads) return;  // warp-uniform; reads nothing
-  const int64_t t = row / heads;
-  const int h = static_cast<int>(row % heads);
-  constexpr int d = 32 * E;
-  const T* src = static_cast<const T*>(p.qkv) + (t * heads + h) * d;
-  const int32_t pos = p.positions[t];
-  const int32_t slot = h < p.num_q_heads ? 0 : p.slot_mapping[t];
-  T* dst = nullptr;
-  const T* norm_w = nullptr;
-  bool rotate = false;
-  bool store = true;
-  if (h < p.num_q_heads) {
-    dst = static_cast<T*>(p.q_out) + (t * p.num_q_heads + h) * d;
-    norm_w = static_cast<const T*>(p.q_norm);
-    rotate = true;
-  } else {
-    const int64_t block = slot / p.block_size, off = slot % p.block_size;
-    store = slot >= 0 && block < p.num_blocks;
-    const bool is_k = h < p.num_q_heads + p.num_kv_heads;
-    const int g = is_k ? h - p.num_q_heads : h - p.num_q_heads - p.num_kv_heads;
-    if (store)
-      dst = static_cast<T*>(p.pool) + block * p.block_stride + p.layer_offset + off * p.entry_size +
-            (is_k ? 0 : int64_t{p.num_kv_heads} * d) + int64_t{g} * d;
-    norm_w = is_k ? static_cast<const T*>(p.k_norm) : nullptr;
-    rotate = is_k;
-  }
-  if (store) {  // the warp's lanes prefetch the norm weights' and the rope row's lines
-    constexpr int64_t bytes = int64_t{d} * sizeof(T);
-    if (norm_w != nullptr && lane * 128 < bytes)
-      asm volatile(
-          "prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(norm_w) + lane * 128));
-    if (rotate && pos >= 0 && pos < p.max_pos) {
-      const int elem = p.cos_sin_f32 ? 4 : 2;
-      const char* r = static_cast<const char*>(p.cos_sin) + int64_t{pos} * d * elem;
-      if (lane * 128 < d * elem) asm volatile("prefetch.global.L1 [%0];" ::"l"(r + lane * 128));
-    }
-  }
+  const QkvHeadRow<T> r = qkv_head_row<T>(p, row / heads, static_cast<int>(row % heads), 32 * E);
+  r.prefetch(p, static_cast<unsigned>(lane));
   pdl_wait();
   DI_TRACE_WAITED();
-  if (!store) return;
-  qkv_rope_row_warp<T, E>(src, dst, norm_w, p.eps, rotate, pos,
+  if (!r.store) return;
+  qkv_rope_row_warp<T, E>(r.src, r.dst, r.norm_w, p.eps, r.rotate, r.pos,
                           RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos});
 }
 
