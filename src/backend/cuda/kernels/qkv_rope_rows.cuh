@@ -29,6 +29,15 @@ __device__ __forceinline__ void block_sum_rows(float (&v)[R], float* scratch) {
   for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < nwarps ? scratch[r * 32 + lane] : 0.0f);
 }
 
+// The rotated pair (x0, x1) by (c, s), rounded to T, into *lo and *hi. Explicit fmaf: the
+// contraction must not depend on the caller's code generation (every row form here calls this).
+template <typename T>
+__device__ __forceinline__ void store_rope_pair(T* lo, T* hi, float x0, float x1, float c,
+                                                float s) {
+  *lo = from_f32<T>(fmaf(x0, c, -(x1 * s)));
+  *hi = from_f32<T>(fmaf(x1, c, x0 * s));
+}
+
 struct RopeCosSin {
   const void* table;  // [max_pos, head_dim]: cos of head_dim/2 freqs, then sin
   bool f32;           // else bf16
@@ -71,10 +80,7 @@ __device__ __forceinline__ void qkv_rope_row(const T* src, T* dst, int d, const 
   for (int j = threadIdx.x; j < half; j += kQkvRowThreads) {
     float c, s;
     rope_cos_sin(cs.table, cs.f32, pos, d, j, c, s);
-    const float x0 = row_s[j], x1 = row_s[j + half];
-    // Explicit fmaf: the contraction must not depend on the caller's code generation.
-    dst[j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
-    dst[j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
+    store_rope_pair(dst + j, dst + j + half, row_s[j], row_s[j + half], c, s);
   }
 }
 
@@ -118,11 +124,9 @@ __device__ __forceinline__ void qkv_rope_rows_batched(const T* src, T* dst, int 
     return;
   }
   const int half = d / 2;
-  // Explicit fmaf: the contraction must not depend on the caller's code generation.
   auto rotate_pair = [&](int r, int j, float c, float s) {
-    const float x0 = row_s[r * d + j], x1 = row_s[r * d + j + half];
-    dst[r * d + j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
-    dst[r * d + j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
+    store_rope_pair(dst + r * d + j, dst + r * d + j + half, row_s[r * d + j],
+                    row_s[r * d + j + half], c, s);
   };
   if (kQkvRowThreads % half == 0) {  // one column j per thread: its (cos, sin) loaded once
     const int j = static_cast<int>(threadIdx.x) % half;
@@ -185,10 +189,7 @@ __device__ __forceinline__ void qkv_rope_row_warp(const T* src, T* dst, const T*
     const int j = lane + 32 * k;
     float c, s;
     rope_cos_sin(cs.table, cs.f32, pos, d, j, c, s);
-    const float x0 = x[k], x1 = x[k + E / 2];
-    // Explicit fmaf, as qkv_rope_row.
-    dst[j] = from_f32<T>(fmaf(x0, c, -(x1 * s)));
-    dst[j + half] = from_f32<T>(fmaf(x1, c, x0 * s));
+    store_rope_pair(dst + j, dst + j + half, x[k], x[k + E / 2], c, s);
   }
 }
 
