@@ -28,6 +28,24 @@ __device__ __forceinline__ float load_partial(const float* ptr) {
     return *ptr;
 }
 
+// ov[j] = the o value of split j at output dim d of `row`, for the splits below min(kN,
+// num_splits) (0 beyond, and everywhere for an idle thread: d >= dv), requested together before
+// any is used. One pointer step per split (the unrolled loads were ~13 instructions each with the
+// offset j * rows * dv recomputed in 64 bits; code run for the first time costs ~0.2 us per KB).
+template <int kN, bool kL2>
+__device__ __forceinline__ void preload_partial_o(float (&ov)[kN], const float* partial_o,
+                                                  int64_t rows, int num_splits, int dv, int64_t row,
+                                                  int d) {
+  const float* po = partial_o + row * dv + d;
+  const int64_t step = rows * dv;
+  const int nv = d < dv ? num_splits : 0;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    ov[j] = j < nv ? load_partial<kL2>(po) : 0.0f;
+    po += step;
+  }
+}
+
 // Output dim d (< dv, or idle) of `row`, by every thread of the CTA (block-wide reductions: all
 // threads call it, each with its own d). The arithmetic depends on blockDim.x: callers that want
 // the same bits as combine_split_row use the same block size.
@@ -43,18 +61,7 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
   __shared__ float w_s[kChunk];
   __shared__ float scratch[32];
   float ov[kPre > 0 ? kPre : 1];
-  if constexpr (kPre > 0) {
-    // One pointer step per split (the unrolled loads were ~13 instructions each with the offset
-    // j * rows * dv recomputed in 64 bits; code run for the first time costs ~0.2 us per KB).
-    const float* po = partial_o + row * dv + d;
-    const int64_t step = rows * dv;
-    const int nv = d < dv ? num_splits : 0;
-#pragma unroll
-    for (int j = 0; j < kPre; ++j) {
-      ov[j] = j < nv ? load_partial<kL2>(po) : 0.0f;
-      po += step;
-    }
-  }
+  if constexpr (kPre > 0) preload_partial_o<kPre, kL2>(ov, partial_o, rows, num_splits, dv, row, d);
   float m = -INFINITY;
   // The split loops stay rolled (one pass for up to blockDim.x splits; unrolled copies are code
   // to fetch, not work).
@@ -117,16 +124,7 @@ __device__ __forceinline__ void combine_split_row_warp(const float* __restrict__
   constexpr int kMax = 64;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   float ov[kMax];
-  {
-    const float* po = partial_o + row * dv + d;
-    const int64_t step = rows * dv;
-    const int nv = d < dv ? num_splits : 0;
-#pragma unroll
-    for (int j = 0; j < kMax; ++j) {
-      ov[j] = j < nv ? *po : 0.0f;
-      po += step;
-    }
-  }
+  preload_partial_o<kMax, false>(ov, partial_o, rows, num_splits, dv, row, d);
   const int sa = lane, sb = 32 + lane;  // this lane's splits
   const float ma = sa < num_splits ? partial_ml[(sa * rows + row) * 2] : -INFINITY;
   const float mb = sb < num_splits ? partial_ml[(sb * rows + row) * 2] : -INFINITY;
