@@ -1291,6 +1291,43 @@ TEST(FusedLinearGemv, BulkCopiedItemsBitEqualToRegisters) {
 #endif
 }
 
+#ifdef DI_HAVE_CUDA
+// Every case `pick` selects, run with set_on(0) and then set_on(1): the outputs bit-equal, each
+// line printed with `what`; returns the cases run and how many of them launched the switched
+// kernel (`launches` counts its launches). The switch is left off.
+struct SwitchRuns {
+  int64_t cases = 0, took = 0;
+};
+SwitchRuns run_switch_bitwise(Backend& be, const char* what,
+                              const std::function<bool(const OpCase&)>& pick,
+                              const std::function<void(int)>& set_on,
+                              const std::function<int64_t()>& launches) {
+  SwitchRuns runs;
+  for (const auto& c : all_cases()) {
+    if (!pick(*c)) continue;
+    set_on(0);
+    const std::vector<Output> off = c->run(be);
+    set_on(1);
+    const int64_t before = launches();
+    const std::vector<Output> on = c->run(be);
+    const int64_t n = launches() - before;
+    set_on(0);
+    runs.took += n > 0;
+    EXPECT_EQ(off.size(), on.size()) << c->name();
+    for (size_t i = 0; i < std::min(off.size(), on.size()); ++i) {
+      const int64_t bad = bits_differ(off[i], on[i]);
+      std::printf("[op] %-60s %-8s %s_bits_differ=%lld of %lld (launches %lld) %s\n",
+                  c->name().c_str(), off[i].name.c_str(), what, static_cast<long long>(bad),
+                  static_cast<long long>(off[i].value.numel()), static_cast<long long>(n),
+                  bad == 0 ? "PASS" : "FAIL");
+      EXPECT_EQ(bad, 0) << c->name() << " output '" << off[i].name << "'";
+    }
+    ++runs.cases;
+  }
+  return runs;
+}
+#endif
+
 // The split combine without barriers (few rows, at most 64 splits: combine_split_row_warp)
 // against the block merge it replaces: every GQA attention case of the table, bit for bit, and
 // the warp merge ran for some (the decode cases with 2-64 splits).
@@ -1299,35 +1336,18 @@ TEST(SplitCombine, WarpMergeBitEqualToBlockMerge) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   const int saved = cuda::split_combine_warp();
-  int64_t checked = 0, took = 0;
-  for (const auto& c : all_cases()) {
-    const auto* a = dynamic_cast<const TestPagedAttention*>(c.get());
-    if (a == nullptr || a->mla) continue;
-    cuda::set_split_combine_warp(0);
-    const std::vector<Output> block = c->run(*be);
-    cuda::set_split_combine_warp(1);
-    const int64_t before = cuda::split_combine_warp_launches();
-    const std::vector<Output> warp = c->run(*be);
-    const int64_t launches = cuda::split_combine_warp_launches() - before;
-    took += launches > 0;
-    ASSERT_EQ(block.size(), warp.size());
-    for (size_t i = 0; i < block.size(); ++i) {
-      const int64_t bad = bits_differ(block[i], warp[i]);
-      std::printf(
-          "[op] %-60s %-8s warp_vs_block_merge_bits_differ=%lld of %lld (warp launches "
-          "%lld) %s\n",
-          c->name().c_str(), block[i].name.c_str(), static_cast<long long>(bad),
-          static_cast<long long>(block[i].value.numel()), static_cast<long long>(launches),
-          bad == 0 ? "PASS" : "FAIL");
-      EXPECT_EQ(bad, 0) << c->name() << " output '" << block[i].name << "'";
-    }
-    ++checked;
-  }
+  const SwitchRuns runs = run_switch_bitwise(
+      *be, "warp_vs_block_merge",
+      [](const OpCase& c) {
+        const auto* a = dynamic_cast<const TestPagedAttention*>(&c);
+        return a != nullptr && !a->mla;
+      },
+      cuda::set_split_combine_warp, cuda::split_combine_warp_launches);
   cuda::set_split_combine_warp(saved);
-  EXPECT_GT(checked, 0);
-  EXPECT_GT(took, 0) << "no case took the warp merge";
+  EXPECT_GT(runs.cases, 0);
+  EXPECT_GT(runs.took, 0) << "no case took the warp merge";
   std::printf("[op] split combine warp merge: %lld cases, %lld took it\n",
-              static_cast<long long>(checked), static_cast<long long>(took));
+              static_cast<long long>(runs.cases), static_cast<long long>(runs.took));
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -1341,36 +1361,18 @@ TEST(QkvRopeStoreWarp, BitEqualToCtaPerRow) {
   Backend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
   const int saved = cuda::qkv_rope_store_warp();
-  int64_t checked = 0, took = 0;
-  for (const auto& c : all_cases()) {
-    if (dynamic_cast<const TestQkvRopeStore*>(c.get()) == nullptr &&
-        dynamic_cast<const TestQkvRopeAttention*>(c.get()) == nullptr)
-      continue;
-    cuda::set_qkv_rope_store_warp(0);
-    const std::vector<Output> cta = c->run(*be);
-    cuda::set_qkv_rope_store_warp(1);
-    const int64_t before = cuda::qkv_rope_store_warp_launches();
-    const std::vector<Output> warp = c->run(*be);
-    const int64_t launches = cuda::qkv_rope_store_warp_launches() - before;
-    took += launches > 0;
-    ASSERT_EQ(cta.size(), warp.size());
-    for (size_t i = 0; i < cta.size(); ++i) {
-      const int64_t bad = bits_differ(cta[i], warp[i]);
-      std::printf(
-          "[op] %-60s %-8s warp_vs_cta_rope_store_bits_differ=%lld of %lld (warp launches %lld) "
-          "%s\n",
-          c->name().c_str(), cta[i].name.c_str(), static_cast<long long>(bad),
-          static_cast<long long>(cta[i].value.numel()), static_cast<long long>(launches),
-          bad == 0 ? "PASS" : "FAIL");
-      EXPECT_EQ(bad, 0) << c->name() << " output '" << cta[i].name << "'";
-    }
-    ++checked;
-  }
+  const SwitchRuns runs = run_switch_bitwise(
+      *be, "warp_vs_cta_rope_store",
+      [](const OpCase& c) {
+        return dynamic_cast<const TestQkvRopeStore*>(&c) != nullptr ||
+               dynamic_cast<const TestQkvRopeAttention*>(&c) != nullptr;
+      },
+      cuda::set_qkv_rope_store_warp, cuda::qkv_rope_store_warp_launches);
   cuda::set_qkv_rope_store_warp(saved);
-  EXPECT_GT(checked, 0);
-  EXPECT_GT(took, 0) << "no case took the warp kernel";
+  EXPECT_GT(runs.cases, 0);
+  EXPECT_GT(runs.took, 0) << "no case took the warp kernel";
   std::printf("[op] rope/store warp kernel: %lld cases, %lld took it\n",
-              static_cast<long long>(checked), static_cast<long long>(took));
+              static_cast<long long>(runs.cases), static_cast<long long>(runs.took));
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
