@@ -1294,7 +1294,7 @@ TEST(FusedLinearGemv, BulkCopiedItemsBitEqualToRegisters) {
 #ifdef DI_HAVE_CUDA
 // Every case `pick` selects, run with set_on(0) and then set_on(1): the outputs bit-equal, each
 // line printed with `what`; returns the cases run and how many of them launched the switched
-// kernel (`launches` counts its launches). The switch is left off.
+// kernel (`launches` counts its launches). The switch is left off (callers restore it).
 struct SwitchRuns {
   int64_t cases = 0, took = 0;
 };
@@ -1353,7 +1353,7 @@ TEST(SplitCombine, WarpMergeBitEqualToBlockMerge) {
 #endif
 }
 
-// The rope/store kernel with one warp per head row against the CTA per row (prepared in run 37):
+// The rope/store kernel with one warp per head row (the default since run 39) against the CTA per row:
 // every qkv_rope_store and qkv_rope_attention case of the table (the attention cases store through
 // it on the composed path), bit for bit, and the warp kernel ran for some.
 TEST(QkvRopeStoreWarp, BitEqualToCtaPerRow) {

@@ -465,9 +465,10 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
       smem_layout(rows_per_tile, head_dim_qk, head_dim_v, v_in_k, elem_size).total);
 }
 
-// Prepared in run 37 and not yet run on a GPU, so off by default: DEEPINFER_COMBINE_WARP=1 (or
-// set_split_combine_warp(1)) takes combine_split_row_warp where it applies.
-static std::atomic<int> g_combine_warp{env_int("DEEPINFER_COMBINE_WARP", 0)};
+// On by default since run 39 (Qwen3-30B-A3B batch 1 +0.6 % alone, docs/performance.md):
+// combine_split_row_warp where it applies; DEEPINFER_COMBINE_WARP=0 (or set_split_combine_warp(0))
+// takes the block merge.
+static std::atomic<int> g_combine_warp{env_int("DEEPINFER_COMBINE_WARP", 1)};
 static std::atomic<int64_t> g_combine_warp_launches{0};
 void set_split_combine_warp(int on) {
   g_combine_warp.store(on, std::memory_order_relaxed);

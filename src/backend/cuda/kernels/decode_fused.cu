@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(kFusedThreads) qkv_rope_store_kernel(QkvRopeSt
 }
 
 // qkv_rope_store_kernel with one warp per head row (4 rows per CTA) and no barrier: the same
-// metadata, prefetches and arithmetic (qkv_rope_row_warp). Prepared in run 37, not yet run on a
-// GPU: taken only with DEEPINFER_ROPE_STORE_WARP=1 (set_qkv_rope_store_warp).
+// metadata, prefetches and arithmetic (qkv_rope_row_warp). The default for bf16 since run 39;
+// DEEPINFER_ROPE_STORE_WARP=0 (set_qkv_rope_store_warp(0)) takes the CTA per row.
 template <typename T, int E>
 __global__ void __launch_bounds__(kFusedThreads)
     qkv_rope_store_warp_kernel(QkvRopeStoreKernelParams p) {
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kFusedThreads)
                           RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos});
 }
 
-std::atomic<int> g_rope_store_warp{env_int("DEEPINFER_ROPE_STORE_WARP", 0)};
+std::atomic<int> g_rope_store_warp{env_int("DEEPINFER_ROPE_STORE_WARP", 1)};
 std::atomic<int64_t> g_rope_store_warp_launches{0};
 
 struct RopeTable {

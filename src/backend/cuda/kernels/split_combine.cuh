@@ -106,8 +106,8 @@ __device__ __forceinline__ void combine_split_row_dim(const float* __restrict__ 
   if (d < dv) out[row * dv + d] = from_f32<T>(den > 0.0f ? o / den : 0.0f);
 }
 
-// The same output with no barrier (prepared in run 37, not yet run on a GPU, so the launcher takes
-// it only when asked: DEEPINFER_COMBINE_WARP=1): at most 64 splits,
+// The same output with no barrier (the launcher's default for few rows since run 39, which
+// measured it on the H200; DEEPINFER_COMBINE_WARP=0 takes the block merge): at most 64 splits,
 // at least 64 threads per CTA (so block_sum's threads hold one split each and its warps 2.. hold
 // none), every o value preloaded (kPreLoaded). Each warp computes the max and the denominator
 // itself: lane l holds splits l and 32 + l, warp_sum of each half is block_sum's warp 0 and warp 1
