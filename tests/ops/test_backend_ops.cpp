@@ -1353,9 +1353,9 @@ TEST(SplitCombine, WarpMergeBitEqualToBlockMerge) {
 #endif
 }
 
-// The rope/store kernel with one warp per head row (the default since run 39) against the CTA per row:
-// every qkv_rope_store and qkv_rope_attention case of the table (the attention cases store through
-// it on the composed path), bit for bit, and the warp kernel ran for some.
+// The rope/store kernel with one warp per head row (the default since run 39) against the CTA per
+// row: every qkv_rope_store and qkv_rope_attention case of the table (the attention cases store
+// through it on the composed path), bit for bit, and the warp kernel ran for some.
 TEST(QkvRopeStoreWarp, BitEqualToCtaPerRow) {
 #ifdef DI_HAVE_CUDA
   Backend* be = gpu();
