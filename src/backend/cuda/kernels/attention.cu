@@ -465,7 +465,7 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
       smem_layout(rows_per_tile, head_dim_qk, head_dim_v, v_in_k, elem_size).total);
 }
 
-// On by default since run 39 (Qwen3-30B-A3B batch 1 +0.6 % alone, docs/performance.md):
+// On by default since run 39 (Qwen3-30B-A3B batch 1 +0.7 % alone, docs/performance.md):
 // combine_split_row_warp where it applies; DEEPINFER_COMBINE_WARP=0 (or set_split_combine_warp(0))
 // takes the block merge.
 static std::atomic<int> g_combine_warp{env_int("DEEPINFER_COMBINE_WARP", 1)};
