@@ -1353,6 +1353,45 @@ TEST(SplitCombine, WarpMergeBitEqualToBlockMerge) {
 #endif
 }
 
+// The tensor-core GQA decode kernel's one-barrier merge of its 4 warps (merge_direct) against the
+// block merge: every GQA attention case of the table, with the kernel taking every group (mode 1:
+// groups 1 and 2 too, i.e. rows past the group and both row halves at group 16) and 1, 2 and 4
+// splits per CTA (the second K/V buffer, the merge run once per split), bit for bit, and the
+// merge ran for some.
+TEST(GqaDecodeMma, OneBarrierMergeBitEqualToBlockMerge) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::gqa_decode_mma_merge_warp();
+  const int saved_mode = cuda::gqa_decode_mma_mode();
+  const int saved_spc = cuda::gqa_decode_mma_splits_per_cta();
+  cuda::set_gqa_decode_mma_mode(1);
+  SwitchRuns all;
+  for (const int spc : {1, 2, 4}) {
+    cuda::set_gqa_decode_mma_splits_per_cta(spc);
+    const std::string what = "mma_merge_warp_spc" + std::to_string(spc);
+    const SwitchRuns runs = run_switch_bitwise(
+        *be, what.c_str(),
+        [](const OpCase& c) {
+          const auto* a = dynamic_cast<const TestPagedAttention*>(&c);
+          return a != nullptr && !a->mla;
+        },
+        cuda::set_gqa_decode_mma_merge_warp, cuda::gqa_decode_mma_merge_warp_launches);
+    all.cases += runs.cases;
+    all.took += runs.took;
+  }
+  cuda::set_gqa_decode_mma_splits_per_cta(saved_spc);
+  cuda::set_gqa_decode_mma_mode(saved_mode);
+  cuda::set_gqa_decode_mma_merge_warp(saved);
+  EXPECT_GT(all.cases, 0);
+  EXPECT_GT(all.took, 0) << "no case took the one-barrier merge";
+  std::printf("[op] gqa mma one-barrier merge: %lld case runs, %lld took it\n",
+              static_cast<long long>(all.cases), static_cast<long long>(all.took));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 // The rope/store kernel with one warp per head row (the default since run 39) against the CTA per
 // row: every qkv_rope_store and qkv_rope_attention case of the table (the attention cases store
 // through it on the composed path), bit for bit, and the warp kernel ran for some.

@@ -115,6 +115,15 @@ bool gqa_decode_mma_for(int group, int head_dim);
 // computed): 0 (default) picks 1, 2 or 4 by the grid; 1..8 forces it. Same bits for every value.
 int gqa_decode_mma_splits_per_cta();
 void set_gqa_decode_mma_splits_per_cta(int spc);
+// The tensor-core decode kernel's merge of its 4 warps with one __syncthreads instead of three
+// (merge_direct in gqa_decode_mma.cu; bitwise the block merge by construction, checked on the H200
+// in run 40). -1 = where a CTA merges several splits (the default: Qwen3-30B-A3B batch 32 +1.0 %;
+// at batch 1, one split per CTA, it lost 0.9 %), 0 = never, 1 = always
+// (DEEPINFER_GQA_MMA_MERGE_WARP). Not with the fused prologue.
+// gqa_decode_mma_merge_warp_launches() counts the launches that took it (tests).
+void set_gqa_decode_mma_merge_warp(int mode);
+int gqa_decode_mma_merge_warp();
+int64_t gqa_decode_mma_merge_warp_launches();
 // The split combine for few rows and at most 64 splits without barriers (split_combine.cuh,
 // combine_split_row_warp; bitwise the block merge by construction, checked on the H200 in run
 // 39). 1 = on (the default), 0 = the block merge (DEEPINFER_COMBINE_WARP).

@@ -14,7 +14,8 @@
 // memory (zero past the split end), S = Q·Kᵀ (2 n-tiles, D/16 k-steps; Q's A fragments held in
 // registers), scores scaled into base 2, the online softmax per row over the sub-tile (row max over
 // the 4 lanes of a row), P rounded to bf16 (the C fragments of S are P's A fragments), O += P·V (V
-// by ldmatrix.trans). The four warp states merge in warp order in shared memory. Partial max m is
+// by ldmatrix.trans). The four warp states merge in warp order in shared memory (where a CTA
+// merges several splits, with one barrier: merge_direct, run 40). Partial max m is
 // written in the natural-log units of the CUDA-core kernel (base-2 max times ln 2). Not bitwise
 // equal to the CUDA-core kernel (P in bf16, another summation order); chosen by the model's group
 // (not by the batch), so a sequence's bits do not depend on its batch.
@@ -95,7 +96,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 // F: the attention prologue fused in (qkv_rope_gqa_decode_mma below): q from the qkv GEMM's
 // output (st.qkv) through norm and rope into shared memory, and the new tokens' K/V written to the
 // pool by the CTA that reads them; st is unused otherwise.
-template <int D, int G, int B, bool F>
+// WM: the warps' merge with one barrier (merge_direct below; bitwise the three-barrier merge).
+template <int D, int G, int B, bool F, bool WM>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc, QkvRopeStoreKernelParams st) {
   DI_TRACE_SCOPE(kTraceGqaDecodeMma, F ? 1 : 0);
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int kLd = D + 8;
   constexpr int kChunks = D / 8;  // 16-byte chunks per K / V row
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  static_assert(!(F && WM), "the fused prologue uses the merge area before the first merge");
   auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B, F>*>(smem_raw);
   const int split0 = blockIdx.x * spc, kvh = blockIdx.y, s = blockIdx.z;
   const int nsp = B == 1 ? 1 : min(spc, p.num_splits - split0);
@@ -205,6 +208,82 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     if (stored) __threadfence();
     __syncthreads();
   }
+  // The merge with one barrier (WM): every warp stores its rows of O and its (m, l) per row, then
+  // warp w merges d-tiles [w·kQ, w·kQ + kQ) of every row. Each lane of row h computes the merge
+  // weights that thread h of the block merge computes (the same max, exps and warp-order sums,
+  // per lane instead of once per row) and sums each element in warp order as the block merge
+  // does: the same bits, with one __syncthreads where the block merge has three (and none before
+  // a CTA's first merge).
+  auto merge_direct = [&](bool barrier_first, int i, int sp, const float(&o)[kDTiles][4],
+                          const float(&m)[2], const float(&l)[2]) {
+    constexpr int kQ = kDTiles / kWarps;  // d-tiles per warp
+    static_assert(kDTiles % kWarps == 0, "whole d-tiles per warp");
+    if (barrier_first) __syncthreads();  // the previous merge's reads are done
+#pragma unroll
+    for (int r = 0; r < kHalves; ++r) {
+      const int h = g + 8 * r;
+      const float lr = quad_sum(l[r]);
+      if (h < G) {
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt)
+          *reinterpret_cast<float2*>(&sh.o[warp][h][dt * 8 + 2 * t4]) =
+              make_float2(o[dt][2 * r], o[dt][2 * r + 1]);
+        if (t4 == 0) {
+          sh.m[warp][h] = m[r];
+          sh.l[warp][h] = lr;
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kHalves; ++r) {
+      const int h = g + 8 * r;
+      if (h >= G) continue;
+      float mw[kWarps], cw[kWarps];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mw[w] = sh.m[w][h];
+      float mm = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, mw[w]);
+      float ll = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        cw[w] = 0.0f;
+        if (mm != -INFINITY && mw[w] != -INFINITY) {
+          cw[w] = fast_exp2(mw[w] - mm);
+          ll += cw[w] * sh.l[w][h];
+        }
+      }
+      const int64_t row = int64_t{i} * p.num_q_heads + int64_t{kvh} * G + h;
+#pragma unroll 1
+      for (int q = 0; q < kQ; ++q) {  // rolled: this code runs cold once per layer
+        const int d = (warp * kQ + q) * 8 + 2 * t4;
+        float ov[2] = {0.0f, 0.0f};
+        if (mm != -INFINITY) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) {
+              if (mw[w] == -INFINITY) continue;
+              ov[e] += cw[w] * sh.o[w][h][d + e];
+            }
+          }
+        }
+        if (p.num_splits == 1) {
+          *reinterpret_cast<__nv_bfloat162*>(p.out + row * D + d) =
+              __halves2bfloat162(__float2bfloat16_rn(ll > 0.0f ? ov[0] / ll : 0.0f),
+                                 __float2bfloat16_rn(ll > 0.0f ? ov[1] / ll : 0.0f));
+        } else {
+          *reinterpret_cast<float2*>(p.partial_o + (sp * rows + row) * D + d) =
+              make_float2(ov[0], ov[1]);
+          if (d == 0) {
+            p.partial_ml[(sp * rows + row) * 2] = mm == -INFINITY ? -INFINITY : mm * kLn2;
+            p.partial_ml[(sp * rows + row) * 2 + 1] = ll;
+          }
+        }
+      }
+    }
+  };
   for (int i = i0; i < i1; ++i) {
     const int limit = limit_of(i);
     auto split_t1 = [&](int sp) { return split_end(sp, limit); };
@@ -327,6 +406,10 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         }
         __syncwarp();  // every lane's ldmatrix is done before the buffer is refilled
       }
+      if constexpr (WM) {
+        merge_direct(n > 0 || i != i0, i, sp, o, m, l);
+        continue;
+      }
       // Merge the 4 warps (warp order); write the split's partial or, with one split, the output.
       __syncthreads();  // the previous split's merge reads are done
 #pragma unroll
@@ -392,19 +475,43 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
       }
     }
     cp_async_wait<0>();
-    __syncthreads();  // buffers and the merge area are reused by the next token
+    // Buffers and the merge area are reused by the next token (WM: each warp refills only its own
+    // buffers, and merge_direct's first barrier orders the merge area).
+    if constexpr (!WM) __syncthreads();
   }
 }
 
+// -1 (the default): the one-barrier merge where a CTA merges several splits (spc > 1; run 40,
+// H200: Qwen3-30B-A3B batch 32 +1.0 %, but batch 1, one split per CTA, -0.9 %); 0 never, 1 always.
+std::atomic<int> g_merge_warp{env_int("DEEPINFER_GQA_MMA_MERGE_WARP", -1)};
+std::atomic<int64_t> g_merge_warp_launches{0};
+
+template <int D, int G, int B, bool F, bool WM>
+void launch_dgbw(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
+                 cudaStream_t stream) {
+  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B, F>));
+  auto* kernel = gqa_decode_mma_kernel<D, G, B, F, WM>;
+  open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>(p.num_seqs));
+  (void)launch_decode(kPdlGqaDecodeMma, kernel, grid, dim3(kWarps * 32), smem, stream, p, spc, st);
+}
 template <int D, int G, int B, bool F>
 void launch_dgb(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
                 cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B, F>));
-  open_dynamic_smem(reinterpret_cast<const void*>(&gqa_decode_mma_kernel<D, G, B, F>), smem);
-  const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
-                  static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(kPdlGqaDecodeMma, gqa_decode_mma_kernel<D, G, B, F>, grid, dim3(kWarps * 32),
-                      smem, stream, p, spc, st);
+  // merge_direct stores pairs: 4-byte bf16 pairs of out, 8-byte float pairs of partial_o.
+  const int mode = g_merge_warp.load(std::memory_order_relaxed);
+  const bool wm = !F && (mode == 1 || (mode < 0 && spc > 1)) &&
+                  reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(p.partial_o) % 8 == 0;
+  if constexpr (!F) {
+    if (wm) {
+      g_merge_warp_launches.fetch_add(1, std::memory_order_relaxed);
+      launch_dgbw<D, G, B, F, true>(p, spc, st, stream);
+      return;
+    }
+  }
+  launch_dgbw<D, G, B, F, false>(p, spc, st, stream);
 }
 template <int D, int G, bool F>
 void launch_dg(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
@@ -443,6 +550,16 @@ std::atomic<int> g_mma_mode{env_int("DEEPINFER_GQA_DECODE_MMA", -1)};
 std::atomic<int> g_splits_per_cta{env_int("DEEPINFER_GQA_MMA_SPLITS_PER_CTA")};
 
 }  // namespace
+
+void set_gqa_decode_mma_merge_warp(int on) {
+  g_merge_warp.store(on, std::memory_order_relaxed);
+}
+int gqa_decode_mma_merge_warp() {
+  return g_merge_warp.load(std::memory_order_relaxed);
+}
+int64_t gqa_decode_mma_merge_warp_launches() {
+  return g_merge_warp_launches.load(std::memory_order_relaxed);
+}
 
 int gqa_decode_mma_splits_per_cta() {
   return g_splits_per_cta.load(std::memory_order_relaxed);
