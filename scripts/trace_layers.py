@@ -2,7 +2,8 @@
 """Per-layer timeline of one traced decode step (bench_cuda_model --trace, a -DDI_TRACE=1 build).
 
 Reads the CSV (site,tag,cta,smid,start_ns,wait_ns,end_ns[,mark_ns]: one row per CTA of every instrumented
-kernel, thread 0's view), groups the CTAs into launches, cuts the step into layers at the
+kernel, thread 0's view; also bench_cuda_moe --trace's chain of one-token MoE calls, whose
+"layers" are the calls), groups the CTAs into launches, cuts the step into layers at the
 launches of the step's first kernel (the qkv / q|kv_a projection), and prints, for the layers
 whose kernel sequence is the most common one, the mean offset of every launch from its layer's
 start (us): the first CTA's start, the first and the last CTA's return from griddepcontrol.wait,
@@ -56,11 +57,16 @@ def launches_of(rows, gap_ns):
     for key, ev in by_key.items():
         ev.sort(key=lambda r: r["start"])
         cur = [ev[0]]
+        seen = {ev[0]["cta"]}
         for r in ev[1:]:
-            if r["start"] - cur[-1]["start"] > gap_ns:
+            # A gap, or a CTA index the launch already has (launches back to back: bench_cuda_moe
+            # --trace's chain), begins the next launch.
+            if r["start"] - cur[-1]["start"] > gap_ns or r["cta"] in seen:
                 out.append((key, cur))
                 cur = []
+                seen = set()
             cur.append(r)
+            seen.add(r["cta"])
         out.append((key, cur))
     result = []
     for key, ev in out:
@@ -89,7 +95,8 @@ def main():
     rows = []
     with open(a.csv) as f:
         for r in csv.DictReader(f):
-            rows.append({"site": int(r["site"]), "tag": int(r["tag"]), "start": int(r["start_ns"]),
+            rows.append({"site": int(r["site"]), "tag": int(r["tag"]), "cta": int(r["cta"]),
+                         "start": int(r["start_ns"]),
                          "wait": int(r["wait_ns"]), "end": int(r["end_ns"]),
                          "mark": int(r.get("mark_ns") or -1)})
     if not rows:

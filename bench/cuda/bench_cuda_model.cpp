@@ -55,6 +55,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "model/weight_loader.h"
+#include "trace_csv.h"
 
 namespace di {
 namespace {
@@ -162,25 +163,6 @@ Args parse(int argc, char** argv) {
     }
   }
   return a;
-}
-
-// The trace of one step as CSV, times in ns from the step's first recorded CTA start.
-void write_trace(const std::string& path, const std::vector<cuda::TraceEvent>& ev) {
-  uint64_t t0 = UINT64_MAX;
-  for (const auto& e : ev) t0 = std::min<uint64_t>(t0, e.t_start);
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) {
-    std::printf("[trace] cannot write %s\n", path.c_str());
-    return;
-  }
-  std::fprintf(f, "site,tag,cta,smid,start_ns,wait_ns,end_ns,mark_ns\n");
-  for (const auto& e : ev) {
-    const auto rel = [&](uint64_t t) { return t == 0 ? -1ll : static_cast<long long>(t - t0); };
-    std::fprintf(f, "%u,%u,%u,%u,%lld,%lld,%lld,%lld\n", e.site, e.tag, e.cta, e.smid,
-                 rel(e.t_start), rel(e.t_wait), rel(e.t_end), rel(e.t_mark));
-  }
-  std::fclose(f);
-  std::printf("[trace] %zu CTA events -> %s\n", ev.size(), path.c_str());
 }
 
 // The MLA cluster kernel's phases (MlaClusterDecodeParams::timing) of one launch: per CTA that
@@ -405,7 +387,7 @@ int run(const Args& args) {
           const std::vector<cuda::TraceEvent> ev = cuda::trace_read();
           std::string path = args.trace;  // one file per concurrency when there are several
           if (args.conc.size() > 1) path.append(1, '.').append(std::to_string(conc));
-          write_trace(path, ev);
+          bench::write_trace_csv(path, ev);
         }
       }
       if (args.profile) {  // one warm-up, then one eager step timed op by op

@@ -14,9 +14,13 @@
 //     vs warp (one warp per token) for the V2-Lite, Qwen3-30B-A3B and V3 router configs at
 //     T = 1 / 32 / 256: "[moe] router=... T=... serial_us=... warp_us=..." (--router: only these).
 //
-//   bench_cuda_moe [--quick] [--grouped] [--router] [--t1]   (--t1: one token only; --grouped: only
-//   the grouped prefill GEMM, so a fault in
-//                                          the opt-in kernel cannot hide the other numbers)
+//   T = 1 also as a chain of 8 calls on distinct experts in one graph (path=decode_t1_chain, the
+//   way the model's layers follow each other), and with --trace FILE (a -DDI_TRACE=1 build) that
+//   chain's kernel timeline to FILE.<shape>.csv (scripts/trace_layers.py).
+//
+//   bench_cuda_moe [--quick] [--grouped] [--router] [--t1] [--trace FILE]
+//     --t1: one token only; --grouped: only the grouped prefill GEMM, so that a fault in the
+//     opt-in kernel cannot hide the other numbers.
 // Prints "[moe] ..." lines (machine-readable key=value).
 #include <cuda_runtime.h>
 
@@ -31,6 +35,8 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/kernels/moe.h"
+#include "backend/cuda/kernels/trace.h"
+#include "trace_csv.h"
 
 namespace di {
 namespace {
@@ -72,10 +78,11 @@ Tensor host_i32(const std::vector<int32_t>& v) {
   return t;
 }
 
-// Balanced routing: slot (t, j) -> expert (t·k + j) mod E (distinct within a token).
-std::vector<int32_t> balanced_ids(int64_t tokens, int64_t k, int64_t experts) {
+// Balanced routing: slot (t, j) -> expert (offset + t·k + j) mod E (distinct within a token).
+std::vector<int32_t> balanced_ids(int64_t tokens, int64_t k, int64_t experts, int64_t offset = 0) {
   std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-  for (int64_t i = 0; i < tokens * k; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i % experts);
+  for (int64_t i = 0; i < tokens * k; ++i)
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>((offset + i) % experts);
   return ids;
 }
 
@@ -84,12 +91,13 @@ struct Problem {
   int64_t tokens = 0, touched = 0;
 };
 
-Problem make_problem(cuda::CudaBackend& be, const MoeShape& s, int64_t tokens, uint64_t seed) {
+Problem make_problem(cuda::CudaBackend& be, const MoeShape& s, int64_t tokens, uint64_t seed,
+                     int64_t first_expert = 0) {
   Problem p;
   p.tokens = tokens;
   p.x = be.empty({tokens, s.hidden}, DType::kBF16);
   be.fill_random(p.x, seed, 1.0f);
-  const std::vector<int32_t> ids = balanced_ids(tokens, s.top_k, s.experts);
+  const std::vector<int32_t> ids = balanced_ids(tokens, s.top_k, s.experts, first_expert);
   p.touched = static_cast<int64_t>(std::set<int32_t>(ids.begin(), ids.end()).size());
   p.ids = be.upload(host_i32(ids), DType::kI32).reshape({tokens, s.top_k});
   Tensor w = Tensor::empty({tokens, s.top_k}, DType::kF32);
@@ -100,8 +108,52 @@ Problem make_problem(cuda::CudaBackend& be, const MoeShape& s, int64_t tokens, u
   return p;
 }
 
+// The one-token path as the model runs it, one call after another: kT1ChainCalls calls, call c
+// routed to experts c·k .. c·k + k - 1 (mod E: no call reads what the previous one left in L2),
+// captured in one graph. Prints the time per call ("path=decode_t1_chain"); with --trace FILE (a
+// -DDI_TRACE=1 build) replays the graph once more with every instrumented CTA recorded, to
+// FILE.<shape>.csv: scripts/trace_layers.py then gives each call's gate_up and down on a
+// timeline (its "layers" are the calls), without the attention and router around them.
+constexpr int kT1ChainCalls = 8;
+void bench_t1_chain(cuda::CudaBackend& be, const MoeShape& s, const ExpertWeights& w,
+                    const std::string& trace_path) {
+  std::vector<Problem> ps;
+  for (int c = 0; c < kT1ChainCalls; ++c)
+    ps.push_back(make_problem(be, s, 1, 500 + static_cast<uint64_t>(c), int64_t{c} * s.top_k));
+  const int64_t saved = be.moe_device_max_slots();
+  be.set_moe_device_max_slots(int64_t{1} << 40);
+  auto op = [&] {
+    for (Problem& p : ps) be.moe_experts(p.x, p.ids, p.weights, w, p.out);
+  };
+  op();
+  cuda::CudaGraph graph;
+  graph.capture(be, op);
+  const double us = time_us(be, 3, 7, 5, [&] { graph.replay(); }) / kT1ChainCalls;
+  const double bytes =
+      static_cast<double>(s.top_k) * 3.0 * static_cast<double>(s.hidden * s.inter) * 2.0;
+  const double gbps = bytes / (us * 1e-6) / 1e9;
+  std::printf(
+      "[moe] shape=%s path=decode_t1_chain calls=%d k=%lld us_per_call=%.1f GBps=%.0f "
+      "pct_bw=%.1f\n",
+      s.name, kT1ChainCalls, static_cast<long long>(s.top_k), us, gbps,
+      100.0 * gbps * 1e9 / kCopyBw);
+  if (!trace_path.empty()) {
+    be.synchronize();
+    if (!cuda::trace_enable(1u << 20)) {
+      std::printf("[trace] not recorded: this binary was built without -DDI_TRACE=1\n");
+    } else {
+      graph.replay();
+      be.synchronize();
+      bench::write_trace_csv(trace_path + "." + s.name + ".csv", cuda::trace_read());
+    }
+  }
+  be.synchronize();
+  be.set_moe_device_max_slots(saved);
+  std::fflush(stdout);
+}
+
 void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grouped_only,
-                 bool t1_only) {
+                 bool t1_only, const std::string& trace_path) {
   ExpertWeights w{be.empty({s.experts, 2 * s.inter, s.hidden}, DType::kBF16),
                   be.empty({s.experts, s.hidden, s.inter}, DType::kBF16)};
   be.fill_random(w.gate_up, 11, 0.05f);
@@ -152,6 +204,7 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
                 static_cast<long long>(s.top_k), static_cast<long long>(p.touched), us, eager_us, gbps,
                 100.0 * gbps * 1e9 / kCopyBw);
     std::fflush(stdout);
+    if (tokens == 1) bench_t1_chain(be, s, w, trace_path);
   }
 
   // Prefill at T = 4096: cuBLAS per expert after one counts read-back (the default), and the
@@ -278,11 +331,19 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
 int main(int argc, char** argv) {
   using namespace di;
   bool quick = false, grouped_only = false, router_only = false, t1_only = false;
+  std::string trace_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--router")) router_only = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--grouped")) grouped_only = true;
     if (!std::strcmp(argv[i], "--t1")) t1_only = true;  // one token only (the T = 1 kernels)
+    if (!std::strcmp(argv[i], "--trace")) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_cuda_moe: --trace needs a file prefix\n");
+        return 2;
+      }
+      trace_path = argv[++i];
+    }
   }
   if (!cuda::cuda_available()) {
     std::printf("[moe] skipped: no CUDA device\n");
@@ -296,7 +357,7 @@ int main(int argc, char** argv) {
     }
     const MoeShape shapes[] = {{"v2lite", 2048, 1408, 64, 6}, {"qwen3_30b_a3b", 2048, 768, 128, 8}};
     for (const MoeShape& s : shapes) {
-      bench_shape(be, s, quick, grouped_only, t1_only);
+      bench_shape(be, s, quick, grouped_only, t1_only, trace_path);
       be.synchronize();
       be.allocator().release_cached();
     }
