@@ -235,6 +235,32 @@ TEST(CudaBackendIntegrity, AtRestAndRefusedInsideCapture) {
   EXPECT_NO_THROW(be->check_integrity());
 }
 
+// check_integrity reads every attention counter buffer, the outgrown ones too (a graph captured
+// before the buffer grew still uses its predecessor): a word left armed in either is reported,
+// and zeroed again the check passes.
+TEST(CudaBackendIntegrity, ArmedCounterInAnyAttentionBufferIsReported) {
+  cuda::CudaBackend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
+  ASSERT_NO_THROW(be->check_integrity());
+  const auto before = be->attention_counter_buffers();
+  ASSERT_FALSE(before.empty());  // the backend reserves a first buffer
+  // Grow the buffer: the current one joins the outgrown ones.
+  ASSERT_TRUE(be->reserve_attention_counters(before.front().count + 1));
+  const auto bufs = be->attention_counter_buffers();
+  ASSERT_EQ(bufs.size(), before.size() + 1);
+  EXPECT_GT(bufs.front().count, before.front().count);
+  EXPECT_EQ(bufs.back().words, before.front().words);  // the outgrown buffer, kept
+  EXPECT_NO_THROW(be->check_integrity());              // the new buffer starts zeroed
+  for (const auto& b : {bufs.front(), bufs.back()}) {
+    const unsigned armed = 3;
+    uint32_t* word = b.words + b.count - 1;  // the last word
+    ASSERT_EQ(cudaMemcpy(word, &armed, sizeof armed, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_THROW(be->check_integrity(), std::exception);
+    ASSERT_EQ(cudaMemset(word, 0, sizeof armed), cudaSuccess);
+    EXPECT_NO_THROW(be->check_integrity());
+  }
+}
+
 // The decode path captured in a CUDA graph replays bitwise like eager, and a replay after the
 // routing changed (new ids copied into the same buffer) follows the new routing.
 TEST(CudaMoeGraph, CaptureReplayBitwiseEqualsEager) {

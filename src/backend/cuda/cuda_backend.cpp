@@ -160,7 +160,7 @@ CudaBackend::~CudaBackend() {
   sampler_.reset();
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
-  for (uint32_t* c : retired_attention_counters_) cudaFree(c);
+  for (const CounterBuffer& c : retired_attention_counters_) cudaFree(c.words);
   if (attention_counters_) cudaFree(attention_counters_);
   if (moe_route_counter_) cudaFree(moe_route_counter_);
   if (moe_t1_barrier_) cudaFree(moe_t1_barrier_);
@@ -1185,15 +1185,25 @@ void CudaBackend::check_integrity() {
   };
   if (attention_counters_ != nullptr)
     all_zero(attention_counters_, attention_counters_cap_, "attention arrival counter");
+  for (const CounterBuffer& c : retired_attention_counters_)
+    all_zero(c.words, c.count, "outgrown attention arrival counter");
   all_zero(moe_route_counter_, 1, "fused router arrival counter");
   all_zero(moe_t1_barrier_, 1, "one-token fused MoE barrier arrivals");  // [1]: a generation
+}
+
+std::vector<CudaBackend::CounterBuffer> CudaBackend::attention_counter_buffers() const {
+  std::vector<CounterBuffer> v;
+  if (attention_counters_ != nullptr) v.push_back({attention_counters_, attention_counters_cap_});
+  v.insert(v.end(), retired_attention_counters_.begin(), retired_attention_counters_.end());
+  return v;
 }
 
 bool CudaBackend::reserve_attention_counters(int64_t n) {
   if (n <= attention_counters_cap_) return true;
   if (capturing()) return false;  // no allocation inside a capture
   // The old buffer stays allocated until the backend dies: a captured graph may still use it.
-  if (attention_counters_ != nullptr) retired_attention_counters_.push_back(attention_counters_);
+  if (attention_counters_ != nullptr)
+    retired_attention_counters_.push_back({attention_counters_, attention_counters_cap_});
   const int64_t cap = std::max(n, 2 * attention_counters_cap_);
   void* ptr = nullptr;
   CUDA_CHECK(cudaMalloc(&ptr, static_cast<size_t>(cap) * sizeof(uint32_t)));

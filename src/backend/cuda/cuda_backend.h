@@ -61,8 +61,19 @@ class CudaBackend final : public Backend {
   // Invariants at rest (synchronizes the stream; throws inside a graph capture): the decode
   // kernels' arrival counters (the fused attention kernels' and the fused router's) and the
   // one-token fused MoE kernel's barrier arrivals are zero, as each kernel's last CTA leaves
-  // them; the attention counter buffer and its capacity agree.
+  // them, in the attention counter buffer and in every buffer it outgrew (a captured graph may
+  // still use those); the attention counter buffer and its capacity agree.
   void check_integrity();
+  // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
+  // when the buffer would have to grow. A grown buffer's predecessor is kept until the backend
+  // dies (graphs captured earlier point at it).
+  bool reserve_attention_counters(int64_t n);
+  // The attention counter buffers (tests): the current one first, then the outgrown ones.
+  struct CounterBuffer {
+    uint32_t* words;
+    int64_t count;
+  };
+  std::vector<CounterBuffer> attention_counter_buffers() const;
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
@@ -263,9 +274,6 @@ class CudaBackend final : public Backend {
   // The decode kernels' params for attn with the plan paged_attention would make (same splits,
   // same bits) and, for several splits, their workspace allocated into ws.
   PagedAttentionKernelParams planned_decode_params(const PagedAttentionParams& attn, Tensor& ws);
-  // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
-  // when the buffer would have to grow.
-  bool reserve_attention_counters(int64_t n);
   // The cluster MLA decode kernel when it takes the call: true if launched.
   bool try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv);
@@ -297,7 +305,7 @@ class CudaBackend final : public Backend {
   unsigned long long* mla_timing_ = nullptr;
   int64_t mla_timing_ctas_ = 0;
   int64_t mla_wide_calls_ = 0;
-  std::vector<uint32_t*> retired_attention_counters_;  // outgrown, kept for captured graphs
+  std::vector<CounterBuffer> retired_attention_counters_;  // outgrown, kept for captured graphs
   DType dt_ = DType::kBF16;                            // compute dtype: activations, weights, KV
   bool f32_ = false;                                   // dt_ == kF32
   size_t max_smem_optin_ = 0;
