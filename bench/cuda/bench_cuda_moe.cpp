@@ -18,10 +18,13 @@
 //   way the model's layers follow each other), and with --trace FILE (a -DDI_TRACE=1 build) that
 //   chain's kernel timeline to FILE.<shape>.csv (scripts/trace_layers.py).
 //
-//   bench_cuda_moe [--quick] [--grouped] [--router] [--t1] [--trace FILE]
+//   bench_cuda_moe [--quick] [--grouped] [--router] [--t1] [--trace FILE] [--ncu]
 //     --t1: one token only; --grouped: only the grouped prefill GEMM, so that a fault in the
-//     opt-in kernel cannot hide the other numbers.
+//     opt-in kernel cannot hide the other numbers; --ncu: one more replay of the T = 1 chain
+//     between cudaProfilerStart / Stop, for `ncu --profile-from-start off --graph-profiling node`
+//     (each gate_up and down launch of the chain alone).
 // Prints "[moe] ..." lines (machine-readable key=value).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/trace.h"
@@ -116,7 +120,7 @@ Problem make_problem(cuda::CudaBackend& be, const MoeShape& s, int64_t tokens, u
 // timeline (its "layers" are the calls), without the attention and router around them.
 constexpr int kT1ChainCalls = 8;
 void bench_t1_chain(cuda::CudaBackend& be, const MoeShape& s, const ExpertWeights& w,
-                    const std::string& trace_path) {
+                    const std::string& trace_path, bool ncu) {
   std::vector<Problem> ps;
   for (int c = 0; c < kT1ChainCalls; ++c)
     ps.push_back(make_problem(be, s, 1, 500 + static_cast<uint64_t>(c), int64_t{c} * s.top_k));
@@ -147,13 +151,20 @@ void bench_t1_chain(cuda::CudaBackend& be, const MoeShape& s, const ExpertWeight
       bench::write_trace_csv(trace_path + "." + s.name + ".csv", cuda::trace_read());
     }
   }
+  if (ncu) {  // one replay alone in the profiler's range (see the header)
+    be.synchronize();
+    CUDA_CHECK(cudaProfilerStart());
+    graph.replay();
+    be.synchronize();
+    CUDA_CHECK(cudaProfilerStop());
+  }
   be.synchronize();
   be.set_moe_device_max_slots(saved);
   std::fflush(stdout);
 }
 
 void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grouped_only,
-                 bool t1_only, const std::string& trace_path) {
+                 bool t1_only, const std::string& trace_path, bool ncu) {
   ExpertWeights w{be.empty({s.experts, 2 * s.inter, s.hidden}, DType::kBF16),
                   be.empty({s.experts, s.hidden, s.inter}, DType::kBF16)};
   be.fill_random(w.gate_up, 11, 0.05f);
@@ -204,7 +215,7 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
                 static_cast<long long>(s.top_k), static_cast<long long>(p.touched), us, eager_us, gbps,
                 100.0 * gbps * 1e9 / kCopyBw);
     std::fflush(stdout);
-    if (tokens == 1) bench_t1_chain(be, s, w, trace_path);
+    if (tokens == 1) bench_t1_chain(be, s, w, trace_path, ncu);
   }
 
   // Prefill at T = 4096: cuBLAS per expert after one counts read-back (the default), and the
@@ -332,7 +343,9 @@ int main(int argc, char** argv) {
   using namespace di;
   bool quick = false, grouped_only = false, router_only = false, t1_only = false;
   std::string trace_path;
+  bool ncu = false;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--ncu")) ncu = true;
     if (!std::strcmp(argv[i], "--router")) router_only = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--grouped")) grouped_only = true;
@@ -357,7 +370,7 @@ int main(int argc, char** argv) {
     }
     const MoeShape shapes[] = {{"v2lite", 2048, 1408, 64, 6}, {"qwen3_30b_a3b", 2048, 768, 128, 8}};
     for (const MoeShape& s : shapes) {
-      bench_shape(be, s, quick, grouped_only, t1_only, trace_path);
+      bench_shape(be, s, quick, grouped_only, t1_only, trace_path, ncu);
       be.synchronize();
       be.allocator().release_cached();
     }
