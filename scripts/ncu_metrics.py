@@ -2,22 +2,18 @@
 """Means per kernel of every numeric metric in `ncu --csv --page raw --metrics a,b,...` output
 (kernel names shortened as scripts/ncu_summary.py does; the units row of the CSV is printed as
 the header's second line). Usage: ncu ... > x.csv; python3 scripts/ncu_metrics.py x.csv [label]"""
-import csv
 import sys
 
-from ncu_summary import short
+from ncu_summary import read_ncu_csv, short
 
 
 def main():
     path = sys.argv[1]
     label = sys.argv[2] if len(sys.argv) > 2 else path
-    with open(path, newline="") as f:
-        lines = [l for l in f if l.startswith('"')]
-    reader = csv.reader(lines)
-    header = next(reader, None)
-    if not header or "Kernel Name" not in header:
-        print(f"[ncu] {label}: no kernel rows in {path}")
+    table = read_ncu_csv(path, label)
+    if table is None:
         return
+    header, reader = table
     ki = header.index("Kernel Name")
     metrics = [(i, h) for i, h in enumerate(header) if "__" in h]
     units = {}

@@ -25,18 +25,28 @@ def short(name):
     return name.split("::")[-1][:70]
 
 
-def main():
-    path = sys.argv[1]
-    label = sys.argv[2] if len(sys.argv) > 2 else path
-    top = int(sys.argv[3]) if len(sys.argv) > 3 else 25
-    rows = []
+def read_ncu_csv(path, label):
+    """The header and a reader over the rows of ncu's CSV (other output lines skipped); None
+    (after saying so) when there are no kernel rows."""
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]
     reader = csv.reader(lines)
     header = next(reader, None)
     if not header or "Kernel Name" not in header:
         print(f"[ncu] {label}: no kernel rows in {path}")
+        return None
+    return header, reader
+
+
+def main():
+    path = sys.argv[1]
+    label = sys.argv[2] if len(sys.argv) > 2 else path
+    top = int(sys.argv[3]) if len(sys.argv) > 3 else 25
+    rows = []
+    table = read_ncu_csv(path, label)
+    if table is None:
         return
+    header, reader = table
     ki, ti = header.index("Kernel Name"), header.index("gpu__time_duration.sum")
     stall_prefix = "smsp__pcsamp_warps_issue_stalled_"
     si = header.index("smsp__pcsamp_sample_count") if "smsp__pcsamp_sample_count" in header else -1

@@ -90,6 +90,11 @@ std::vector<int32_t> balanced_ids(int64_t tokens, int64_t k, int64_t experts, in
   return ids;
 }
 
+// Bytes of one expert's gate, up and down matrices (bf16).
+double expert_bytes(const MoeShape& s) {
+  return 3.0 * static_cast<double>(s.hidden * s.inter) * 2.0;
+}
+
 struct Problem {
   Tensor x, ids, weights, out;
   int64_t tokens = 0, touched = 0;
@@ -133,8 +138,7 @@ void bench_t1_chain(cuda::CudaBackend& be, const MoeShape& s, const ExpertWeight
   cuda::CudaGraph graph;
   graph.capture(be, op);
   const double us = time_us(be, 3, 7, 5, [&] { graph.replay(); }) / kT1ChainCalls;
-  const double bytes =
-      static_cast<double>(s.top_k) * 3.0 * static_cast<double>(s.hidden * s.inter) * 2.0;
+  const double bytes = static_cast<double>(s.top_k) * expert_bytes(s);
   const double gbps = bytes / (us * 1e-6) / 1e9;
   std::printf(
       "[moe] shape=%s path=decode_t1_chain calls=%d k=%lld us_per_call=%.1f GBps=%.0f "
@@ -170,7 +174,6 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
   be.fill_random(w.gate_up, 11, 0.05f);
   be.fill_random(w.down, 12, 0.05f);
   be.synchronize();
-  const double expert_bytes = 3.0 * static_cast<double>(s.hidden * s.inter) * 2.0;
   const int64_t saved = be.moe_device_max_slots();
 
   // Decode: T = 1, then ~all experts touched with 2 / 4 / 8 tokens each.
@@ -192,7 +195,7 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
       const double us = time_us(be, 3, 7, 20, [&] { graph.replay(); });
       be.set_moe_grouped_gemm(false);
       be.set_moe_device_max_slots(saved);
-      const double gbps = static_cast<double>(p.touched) * expert_bytes / (us * 1e-6) / 1e9;
+      const double gbps = static_cast<double>(p.touched) * expert_bytes(s) / (us * 1e-6) / 1e9;
       std::printf("[moe] shape=%s path=decode_grouped tokens_per_expert=%lld T=%lld k=%lld experts_touched=%lld "
                   "us=%.1f GBps=%.0f pct_bw=%.1f\n",
                   s.name, static_cast<long long>(tpe), static_cast<long long>(tokens),
@@ -207,7 +210,7 @@ void bench_shape(cuda::CudaBackend& be, const MoeShape& s, bool quick, bool grou
     graph.capture(be, op);
     const double us = time_us(be, 3, quick ? 3 : 7, 20, [&] { graph.replay(); });
     be.set_moe_device_max_slots(saved);
-    const double bytes = static_cast<double>(p.touched) * expert_bytes;
+    const double bytes = static_cast<double>(p.touched) * expert_bytes(s);
     const double gbps = bytes / (us * 1e-6) / 1e9;
     std::printf("[moe] shape=%s path=decode tokens_per_expert=%lld T=%lld k=%lld experts_touched=%lld "
                 "us=%.1f eager_us=%.1f GBps=%.0f pct_bw=%.1f\n",
