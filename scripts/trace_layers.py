@@ -40,7 +40,7 @@ def name_of(site, tag):
     if site == 1:
         return f"gemv n={tag}"
     if site == 7:
-        return base + ("(smem)" if tag == 1 else "(pipe)")
+        return base + {1: "(smem)", 2: "(slot)"}.get(tag, "(pipe)")
     if site == 4:
         return base + ("(mla)" if tag == 1 else "")
     if site == 5:

@@ -613,21 +613,28 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
       const Tensor pairs = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kPairs);
       const Tensor smem = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kSmem);
       const Tensor fused = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kFused);
+      Tensor slot[3];  // one warp per slot, 1 / 2 / 4 columns per CTA
+      for (int v = 0; v < 3; ++v) {
+        cuda::set_moe_t1_slot_cols(1 << v);
+        slot[v] = run(cuda::MoeDecodeImpl::kV2, cuda::MoeT1DownImpl::kSlot);
+      }
+      cuda::set_moe_t1_slot_cols(0);
       const Tensor v1 =
           run(cuda::MoeDecodeImpl::kV1, cuda::MoeT1DownImpl::kAuto);  // align + 3 kernels
-      int64_t vs_pairs = 0, vs_v1 = 0, vs_smem = 0, vs_fused = 0;
+      int64_t vs_pairs = 0, vs_v1 = 0, vs_smem = 0, vs_fused = 0, vs_slot = 0;
       for (int64_t i = 0; i < h; ++i) {
         vs_pairs += pipe.f32()[i] != pairs.f32()[i];
         vs_v1 += pipe.f32()[i] != v1.f32()[i];
         vs_smem += pipe.f32()[i] != smem.f32()[i];
         vs_fused += pipe.f32()[i] != fused.f32()[i];
+        for (const Tensor& t : slot) vs_slot += pipe.f32()[i] != t.f32()[i];
       }
       std::string label("t1_i");
       label += std::to_string(inter);
       label += "_k";
       label += std::to_string(kk);
       if (all_invalid) label += "_all_skipped";
-      bool ok = vs_pairs == 0 && vs_v1 == 0 && vs_smem == 0 && vs_fused == 0;
+      bool ok = vs_pairs == 0 && vs_v1 == 0 && vs_smem == 0 && vs_fused == 0 && vs_slot == 0;
       if (all_invalid) {
         double max_abs = 0.0;
         for (int64_t i = 0; i < h; ++i)
@@ -641,9 +648,10 @@ TEST(CudaMoeDecodeT1, PipelinedDownBitwiseEqualsPairsAndMatchesCpu) {
         ++bad;
         std::printf(
             "[moe-op] %s pipelined_vs_pairs_differing=%lld vs_v1_differing=%lld "
-            "vs_smem_differing=%lld vs_fused_differing=%lld FAIL\n",
+            "vs_smem_differing=%lld vs_fused_differing=%lld vs_slot_differing=%lld FAIL\n",
             label.c_str(), static_cast<long long>(vs_pairs), static_cast<long long>(vs_v1),
-            static_cast<long long>(vs_smem), static_cast<long long>(vs_fused));
+            static_cast<long long>(vs_smem), static_cast<long long>(vs_fused),
+            static_cast<long long>(vs_slot));
       }
     }
   }
@@ -928,6 +936,13 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     const Tensor fused_pairs = run(1);  // the pair down kernel: the same bits
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kSmem);
     const Tensor fused_smem = run(1);  // act in shared memory: the same bits
+    Tensor fused_slot[3];  // one warp per slot, 1 / 2 / 4 columns per CTA: the same bits
+    cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kSlot);
+    for (int v = 0; v < 3; ++v) {
+      cuda::set_moe_t1_slot_cols(1 << v);
+      fused_slot[v] = run(1);
+    }
+    cuda::set_moe_t1_slot_cols(0);
     // gate_up and down in one persistent kernel, launched four times in a row (its grid
     // barrier resets itself) with stages of 4 / 12 / 16 / 20 KB (1-5 columns and 1-4 rows per
     // item, one or two stages per warp; every case fits): the same bits each time
@@ -943,24 +958,26 @@ TEST(CudaMoeFused, ResidualMatchesComposedOps) {
     cuda::set_moe_t1_fused_stage_kb(0);
     cuda::set_moe_t1_down_impl_override(cuda::MoeT1DownImpl::kAuto);
     const Tensor composed = run(0);
-    int64_t differing = 0, vs_pairs = 0, vs_smem = 0, vs_one = 0;
+    int64_t differing = 0, vs_pairs = 0, vs_smem = 0, vs_one = 0, vs_slot = 0;
     for (int64_t i = 0; i < h; ++i) {
       differing += fused.f32()[i] != composed.f32()[i];
       vs_pairs += fused.f32()[i] != fused_pairs.f32()[i];
       vs_smem += fused.f32()[i] != fused_smem.f32()[i];
       for (const Tensor& o : one_kernel) vs_one += fused.f32()[i] != o.f32()[i];
+      for (const Tensor& o : fused_slot) vs_slot += fused.f32()[i] != o.f32()[i];
     }
     std::string label = "residual_h" + std::to_string(h) + "_i" + std::to_string(in) + "_k" +
                         std::to_string(k) + "_shared" + std::to_string(c.shared_mult) +
                         (c.skip ? "_skip" : "");
     const bool ok = took && one_kernel_ran && vs_pairs == 0 && vs_smem == 0 && vs_one == 0 &&
-                    (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
+                    vs_slot == 0 && (si > 0 ? check_bf16(label, composed, fused) : differing == 0);
     bad += !ok;
     std::printf(
-        "[moe-op] %s fused=%d differing=%lld vs_pairs=%lld vs_smem=%lld vs_one_kernel=%lld %s\n",
+        "[moe-op] %s fused=%d differing=%lld vs_pairs=%lld vs_smem=%lld vs_one_kernel=%lld "
+        "vs_slot=%lld %s\n",
         label.c_str(), took ? 1 : 0, static_cast<long long>(differing),
         static_cast<long long>(vs_pairs), static_cast<long long>(vs_smem),
-        static_cast<long long>(vs_one), ok ? "PASS" : "FAIL");
+        static_cast<long long>(vs_one), static_cast<long long>(vs_slot), ok ? "PASS" : "FAIL");
   }
   be->set_moe_fused(-1);
   EXPECT_EQ(bad, 0);

@@ -768,6 +768,102 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
   if (lane == 0) t1_store(p, n, out, res);
 }
 
+// Down with the slots split over a CTA's warps (run 41; DEEPINFER_MOE_T1_DOWN=slot). The kernels
+// above give a warp one output column and every slot's row of it in sequence (8 rows of 1.5-2.8
+// KB from 8 experts per warp, 2,048 warps); here a CTA has one warp per slot and C output columns
+// n0 .. n0 + C - 1: warp s loads its slot's C rows (C consecutive rows of one expert, C x inter x
+// 2 contiguous bytes) at once, before the wait with early_rows, and reads act[s] once per chunk
+// for all C rows; lane 0 puts y[s][c] = warp_sum into shared memory; after one barrier thread c
+// sums column n0 + c's slots in slot order (fmaf(w_s, y_s, out), skipped slots skipped) and stores
+// (t1_store). Per row the pipelined kernel's arithmetic (lane chunks c = lane + 32 i ascending
+// from 0, dot8, warp_sum), then the same slot-order fold: the same bits. Pure reads of Qwen3-30B-
+// A3B's down rows in this shape ran 3.33 TB/s against 3.14 per column (bench_cuda_rowread, run 41).
+constexpr int kT1SlotMaxWarps = 16;
+
+// MinBlocks: CTAs of the largest size (16 warps) per SM asked of the compiler, i.e. registers
+// <= 128 / MinBlocks (the 8-warp CTAs of 8 slots then fit 2 x MinBlocks per SM).
+template <int U, int C, int MinBlocks = 1>
+__global__ void __launch_bounds__(kT1SlotMaxWarps * 32, MinBlocks)
+    moe_down_t1_slot_kernel(MoeDecodeT1Params p) {
+  DI_TRACE_SCOPE(kTraceMoeDownT1, 2);
+  __shared__ float ys[kT1SlotMaxWarps][C];
+  __shared__ float wsum[kT1SlotMaxWarps];  // slot weight; NaN-free: skipped slots flagged apart
+  __shared__ bool live[kT1SlotMaxWarps];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, s = tid >> 5;
+  const int slots = p.top_k + p.shared_slots;  // = blockDim.x / 32
+  const int n0 = static_cast<int>(blockIdx.x) * C;
+  const int chunks = p.inter / 8;
+  if (p.early_trigger) pdl_trigger();
+  if (!p.early_rows) pdl_wait();
+  const T1Slots sl = t1_load_slots(p, lane);
+  T1DownRow row[C];  // warp-uniform; null past hidden or for a skipped slot
+  uint4 buf[C][U];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    row[c] = n0 + c < p.hidden ? t1_down_row(p, sl, s, n0 + c) : T1DownRow{nullptr, 0.0f};
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int ch = lane + 32 * i;
+      buf[c][i] = row[c].row && ch < chunks ? ld_stream(row[c].row + ch) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (p.early_rows) pdl_wait();
+  DI_TRACE_WAITED();
+  const float res = tid < C && n0 + tid < p.hidden ? t1_residual(p, n0 + tid) : 0.0f;
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+  const float4* ar = reinterpret_cast<const float4*>(p.act + int64_t{s} * p.inter);
+#pragma unroll
+  for (int i = 0; i < U; ++i) {
+    const int ch = lane + 32 * i;
+    if (ch < chunks) {
+      const float4 lo = ar[2 * ch], hi = ar[2 * ch + 1];  // written by the previous kernel
+      const float av[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        if (row[c].row) {
+          float w[8];
+          unpack8(buf[c][i], w);
+          acc[c] = dot8(w, av, acc[c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const float y = warp_sum(acc[c]);
+    if (lane == 0) ys[s][c] = y;
+  }
+  if (lane == 0) {
+    live[s] = row[0].row != nullptr;  // column n0 < hidden always: row[0] null = slot skipped
+    wsum[s] = row[0].weight;
+  }
+  __syncthreads();
+  if (tid < C && n0 + tid < p.hidden) {
+    float out = 0.0f;
+    for (int q = 0; q < slots; ++q)
+      if (live[q]) out = fmaf(wsum[q], ys[q][tid], out);
+    t1_store(p, n0 + tid, out, res);
+  }
+}
+
+// The slot-split down kernel for `iters` (<= 8) chunk-iterations per row and C columns per CTA;
+// occ > 1 (MinBlocks, DEEPINFER_MOE_T1_SLOT_OCC: an A/B switch) only for 3 and 6 iterations.
+template <int C>
+void (*t1_slot_kernel_for(int iters, int occ))(MoeDecodeT1Params) {
+  constexpr int kC8 = C == 4 ? 2 : C;  // 8 iterations x 4 rows: spills
+  if (iters == 3 && occ >= 2)
+    return occ >= 3 ? moe_down_t1_slot_kernel<3, C, 3> : moe_down_t1_slot_kernel<3, C, 2>;
+  if (iters == 6 && occ >= 2)
+    return occ >= 3 ? moe_down_t1_slot_kernel<6, C, 3> : moe_down_t1_slot_kernel<6, C, 2>;
+  return iters <= 2   ? moe_down_t1_slot_kernel<2, C>
+         : iters <= 3 ? moe_down_t1_slot_kernel<3, C>
+         : iters <= 4 ? moe_down_t1_slot_kernel<4, C>
+         : iters <= 6 ? moe_down_t1_slot_kernel<6, C>
+                      : moe_down_t1_slot_kernel<8, kC8>;
+}
+
 // Down with act in shared memory (run 21). The pair and pipelined kernels read act (slots x
 // inter f32, 45 KB at V2-Lite) from global memory for every row they sum: 2 x 16 bytes of act per
 // 16 bytes of weights, all warps of an SM missing the same lines at once (ncu, run 20: V2-Lite's
@@ -1383,6 +1479,7 @@ MoeT1DownImpl moe_t1_down_impl() {
     if (v != nullptr && std::strcmp(v, "pipe") == 0) return MoeT1DownImpl::kPipelined;
     if (v != nullptr && std::strcmp(v, "smem") == 0) return MoeT1DownImpl::kSmem;
     if (v != nullptr && std::strcmp(v, "fused") == 0) return MoeT1DownImpl::kFused;
+    if (v != nullptr && std::strcmp(v, "slot") == 0) return MoeT1DownImpl::kSlot;
     return MoeT1DownImpl::kAuto;
   }();
   return impl;
@@ -1405,6 +1502,11 @@ bool t1_pdl(const MoeDecodeT1Params& p, bool smem_down) {
 cudaError_t launch_t1(bool pdl, void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block,
                       cudaStream_t stream, const MoeDecodeT1Params& p) {
   return launch_dependent_if(pdl, kernel, grid, block, 0, stream, p);
+}
+
+static int g_t1_slot_cols = 0;
+void set_moe_t1_slot_cols(int cols) {
+  g_t1_slot_cols = cols;
 }
 
 static int g_t1_fused_stage_kb = 0;
@@ -1538,15 +1640,42 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x
   // 2 rows x U x 4). Qwen3-30B-A3B (inter 768): 3, V2-Lite (1408): 6, inter 2048: 8.
   const int iters = ceil_div(p.inter / 8, 32);
-  // Default: pipelined up to 4 iterations (Qwen3-30B-A3B, 3: 240.3 -> 242.2 tok/s at batch 1;
-  // the smem kernel there: 340.4 -> 332.9, run 23 call 3); above that (V2-Lite's 6: the pipelined
-  // kernel's 132 registers cost a resident CTA per SM, 328.3 -> 314.2, 29 Nov) the smem kernel as
-  // a PDL dependent: V2-Lite 452.9 -> 466.4 against the pair kernel (run 23 call 2).
+  // Without the slot kernel (above): pipelined up to 4 iterations (Qwen3-30B-A3B, 3: 240.3 -> 242.2
+  // tok/s at batch 1; the smem kernel there: 340.4 -> 332.9, run 23 call 3); above that (V2-Lite's
+  // 6: the pipelined kernel's 132 registers cost a resident CTA per SM, 328.3 -> 314.2, 29 Nov) the
+  // smem kernel as a PDL dependent: V2-Lite 452.9 -> 466.4 against the pair kernel (run 23 call 2).
   // DEEPINFER_MOE_T1_DOWN=pipe forces the pipelined kernel up to 8, =v1 the pair kernel, =smem
   // the smem kernel.
   const MoeT1DownImpl impl = moe_t1_down_impl();
   const int slots = p.top_k + p.shared_slots;
   const int act_bytes = slots * p.inter * 4;
+  if ((impl == MoeT1DownImpl::kSlot || impl == MoeT1DownImpl::kAuto) && slots <= kT1SlotMaxWarps &&
+      iters <= 8) {
+    // The default by measurement (H200, batch 1, ctx 2048, against the kernels below in one
+    // binary; run 41 calls 2-3): Qwen3-30B-A3B (3 chunk-iterations) 394.6 / 393.4 (pipelined) ->
+    // 406.7 / 406.0 tok/s at 4 columns per CTA with 64 registers (MinBlocks 2: one wave of 512
+    // CTAs; 28 bytes spilled), 402.7 / 402.4 at 2 columns, 388.9 / 390.5 at 1; V2-Lite (6)
+    // 513.5 / 513.5 (smem) -> 529.7 / 530.3 at 4 columns (124 registers), 2: 511.4 / 511.5, 1:
+    // 533.0 / 530.8 (call 2, where the 4 columns gave 534.2 / 533.5). C columns per CTA: the
+    // override, else DEEPINFER_MOE_T1_SLOT_C (1, 2 or 4; read once), else 4 (2 at 4 and 8
+    // chunk-iterations: unmeasured, the registers of 4 x 4 / 4 x 8 rows); MinBlocks:
+    // DEEPINFER_MOE_T1_SLOT_OCC (1-3), else 2 for 4 columns of 3 iterations, 1 otherwise.
+    static const int env_c = env_int("DEEPINFER_MOE_T1_SLOT_C", 0);
+    static const int env_occ = env_int("DEEPINFER_MOE_T1_SLOT_OCC", 0);
+    const int want = g_t1_slot_cols > 0        ? g_t1_slot_cols
+                     : env_c > 0               ? env_c
+                     : iters == 4 || iters > 6 ? 2
+                                               : 4;
+    const int cols = want >= 4 ? 4 : want >= 2 ? 2 : 1;
+    const int occ = env_occ > 0 ? env_occ : iters == 3 && cols == 4 ? 2 : 1;
+    void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters, occ)
+                                        : cols == 2 ? t1_slot_kernel_for<2>(iters, occ)
+                                                    : t1_slot_kernel_for<1>(iters, occ);
+    const bool pdl = t1_pdl(p, true);
+    p.early_rows = down_early_env && pdl && pdl_enabled();
+    return launch_dependent_if(pdl, kernel, dim3(ceil_div(p.hidden, cols)), dim3(slots * 32), 0,
+                               stream, p);
+  }
   const bool smem_down =
       (impl == MoeT1DownImpl::kSmem || (impl == MoeT1DownImpl::kAuto && iters > 4)) && iters <= 8 &&
       act_bytes <= kT1SmemMaxAct;

@@ -133,14 +133,20 @@ struct MoeDecodeT1Params {
 // the earlier kernel (loads of one pair, then its sums). Bitwise equal. kSmem (run 21) stages
 // act in shared memory once per CTA and streams each warp's rows through a register ring
 // (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too. kAuto (default):
-// pipelined for inter <= 1024 (Qwen3-30B-A3B), smem above (V2-Lite: a PDL dependent of gate_up
-// that loads its first rows before the wait; run 23), by measurement. kFused (run 35): gate_up
+// kSlot where it applies (run 41: Qwen3-30B-A3B +3.1 %, V2-Lite +3.2 % at batch 1), else
+// pipelined for inter <= 1024, smem above (a PDL dependent of gate_up that loads its first rows
+// before the wait; run 23), by measurement. kFused (run 35): gate_up
 // and down in one persistent kernel (one CTA per SM, weights through a ring of bulk copies, a
 // grid barrier between the phases while the ring keeps filling; needs `barrier`); bitwise equal.
-// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem, =fused kFused (read
-// once); the
-// override (tests, benchmarks; not thread-safe, outside captures) wins over the env.
-enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem, kFused };
+// kSlot (run 41): a CTA per C output columns with one warp per slot (at most 16 slots and inter
+// <= 2048; else the kernels kAuto falls back to), each warp all C rows of its slot at once, the
+// slot-order fold after one barrier; bitwise equal.
+// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem, =fused kFused, =slot
+// kSlot (read once); the override (tests, benchmarks; not thread-safe, outside captures) wins over
+// the env.
+enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem, kFused, kSlot };
+// kSlot's columns per CTA (1, 2 or 4); 0: DEEPINFER_MOE_T1_SLOT_C, else the default by row length.
+void set_moe_t1_slot_cols(int cols);
 MoeT1DownImpl moe_t1_down_impl();
 // kFused's stage size in KB (tests: every item shape); 0: DEEPINFER_MOE_FUSED_STAGE_KB (16).
 void set_moe_t1_fused_stage_kb(int kb);

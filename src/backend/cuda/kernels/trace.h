@@ -20,7 +20,7 @@ enum TraceSite : uint32_t {
   kTraceCombineSplits = 4,  // tag 0 = GQA, 1 = MLA (the older split path)
   kTraceMoeNormRoute = 5,
   kTraceMoeGateUpT1 = 6,
-  kTraceMoeDownT1 = 7,  // tag 0 = pipelined, 1 = act in shared memory
+  kTraceMoeDownT1 = 7,  // tag 0 = pipelined, 1 = act in shared memory, 2 = slot split
   kTraceMlaRopeStore = 8,
   kTraceMlaClusterDecode = 9,
   kTraceMlaMergeUv = 10,

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+set -u
+rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
+ROOT=$(pwd); source "$ROOT/scripts/gpu_libpath.sh"; export DI_SOURCE_DIR=$ROOT
+B=.gpu_bin
+S=$OUT/summary.txt
+echo "== test_cuda_moe" | tee -a $S
+timeout 240 $B/test_cuda_moe > $OUT/test_cuda_moe.log 2>&1; echo "rc=$?" | tee -a $S
+grep -E "^\[  (PASSED|FAILED) |FAILED  \]|decode_t1_pipelined_down|vs_slot=[1-9]" $OUT/test_cuda_moe.log | tail -8 | tee -a $S
+echo "== rowread" | tee -a $S
+timeout 120 $B/bench_cuda_rowread 2>&1 | tee -a $S
+for v in default slot1 slot2 slot4; do
+  case $v in default) E="X=0";; slot*) E="DEEPINFER_MOE_T1_DOWN=slot DEEPINFER_MOE_T1_SLOT_C=${v#slot}";; esac
+  echo "== bench_cuda_moe --t1 $v" | tee -a $S
+  env $E timeout 100 $B/bench_cuda_moe --t1 2>&1 | grep "^\[moe\]" | tee -a $S
+done
+run() { local tag=$1 preset=$2 conc=$3; shift 3
+  r=$(env "$@" timeout 120 $B/bench_cuda_model --preset $preset --conc $conc --ctx 2048 --reps 10 2>&1 | grep "^\[model\] preset")
+  echo "$tag $preset c=$conc $r" | tee -a $S; }
+for round in 1 2; do
+  for P in deepseek-v2-lite qwen3-30b-a3b; do
+    run def $P 1 X=0
+    run slot1 $P 1 DEEPINFER_MOE_T1_DOWN=slot DEEPINFER_MOE_T1_SLOT_C=1
+    run slot2 $P 1 DEEPINFER_MOE_T1_DOWN=slot DEEPINFER_MOE_T1_SLOT_C=2
+    run slot4 $P 1 DEEPINFER_MOE_T1_DOWN=slot DEEPINFER_MOE_T1_SLOT_C=4
+  done
+done
