@@ -1183,10 +1183,12 @@ void CudaBackend::check_integrity() {
       DI_CHECK(host[i] == 0, "CudaBackend: {} [{}] is {} at rest (a kernel left it armed)", what, i,
                host[i]);
   };
-  if (attention_counters_ != nullptr)
-    all_zero(attention_counters_, attention_counters_cap_, "attention arrival counter");
-  for (const CounterBuffer& c : retired_attention_counters_)
-    all_zero(c.words, c.count, "outgrown attention arrival counter");
+  // The current buffer first (when there is one), then the outgrown ones.
+  const std::vector<CounterBuffer> counters = attention_counter_buffers();
+  for (size_t i = 0; i < counters.size(); ++i)
+    all_zero(counters[i].words, counters[i].count,
+             i == 0 && attention_counters_ != nullptr ? "attention arrival counter"
+                                                      : "outgrown attention arrival counter");
   all_zero(moe_route_counter_, 1, "fused router arrival counter");
   all_zero(moe_t1_barrier_, 1, "one-token fused MoE barrier arrivals");  // [1]: a generation
 }
