@@ -776,8 +776,9 @@ __global__ void __launch_bounds__(kT1DownWarps * 32) moe_down_t1_pipe_kernel(Moe
 // for all C rows; lane 0 puts y[s][c] = warp_sum into shared memory; after one barrier thread c
 // sums column n0 + c's slots in slot order (fmaf(w_s, y_s, out), skipped slots skipped) and stores
 // (t1_store). Per row the pipelined kernel's arithmetic (lane chunks c = lane + 32 i ascending
-// from 0, dot8, warp_sum), then the same slot-order fold: the same bits. Pure reads of Qwen3-30B-
-// A3B's down rows in this shape ran 3.33 TB/s against 3.14 per column (bench_cuda_rowread, run 41).
+// from 0, dot8, warp_sum), then the same slot-order fold: the same bits. Pure reads of the down
+// rows one slot per warp ran 3.36 / 3.83 TB/s (Qwen3-30B-A3B / V2-Lite) against 3.15 / 3.20 one
+// column per warp (bench_cuda_rowread, run 41 call 2).
 constexpr int kT1SlotMaxWarps = 16;
 
 // MinBlocks: CTAs of the largest size (16 warps) per SM asked of the compiler, i.e. registers
@@ -787,8 +788,8 @@ __global__ void __launch_bounds__(kT1SlotMaxWarps * 32, MinBlocks)
     moe_down_t1_slot_kernel(MoeDecodeT1Params p) {
   DI_TRACE_SCOPE(kTraceMoeDownT1, 2);
   __shared__ float ys[kT1SlotMaxWarps][C];
-  __shared__ float wsum[kT1SlotMaxWarps];  // slot weight; NaN-free: skipped slots flagged apart
-  __shared__ bool live[kT1SlotMaxWarps];
+  __shared__ float wsum[kT1SlotMaxWarps];  // slot s's weight, read only where live[s]
+  __shared__ bool live[kT1SlotMaxWarps];   // slot s not skipped
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, s = tid >> 5;
   const int slots = p.top_k + p.shared_slots;  // = blockDim.x / 32
   const int n0 = static_cast<int>(blockIdx.x) * C;
