@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Means per kernel of every numeric metric in `ncu --csv --page raw --metrics a,b,...` output
-(kernel names shortened as scripts/ncu_summary.py does; the units row of the CSV is printed as
-the header's second line). Usage: ncu ... > x.csv; python3 scripts/ncu_metrics.py x.csv [label]"""
+"""Means per kernel of the numeric metrics in `ncu --csv --page raw --metrics a,b,...` output
+(kernel names shortened as scripts/ncu_summary.py does; each metric's unit from the CSV's units
+row). The raw page also carries ncu's own columns (device__attribute_*, launch__*, profiler__*,
+the other rollups of a metric): pass the metrics asked of ncu as the third argument to print
+only those, in that order; without it every column with "__" in its name is printed.
+Usage: ncu ... > x.csv; python3 scripts/ncu_metrics.py x.csv [label] [metric,metric,...]"""
 import sys
 
 from ncu_summary import read_ncu_csv, short
@@ -15,7 +18,17 @@ def main():
         return
     header, reader = table
     ki = header.index("Kernel Name")
-    metrics = [(i, h) for i, h in enumerate(header) if "__" in h]
+    if len(sys.argv) > 3:
+        wanted = [m for m in sys.argv[3].split(",") if m]
+        missing = [m for m in wanted if m not in header]
+        if missing:
+            print(f"[ncu] {label}: not in the CSV: {', '.join(missing)}")
+        metrics = [(header.index(m), m) for m in wanted if m in header]
+    else:
+        metrics = [(i, h) for i, h in enumerate(header) if "__" in h]
+    if not metrics:
+        print(f"[ncu] {label}: no metric columns")
+        return
     units = {}
     sums, counts = {}, {}
     for r in reader:
