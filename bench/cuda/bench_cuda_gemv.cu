@@ -33,10 +33,11 @@
 #include "backend/cuda/kernels/gemv.h"
 
 #include "graph_timing.h"
+#include "h200_ceilings.h"
 
 namespace {
 
-constexpr double kCopyBw = 4.28e12;  // bytes/s, measured D2D copy on the H200
+using di::bench::kCopyBw;
 constexpr int kMats = 16;            // distinct matrices per graph: 16 x 34 MB > 50 MB of L2
 
 #define CK(x) DI_BENCH_CK(x)

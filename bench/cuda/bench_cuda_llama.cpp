@@ -30,12 +30,13 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
 #include "bench_timing.h"
+#include "h200_ceilings.h"
 
 namespace di {
 namespace {
 
-constexpr double kCopyBw = 4.28e12;      // bytes/s, measured D2D copy on the H200
-constexpr double kPeakFlops = 787e12;    // cuBLAS bf16 8192^3 on the H200
+using di::bench::kCopyBw;
+using di::bench::kPeakFlops;
 
 struct Shape8B {
   int64_t hidden = 4096, inter = 14336, layers = 32, hq = 32, hkv = 8, d = 128, vocab = 128256;

@@ -40,13 +40,14 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/trace.h"
+#include "h200_ceilings.h"
 #include "trace_csv.h"
 
 namespace di {
 namespace {
 
-constexpr double kCopyBw = 4.28e12;    // bytes/s, measured D2D copy on the H200
-constexpr double kPeakFlops = 787e12;  // cuBLAS bf16 8192^3 on the H200
+using di::bench::kCopyBw;
+using di::bench::kPeakFlops;
 
 struct MoeShape {
   const char* name;

@@ -28,10 +28,11 @@
 #include "backend/cuda/kernels/common.cuh"
 
 #include "graph_timing.h"
+#include "h200_ceilings.h"
 
 namespace {
 
-constexpr double kCopyBw = 4.28e12;  // bytes/s, measured D2D copy on the H200
+using di::bench::kCopyBw;
 constexpr int kChain = 16;           // launches per graph, each on its own expert set
 
 #define CK(x) DI_BENCH_CK(x)
