@@ -133,7 +133,7 @@ struct MoeDecodeT1Params {
 // the earlier kernel (loads of one pair, then its sums). Bitwise equal. kSmem (run 21) stages
 // act in shared memory once per CTA and streams each warp's rows through a register ring
 // (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too. kAuto (default):
-// kSlot where it applies (run 41: Qwen3-30B-A3B +3.1 %, V2-Lite +3.2 % at batch 1), else
+// kSlot where it applies (run 41: Qwen3-30B-A3B +2.9 %, V2-Lite +3.4 % at batch 1), else
 // pipelined for inter <= 1024, smem above (a PDL dependent of gate_up that loads its first rows
 // before the wait; run 23), by measurement. kFused (run 35): gate_up
 // and down in one persistent kernel (one CTA per SM, weights through a ring of bulk copies, a
