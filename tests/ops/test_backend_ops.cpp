@@ -1328,6 +1328,32 @@ SwitchRuns run_switch_bitwise(Backend& be, const char* what,
 }
 #endif
 
+// The one-row norm GEMV with its second item requested before the wait on odd SMs only (the
+// policy for Qwen3-30B-A3B's qkv projection since run 42) against both items before the wait on
+// every SM: every one-row rms_norm fused_linear case of the table, bit for bit, and the register
+// path's cases took it.
+TEST(GemvEarly, OddSmSecondItemBitEqualToBothEarly) {
+#ifdef DI_HAVE_CUDA
+  Backend* be = gpu();
+  if (be == nullptr) GTEST_SKIP() << "CUDA op tests skipped: " << skip_reason();
+  const int saved = cuda::gemv_early();
+  const SwitchRuns runs = run_switch_bitwise(
+      *be, "odd_sm_second_item",
+      [](const OpCase& c) {
+        const auto* f = dynamic_cast<const TestFusedLinear*>(&c);
+        return f != nullptr && f->m == 1 && f->in == FusedLinearParams::In::kRmsNorm;
+      },
+      cuda::set_gemv_early, cuda::gemv_early_launches);
+  cuda::set_gemv_early(saved);
+  EXPECT_GE(runs.cases, 5);
+  EXPECT_GE(runs.took, 3) << "the register path's one-row norm cases take it";
+  std::printf("[op] GEMV odd-SM second item: %lld cases, %lld took it\n",
+              static_cast<long long>(runs.cases), static_cast<long long>(runs.took));
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 // The split combine without barriers (few rows, at most 64 splits: combine_split_row_warp)
 // against the block merge it replaces: every GQA attention case of the table, bit for bit, and
 // the warp merge ran for some (the decode cases with 2-64 splits).

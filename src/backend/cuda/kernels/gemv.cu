@@ -186,7 +186,11 @@ __device__ __forceinline__ void stage_x(const GemvParams& p, uint4* xs, int stri
 // bytes in flight per SM than the register file leaves room for. S == 1 (run 30; bulk_items
 // below): as S == 0, but the first two items (those loaded before griddepcontrol.wait) come by
 // bulk copy (the copy engine) into shared memory, read into the registers after the prologue.
-template <int M, GemvIn IN, int S>
+// kEarly (S == 0; run 42): a warp's second item is requested before griddepcontrol.wait only on
+// odd-numbered SMs; on the others it comes right after x is staged (same arithmetic, same bits).
+// bench_cuda_xread: a dependent's first read after its wait takes ~2.2 us when every SM has 128
+// KB of its own loads in flight, 0.3-0.6 us when half of them have (gemv_early_items below).
+template <int M, GemvIn IN, int S, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split) {
   // [M][k / 8] staged activations, then (S >= 2) the ring [S][U][kThreads], (S == 1) the bulk
   // copies [kWarps][2][U][32]
@@ -273,9 +277,15 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // S == 1: lane l of this warp reads vector u of item i at bulk[(i * U + u) * 32 + l].
   [[maybe_unused]] uint4* bulk = xs_vec + M * k8 * kSlots + warp * 2 * U * 32;
   // The first items are in flight while the prologue runs.
+  [[maybe_unused]] bool pre_b = true;  // item 1 before the wait (kEarly: odd SMs only)
   if constexpr (S == 0) {
+    if constexpr (kEarly) {
+      unsigned sm;
+      asm("mov.u32 %0, %%smid;" : "=r"(sm));
+      pre_b = (sm & 1u) != 0;
+    }
     if (items > 0) load(wa, 0);
-    if (items > 1) load(wb, 1);
+    if (pre_b && items > 1) load(wb, 1);
   } else if constexpr (S == 1) {
     // Lane 0 arms the warp's barrier with the bytes of both items and issues one bulk copy per
     // (item, u): the 32 lanes' vectors of a u are contiguous (<= 512 bytes, those below k8).
@@ -341,6 +351,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   stage_x<M, IN, kStageUnroll, kSlots>(p, xs_vec, k8, scratch);
   __syncthreads();
   DI_TRACE_MARK();  // x staged
+  if constexpr (S == 0 && kEarly) {
+    if (!pre_b && items > 1) load(wb, 1);
+  }
   if constexpr (S == 1) {  // the bulk-copied items into the registers the loop consumes
     mbar_wait(&bulk_bar[warp], 0);
 #pragma unroll
@@ -527,6 +540,26 @@ GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
   return {static_cast<unsigned>(std::min<int64_t>(groups, slots)), split};
 }
 
+// One row with the norm prologue on the registers (the caller checks that): kEarly where the
+// policy or set_gemv_early says so. Policy: when a warp has more than two items on average
+// (Qwen3-30B-A3B's qkv, 5,120 x 2,048: 2.4), i.e. its third is loaded after the wait anyway.
+// Measured on the H200 (run 42, batch 1, same binary, interleaved): Qwen3-30B-A3B 403.6 / 403.6
+// -> 408.3 / 408.2 tok/s (call 3), 405.0 / 405.8 -> 409.2 / 410.4 (call 7); the same split on
+// V2-Lite's q|kv_a (3,648 x 2,048, 1.7 items per warp) lost (529.8 / 530.1 -> 522.0 / 521.7),
+// and on the o_projs (no norm) it changed nothing. Also measured and not kept (call 2, 3, 7):
+// no pre-wait item on even SMs, or only the first item everywhere (-0.5 to -1.5 %).
+std::atomic<int> g_early{env_int("DEEPINFER_GEMV_EARLY", -1)};
+std::atomic<int64_t> g_early_launches{0};
+bool gemv_early_items(const GemvParams& p, const GridPlan& g) {
+  const int mode = g_early.load(std::memory_order_relaxed);
+  if (mode >= 0) return mode != 0;
+  constexpr int U = kLoadsPerLane<1>;
+  const int64_t rows_per_cta = kWarps / g.split;
+  const int64_t groups = (int64_t{p.n} + rows_per_cta - 1) / rows_per_cta;
+  const int64_t chunks = (int64_t{p.k} / 8 + U * 32 * g.split - 1) / (U * 32 * g.split);
+  return groups * chunks > 2 * int64_t{g.grid};
+}
+
 template <int M, GemvIn IN, int S>
 cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
                         cudaStream_t stream) {
@@ -539,6 +572,13 @@ cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
   const GridPlan g = plan_grid(n_out, slots, max_split);
   // DEEPINFER_GEMV_PDL=0 (diagnostic): a plain launch (no weight loads during the previous kernel).
   static const bool pdl = env_int("DEEPINFER_GEMV_PDL", 1) != 0;
+  if constexpr (M == 1 && S == 0 && IN == GemvIn::kRmsNorm) {
+    if (gemv_early_items(p, g)) {
+      g_early_launches.fetch_add(1, std::memory_order_relaxed);
+      return launch_dependent_if(pdl, gemv_kernel<M, IN, S, true>, dim3(g.grid), dim3(kThreads),
+                                 static_cast<size_t>(smem), stream, p, g.split);
+    }
+  }
   return launch_dependent_if(pdl, gemv_kernel<M, IN, S>, dim3(g.grid), dim3(kThreads),
                              static_cast<size_t>(smem), stream, p, g.split);
 }
@@ -667,6 +707,15 @@ int64_t gemv_bulk_launches() {
   return g_bulk_launches.load(std::memory_order_relaxed);
 }
 int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
+void set_gemv_early(int mode) {
+  g_early.store(mode, std::memory_order_relaxed);
+}
+int gemv_early() {
+  return g_early.load(std::memory_order_relaxed);
+}
+int64_t gemv_early_launches() {
+  return g_early_launches.load(std::memory_order_relaxed);
+}
 void set_gemv_split(int split) {
   g_split.store(split, std::memory_order_relaxed);
 }

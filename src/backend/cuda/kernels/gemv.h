@@ -81,6 +81,14 @@ cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream);
 // DEEPINFER_GEMV_RING, else -1. For A/B measurements.
 void set_gemv_ring_stages(int stages);
 int gemv_ring_stages();
+// One row with the rms_norm prologue on the registers: whether a warp's second item is requested
+// before griddepcontrol.wait only on odd-numbered SMs (after x is staged on the others; same
+// arithmetic, same bits; gemv.cu, kEarly). -1 = the policy (a warp has more than two items on
+// average: Qwen3-30B-A3B's qkv projection), 0 = never, 1 = always. Initial value:
+// DEEPINFER_GEMV_EARLY, else -1. gemv_early_launches() counts the launches that took it (tests).
+void set_gemv_early(int mode);
+int gemv_early();
+int64_t gemv_early_launches();
 // Forces the warps per row (a power of two the shape allows; 0 = the fill rule). Initial value:
 // DEEPINFER_GEMV_SPLIT. For A/B measurements.
 void set_gemv_split(int split);
