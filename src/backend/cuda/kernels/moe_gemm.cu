@@ -849,15 +849,17 @@ __global__ void __launch_bounds__(kT1SlotMaxWarps * 32, MinBlocks)
   }
 }
 
-// The slot-split down kernel for `iters` (<= 8) chunk-iterations per row and C columns per CTA;
-// occ > 1 (MinBlocks, DEEPINFER_MOE_T1_SLOT_OCC: an A/B switch) only for 3 and 6 iterations.
+// The slot-split down kernel for `iters` (<= 8) chunk-iterations per row and C columns per CTA.
+// occ2: MinBlocks 2 (64 registers) where it was measured to pay, 3 iterations of 4 columns
+// (Qwen3-30B-A3B: one wave of 512 CTAs). The other register caps measured in run 41 (3
+// iterations at 2 columns and 40 registers, 6 at 2 columns and 64, 6 at 1 column and 40) lost
+// 0.3-2.6 % and are not built.
 template <int C>
-void (*t1_slot_kernel_for(int iters, int occ))(MoeDecodeT1Params) {
+void (*t1_slot_kernel_for(int iters, bool occ2))(MoeDecodeT1Params) {
   constexpr int kC8 = C == 4 ? 2 : C;  // 8 iterations x 4 rows: spills
-  if (iters == 3 && occ >= 2)
-    return occ >= 3 ? moe_down_t1_slot_kernel<3, C, 3> : moe_down_t1_slot_kernel<3, C, 2>;
-  if (iters == 6 && occ >= 2)
-    return occ >= 3 ? moe_down_t1_slot_kernel<6, C, 3> : moe_down_t1_slot_kernel<6, C, 2>;
+  if constexpr (C == 4) {
+    if (iters == 3 && occ2) return moe_down_t1_slot_kernel<3, 4, 2>;
+  }
   return iters <= 2   ? moe_down_t1_slot_kernel<2, C>
          : iters <= 3 ? moe_down_t1_slot_kernel<3, C>
          : iters <= 4 ? moe_down_t1_slot_kernel<4, C>
@@ -1659,8 +1661,8 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
     // 513.5 / 513.5 (smem) -> 529.7 / 530.3 at 4 columns (124 registers), 2: 511.4 / 511.5, 1:
     // 533.0 / 530.8 (call 2, where the 4 columns gave 534.2 / 533.5). C columns per CTA: the
     // override, else DEEPINFER_MOE_T1_SLOT_C (1, 2 or 4; read once), else 4 (2 at 4 and 8
-    // chunk-iterations: unmeasured, the registers of 4 x 4 / 4 x 8 rows); MinBlocks:
-    // DEEPINFER_MOE_T1_SLOT_OCC (1-3), else 2 for 4 columns of 3 iterations, 1 otherwise.
+    // chunk-iterations: unmeasured, the registers of 4 x 4 / 4 x 8 rows); MinBlocks 2 for 4
+    // columns of 3 iterations (DEEPINFER_MOE_T1_SLOT_OCC=1: MinBlocks 1 there too), else 1.
     static const int env_c = env_int("DEEPINFER_MOE_T1_SLOT_C", 0);
     static const int env_occ = env_int("DEEPINFER_MOE_T1_SLOT_OCC", 0);
     const int want = g_t1_slot_cols > 0        ? g_t1_slot_cols
@@ -1668,10 +1670,10 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
                      : iters == 4 || iters > 6 ? 2
                                                : 4;
     const int cols = want >= 4 ? 4 : want >= 2 ? 2 : 1;
-    const int occ = env_occ > 0 ? env_occ : iters == 3 && cols == 4 ? 2 : 1;
-    void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters, occ)
-                                        : cols == 2 ? t1_slot_kernel_for<2>(iters, occ)
-                                                    : t1_slot_kernel_for<1>(iters, occ);
+    const bool occ2 = env_occ != 1;
+    void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters, occ2)
+                                        : cols == 2 ? t1_slot_kernel_for<2>(iters, occ2)
+                                                    : t1_slot_kernel_for<1>(iters, occ2);
     const bool pdl = t1_pdl(p, true);
     p.early_rows = down_early_env && pdl && pdl_enabled();
     return launch_dependent_if(pdl, kernel, dim3(ceil_div(p.hidden, cols)), dim3(slots * 32), 0,
