@@ -60,6 +60,10 @@ struct PagedAttentionKernelParams {
   const float* q_f32;
   float* out_f32;
   const float* pool_f32;
+  // The tensor-core GQA decode kernel lets its PDL dependent (the split combine, which launches
+  // o_proj) start after its own wait when set, else at its start (run 42; set by its launcher:
+  // on unless DEEPINFER_ATTN_LATE_TRIGGER=0).
+  int32_t late_trigger = 0;
 };
 
 // Host-side plan (pure, unit-testable): tile rows, split size, number of splits, workspace bytes.

@@ -101,7 +101,13 @@ template <int D, int G, int B, bool F, bool WM>
 __global__ void __launch_bounds__(kWarps * 32, 3)
     gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc, QkvRopeStoreKernelParams st) {
   DI_TRACE_SCOPE(kTraceGqaDecodeMma, F ? 1 : 0);
-  pdl_trigger();  // the next (PDL-launched) kernel may start loading its weights
+  // The next (PDL-launched) kernel may start: the split combine, whose own start launches o_proj
+  // and its 16.8 MB of early weight loads (Qwen3-30B-A3B). Before this kernel's wait those loads
+  // sit in front of the rope/store kernel's and this kernel's reads after their waits (a
+  // dependent's first read waits for what every SM has in flight: bench_cuda_xread), so by
+  // default after the wait (run 42: Qwen3-30B-A3B batch 1 +3.1 %).
+  const bool late_trigger = p.late_trigger != 0;
+  if (!late_trigger) pdl_trigger();
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
   constexpr int kKSteps = D / 16;
@@ -184,6 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   }
   pdl_wait();
   DI_TRACE_WAITED();
+  if (late_trigger) pdl_trigger();
   if constexpr (F) {
     // The new K/V rows of kv head kvh that this CTA's splits read (every branch depends only on
     // blockIdx and the metadata, so the whole CTA takes it): k through [k_norm] and rope, v
@@ -494,7 +501,10 @@ void launch_dgbw(const PagedAttentionKernelParams& p, int spc, const QkvRopeStor
   open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  (void)launch_decode(kPdlGqaDecodeMma, kernel, grid, dim3(kWarps * 32), smem, stream, p, spc, st);
+  static const int late = env_int("DEEPINFER_ATTN_LATE_TRIGGER", 1);
+  PagedAttentionKernelParams q = p;
+  q.late_trigger = late != 0;
+  (void)launch_decode(kPdlGqaDecodeMma, kernel, grid, dim3(kWarps * 32), smem, stream, q, spc, st);
 }
 template <int D, int G, int B, bool F>
 void launch_dgb(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,

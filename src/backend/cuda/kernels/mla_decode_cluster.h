@@ -70,6 +70,10 @@ struct MlaClusterDecodeParams : MlaDecodeCall {
   // words: [0] %globaltimer at the start, [1] at the end (ns), [2 + i] clock64 cycles from the
   // start to phase mark i (MlaTimingMark); 0 where a CTA did not pass the mark.
   unsigned long long* timing = nullptr;
+  // This kernel lets its PDL dependent (the merge, which launches o_proj) start after its own
+  // wait when set, else at its start (run 42; set by its launcher: on unless
+  // DEEPINFER_ATTN_LATE_TRIGGER=0).
+  int32_t late_trigger = 0;
 };
 constexpr int kMlaTimingSlots = 12;
 // The marks, in kernel order: the pre-wait reads issued, griddepcontrol.wait returned, stage 0's
