@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   // and its 16.8 MB of early weight loads (Qwen3-30B-A3B). Before this kernel's wait those loads
   // sit in front of the rope/store kernel's and this kernel's reads after their waits (a
   // dependent's first read waits for what every SM has in flight: bench_cuda_xread), so by
-  // default after the wait (run 42: Qwen3-30B-A3B batch 1 +3.1 %).
+  // default after the wait (run 42: Qwen3-30B-A3B batch 1 +2.0 %).
   const bool late_trigger = p.late_trigger != 0;
   if (!late_trigger) pdl_trigger();
   static_assert(G >= 1 && G <= 16, "the q heads of a kv head are the rows of one m16 tile");
