@@ -35,6 +35,14 @@ inline bool batch_invariant_env() {
   return on;
 }
 
+// Whether the decode attention kernels (tensor-core GQA, MLA cluster) trigger their PDL
+// dependents after their wait rather than at their start (run 42; the default):
+// DEEPINFER_ATTN_LATE_TRIGGER=0 restores the start. Read once, for both launchers.
+inline bool attn_late_trigger_env() {
+  static const bool on = env_int("DEEPINFER_ATTN_LATE_TRIGGER", 1) != 0;
+  return on;
+}
+
 // DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.
 inline bool pdl_enabled() {
   static const bool on = [] {

@@ -501,9 +501,8 @@ void launch_dgbw(const PagedAttentionKernelParams& p, int spc, const QkvRopeStor
   open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
-  static const int late = env_int("DEEPINFER_ATTN_LATE_TRIGGER", 1);
   PagedAttentionKernelParams q = p;
-  q.late_trigger = late != 0;
+  q.late_trigger = attn_late_trigger_env();
   (void)launch_decode(kPdlGqaDecodeMma, kernel, grid, dim3(kWarps * 32), smem, stream, q, spc, st);
 }
 template <int D, int G, int B, bool F>

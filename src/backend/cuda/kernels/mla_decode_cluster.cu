@@ -1110,9 +1110,8 @@ cudaError_t launch_variant(const MlaClusterDecodeParams& p, cudaStream_t stream)
   const dim3 grid(static_cast<unsigned>(p.defer ? p.num_splits : p.num_clusters * kMlaCluster),
                   static_cast<unsigned>(p.head_tiles), static_cast<unsigned>(p.num_tokens));
   // The deferred mode never touches another CTA's shared memory: no clusters.
-  static const int late = env_int("DEEPINFER_ATTN_LATE_TRIGGER", 1);
   MlaClusterDecodeParams q = p;
-  q.late_trigger = late != 0;
+  q.late_trigger = attn_late_trigger_env();
   return launch_cluster_pdl(p.defer ? 0 : kMlaCluster, kernel, grid, dim3(kThreads),
                             static_cast<size_t>(smem), stream, q);
 }
