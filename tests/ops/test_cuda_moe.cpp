@@ -769,7 +769,9 @@ TEST(CudaMoeRoute, WarpEqualsSerialAndCpu) {
 // weights bitwise the warp router's on the kernel's own logits, logits close to the GEMM's, for
 // Qwen3-30B-A3B / V2-Lite / DeepSeek-V3 routing at 1-4 tokens and every rms_norm thread count
 // (hidden 264 / 1024 / 2048 / 7168: 128 / 256 / 512 / 512 threads), twice in a row (the arrival
-// counter is back at zero after each launch).
+// counter is back at zero after each launch). The *_ties cases repeat the gate rows (expert i's
+// row is row i % dup), so that equal logits meet in the top-k rounds: the model instances' sorted
+// rounds (run 43) break ties by the lower id as the warp router's scan does.
 TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
   cuda::CudaBackend* be = gpu();
   if (be == nullptr) GTEST_SKIP() << "no CUDA device visible";
@@ -778,6 +780,7 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
     int64_t tokens, hidden;
     MoeRoutingParams r;
     bool bias;
+    int64_t dup = 0;  // > 0: gate row i = row i % dup
   };
   const MoeRoutingParams qwen = qwen3_moe_routing(), v2 = v2_lite_routing(),
                          v3 = deepseek_v3_routing();
@@ -793,12 +796,20 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
   // v2lite / tiny20 its full-softmax one.
   MoeRoutingParams v3_64 = v3;
   v3_64.num_experts = 64;
-  const std::vector<Case> cases = {
-      {"qwen3", 1, 2048, qwen, false},    {"qwen3", 4, 2048, qwen, false},
-      {"v2lite", 1, 2048, v2, false},     {"v2lite", 3, 1024, v2, false},
-      {"v2lite", 2, 264, v2, false},      {"v3", 2, 7168, v3, true},
-      {"v3", 1, 7168, v3, true},          {"tiny8", 1, 264, tiny8, false},
-      {"tiny20", 2, 1024, tiny20, false}, {"v3_64", 2, 2048, v3_64, true}};
+  const std::vector<Case> cases = {{"qwen3", 1, 2048, qwen, false},
+                                   {"qwen3", 4, 2048, qwen, false},
+                                   {"v2lite", 1, 2048, v2, false},
+                                   {"v2lite", 3, 1024, v2, false},
+                                   {"v2lite", 2, 264, v2, false},
+                                   {"v3", 2, 7168, v3, true},
+                                   {"v3", 1, 7168, v3, true},
+                                   {"tiny8", 1, 264, tiny8, false},
+                                   {"tiny20", 2, 1024, tiny20, false},
+                                   {"v3_64", 2, 2048, v3_64, true},
+                                   {"qwen3_ties", 1, 2048, qwen, false, 16},
+                                   {"qwen3_ties", 1, 2048, qwen, false, 37},
+                                   {"v2lite_ties", 1, 2048, v2, false, 5},
+                                   {"v2lite_ties", 2, 1024, v2, false, 24}};
   int bad = 0;
   be->set_moe_norm_route_max_elems(cuda::kNormRouteMaxElems);  // the kernel at every size it takes
   // Both fused routers where both apply: the cluster router (up to 128 experts) and the counter
@@ -811,7 +822,11 @@ TEST(CudaMoeFused, NormRouteBitwiseEqualsComposedOps) {
       const int64_t t = c.tokens, h = c.hidden, e = c.r.num_experts, k = c.r.top_k;
       const Tensor x = act(*be, host_fill({t, h}, 21, 2.0f));
       const Tensor nw = act(*be, host_fill({h}, 22, 1.0f));
-      const Tensor gate = act(*be, host_fill({e, h}, 23, 0.1f));
+      Tensor gate_h = host_fill({e, h}, 23, 0.1f);
+      if (c.dup > 0)
+        for (int64_t i = c.dup; i < e; ++i)
+          std::memcpy(gate_h.f32() + i * h, gate_h.f32() + (i % c.dup) * h, h * sizeof(float));
+      const Tensor gate = act(*be, gate_h);
       const Tensor bias = host_fill({e}, 24, 0.1f);
       MoeRoutingParams r = c.r;
       r.correction_bias = c.bias ? &bias : nullptr;

@@ -1669,7 +1669,10 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
                      : env_c > 0               ? env_c
                      : iters == 4 || iters > 6 ? 2
                                                : 4;
-    const int cols = want >= 4 ? 4 : want >= 2 ? 2 : 1;
+    // 4 columns of 8 chunk-iterations would spill: that instance has 2 (t1_slot_kernel_for), and
+    // the grid must be sized by the instance's columns (run 43: a forced 4 at inter 2048 left
+    // every other pair of columns unwritten).
+    const int cols = want >= 4 && iters <= 6 ? 4 : want >= 2 ? 2 : 1;
     const bool occ2 = env_occ != 1;
     void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters, occ2)
                                         : cols == 2 ? t1_slot_kernel_for<2>(iters, occ2)
