@@ -940,11 +940,12 @@ constexpr int kSplitRanks = kHeadLinearWarps;    // CTAs per head: a cluster
 constexpr int kSplitMaxSmem = 160 * 1024;        // else the wide kernel
 
 struct SplitMergeSmem {
-  int ld, kq_max, x_off, part_off, wt_off, own_off, red_off, o_off, bar_off, total;
+  int ld, kq_max, x_off, part_off, wt_off, own_off, red_off, o_off, bar_off, recv_off, total;
 };
 // Weights [npad][ld] bf16 (W_UV rows, this CTA's columns), token rows [tpad][ld] bf16, partial
 // sums [tpad][npad] f32, part weights [parts], own part counts [t], reduction scratch, the parts'
-// quarter rows [chunk][kq_max] f32, the mbarrier.
+// quarter rows [chunk][kq_max] f32, the mbarrier, the ranks' sums of one token [ranks][npad] f32
+// (rank 0's, pushed there by the others: one token).
 __host__ __device__ inline SplitMergeSmem split_merge_smem(int t, int k, int n, int parts) {
   SplitMergeSmem L;
   const int nsteps = pad16(k) / 16, tpad = pad16(t), npad = pad16(n);
@@ -957,7 +958,8 @@ __host__ __device__ inline SplitMergeSmem split_merge_smem(int t, int k, int n, 
   L.red_off = L.own_off + t * 4;
   L.o_off = align16(L.red_off + kHeadLinearWarps * 4);
   L.bar_off = L.o_off + (parts < kSplitChunk ? parts : kSplitChunk) * L.kq_max * 4;
-  L.total = L.bar_off + 8;
+  L.recv_off = align16(L.bar_off + 8);
+  L.total = L.recv_off + kSplitRanks * npad * 4;
   return L;
 }
 
@@ -1065,6 +1067,34 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
     }
   }
   if (tm != nullptr) tm[6] = globaltimer_ns();
+  if (mp.push && p.t == 1) {
+    // One token: every rank stores its n sums into rank 0's recv rows before the one cluster
+    // barrier; rank 0 then adds them in rank order from its own shared memory (the sums below,
+    // the same bits) and no CTA reads a peer's memory after the barrier, so none waits at a
+    // second one before it exits (run 43).
+    float* recv_s = reinterpret_cast<float*>(smem + L.recv_off);
+    __syncthreads();  // part_s row 0 complete (every warp's column tiles)
+    for (int c = tid; c < n; c += kSplitThreads)
+      st_cluster_f32(cluster_addr(recv_s + q * npad + c, 0), part_s[c]);
+    cluster_arrive();  // release: the pushed sums
+    cluster_wait();
+    if (tm != nullptr) tm[7] = globaltimer_ns();
+    if (q != 0) return;
+    bf16* y = static_cast<bf16*>(p.y);
+    for (int i = tid; i < n / 2; i += kSplitThreads) {
+      const int c = 2 * i;
+      float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+      for (int rank = 0; rank < kSplitRanks; ++rank) {
+        const float2 v = *reinterpret_cast<const float2*>(recv_s + rank * npad + c);
+        v0 += v.x;
+        v1 += v.y;
+      }
+      *reinterpret_cast<__nv_bfloat162*>(y + int64_t{h} * n + c) = __floats2bfloat162_rn(v0, v1);
+    }
+    if (tm != nullptr) tm[8] = tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
+    return;
+  }
   cluster_arrive();  // release: this CTA's partials
   cluster_wait();
   if (tm != nullptr) tm[7] = globaltimer_ns();
@@ -1338,8 +1368,13 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
     auto* kernel = &mla_merge_uv_split_kernel;
     cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
     if (err != cudaSuccess) return err;
+    // DEEPINFER_MLA_MERGE_PUSH=0 (read once): one token's rank sums pulled by rank 0 after the
+    // barrier as for more tokens (run 43's A/B).
+    static const int push = env_int("DEEPINFER_MLA_MERGE_PUSH", 1);
+    MlaMergeUvParams q = p;
+    q.push = push != 0;
     return launch_cluster_pdl(kSplitRanks, kernel, dim3(kSplitRanks, heads), dim3(kSplitThreads),
-                              static_cast<size_t>(smem), stream, p);
+                              static_cast<size_t>(smem), stream, q);
   }
   const bool wide =
       kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters;

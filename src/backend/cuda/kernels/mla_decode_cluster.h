@@ -145,6 +145,9 @@ struct MlaMergeUvParams {
   // rows in shared memory, (the k-split kernel only:) its partial W_UV sums in shared memory,
   // the cluster barrier passed, the outputs stored; the end (W_UV's outputs stored).
   unsigned long long* timing = nullptr;
+  // The split merge at one token: the ranks push their sums to rank 0 before the cluster barrier
+  // (one barrier instead of two; set by launch_mla_merge_uv from DEEPINFER_MLA_MERGE_PUSH).
+  bool push = false;
 };
 constexpr int kMlaMergeTimingSlots = 10;
 constexpr int32_t kMlaMergeChunk = 64;     // parts per shared-memory chunk (128 KB at dv = 512)
