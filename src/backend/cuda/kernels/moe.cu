@@ -280,7 +280,7 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
   int my_id = 0;  // lane j keeps the id of round j
   float my_score = 0.0f;
   float sum = 0.0f;
-  if constexpr (!kAny && kSlots <= 4) {
+  if constexpr (!kAny && (kSlots == 2 || kSlots == 4)) {
     // The model instances (choices = scores = logits): each lane sorts its experts once, best
     // first, then a round is one warp max over the lanes' heads, a vote for the lanes holding it
     // and a shift of the winner's list (the lowest id by a second reduction only when several
@@ -312,16 +312,12 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
         sc[b] = ts;
       }
     };
-    if constexpr (kSlots >= 2) exchange(0, 1);
+    exchange(0, 1);  // a sorting network for 2 or 4 entries
     if constexpr (kSlots == 4) {
       exchange(2, 3);
       exchange(0, 2);
       exchange(1, 3);
       exchange(1, 2);
-    }
-    if constexpr (kSlots == 3) {
-      exchange(1, 2);
-      exchange(0, 1);
     }
     for (int j = 0; j < p.top_k; ++j) {
       const unsigned best_key = __reduce_max_sync(0xffffffffu, key[0]);
@@ -355,30 +351,30 @@ __device__ void route_token_warp(const MoeRouteParams& p, int64_t t, const float
       float bs = 0.0f;
       int bi = INT_MAX;
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      if (32 * s < e) {
-        const int i = lane + 32 * s;
-        const unsigned k = ordered_key(choice[s]);
-        // ascending ids on a lane: strict '>' keeps the lower id
-        if (i < e && !((taken >> s) & 1u) && k > bk) {
-          bk = k;
-          bs = score[s];
-          bi = i;
+      for (int s = 0; s < kSlots; ++s) {
+        if (32 * s < e) {
+          const int i = lane + 32 * s;
+          const unsigned k = ordered_key(choice[s]);
+          // ascending ids on a lane: strict '>' keeps the lower id
+          if (i < e && !((taken >> s) & 1u) && k > bk) {
+            bk = k;
+            bs = score[s];
+            bi = i;
+          }
         }
       }
+      const unsigned best_key = __reduce_max_sync(0xffffffffu, bk);
+      int best = static_cast<int>(
+          __reduce_min_sync(0xffffffffu, bk == best_key ? static_cast<unsigned>(bi) : 0xffffffffu));
+      if (best >= e) best = 0;  // unreachable (top_k <= e is checked on the host)
+      const float best_score = __shfl_sync(0xffffffffu, bs, best & 31);
+      if ((best & 31) == lane) taken |= 1u << (best >> 5);
+      if (lane == j) {
+        my_id = best;
+        my_score = best_score;
+      }
+      sum += best_score;  // j ascending, as the serial kernel
     }
-    const unsigned best_key = __reduce_max_sync(0xffffffffu, bk);
-    int best = static_cast<int>(
-        __reduce_min_sync(0xffffffffu, bk == best_key ? static_cast<unsigned>(bi) : 0xffffffffu));
-    if (best >= e) best = 0;  // unreachable (top_k <= e is checked on the host)
-    const float best_score = __shfl_sync(0xffffffffu, bs, best & 31);
-    if ((best & 31) == lane) taken |= 1u << (best >> 5);
-    if (lane == j) {
-      my_id = best;
-      my_score = best_score;
-    }
-    sum += best_score;  // j ascending, as the serial kernel
-  }
   }
   if (on_logits) {  // my_score: the logit of slot `lane`; slot 0 holds the largest
     const float mx = __shfl_sync(0xffffffffu, my_score, 0);
