@@ -849,14 +849,18 @@ __global__ void __launch_bounds__(kT1SlotMaxWarps * 32, MinBlocks)
   }
 }
 
-// The slot-split down kernel for `iters` (<= 8) chunk-iterations per row and C columns per CTA.
-// occ2: MinBlocks 2 (64 registers) where it was measured to pay, 3 iterations of 4 columns
-// (Qwen3-30B-A3B: one wave of 512 CTAs). The other register caps measured in run 41 (3
-// iterations at 2 columns and 40 registers, 6 at 2 columns and 64, 6 at 1 column and 40) lost
-// 0.3-2.6 % and are not built.
+// Columns per CTA of the slot-split down kernel at more than 6 chunk-iterations (8 iterations x
+// 4 rows spill): the launcher caps its choice with it, so the instance it gets has the columns
+// its grid is sized for.
+constexpr int kT1SlotMaxColsAt8 = 2;
+
+// The slot-split down kernel for `iters` (<= 8) chunk-iterations per row and C columns per CTA
+// (C <= kT1SlotMaxColsAt8 past 6 iterations). occ2: MinBlocks 2 (64 registers) where it was
+// measured to pay, 3 iterations of 4 columns (Qwen3-30B-A3B: one wave of 512 CTAs). The other
+// register caps measured in run 41 (3 iterations at 2 columns and 40 registers, 6 at 2 columns
+// and 64, 6 at 1 column and 40) lost 0.3-2.6 % and are not built.
 template <int C>
 void (*t1_slot_kernel_for(int iters, bool occ2))(MoeDecodeT1Params) {
-  constexpr int kC8 = C == 4 ? 2 : C;  // 8 iterations x 4 rows: spills
   if constexpr (C == 4) {
     if (iters == 3 && occ2) return moe_down_t1_slot_kernel<3, 4, 2>;
   }
@@ -864,7 +868,7 @@ void (*t1_slot_kernel_for(int iters, bool occ2))(MoeDecodeT1Params) {
          : iters <= 3 ? moe_down_t1_slot_kernel<3, C>
          : iters <= 4 ? moe_down_t1_slot_kernel<4, C>
          : iters <= 6 ? moe_down_t1_slot_kernel<6, C>
-                      : moe_down_t1_slot_kernel<8, kC8>;
+                      : moe_down_t1_slot_kernel<8, std::min(C, kT1SlotMaxColsAt8)>;
 }
 
 // Down with act in shared memory (run 21). The pair and pipelined kernels read act (slots x
@@ -1669,10 +1673,10 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
                      : env_c > 0               ? env_c
                      : iters == 4 || iters > 6 ? 2
                                                : 4;
-    // 4 columns of 8 chunk-iterations would spill: that instance has 2 (t1_slot_kernel_for), and
-    // the grid must be sized by the instance's columns (run 43: a forced 4 at inter 2048 left
-    // every other pair of columns unwritten).
-    const int cols = want >= 4 && iters <= 6 ? 4 : want >= 2 ? 2 : 1;
+    // Past 6 iterations at most kT1SlotMaxColsAt8: the grid is sized by the instance's columns
+    // (run 43: a forced 4 at inter 2048 once ran a 2-column instance on a 4-column grid).
+    const int cap = iters > 6 ? kT1SlotMaxColsAt8 : 4;
+    const int cols = std::min(want >= 4 ? 4 : want >= 2 ? 2 : 1, cap);
     const bool occ2 = env_occ != 1;
     void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters, occ2)
                                         : cols == 2 ? t1_slot_kernel_for<2>(iters, occ2)
