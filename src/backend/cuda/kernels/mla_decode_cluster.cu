@@ -944,8 +944,8 @@ struct SplitMergeSmem {
 };
 // Weights [npad][ld] bf16 (W_UV rows, this CTA's columns), token rows [tpad][ld] bf16, partial
 // sums [tpad][npad] f32, part weights [parts], own part counts [t], reduction scratch, the parts'
-// quarter rows [chunk][kq_max] f32, the mbarrier, the ranks' sums of one token [ranks][npad] f32
-// (rank 0's, pushed there by the others: one token).
+// quarter rows [chunk][kq_max] f32, the mbarrier, and at one token the ranks' sums [ranks][npad]
+// f32 (rank 0's, pushed there by the others; none for more tokens, which pull them).
 __host__ __device__ inline SplitMergeSmem split_merge_smem(int t, int k, int n, int parts) {
   SplitMergeSmem L;
   const int nsteps = pad16(k) / 16, tpad = pad16(t), npad = pad16(n);
@@ -959,7 +959,7 @@ __host__ __device__ inline SplitMergeSmem split_merge_smem(int t, int k, int n, 
   L.o_off = align16(L.red_off + kHeadLinearWarps * 4);
   L.bar_off = L.o_off + (parts < kSplitChunk ? parts : kSplitChunk) * L.kq_max * 4;
   L.recv_off = align16(L.bar_off + 8);
-  L.total = L.recv_off + kSplitRanks * npad * 4;
+  L.total = L.recv_off + (t == 1 ? kSplitRanks * npad * 4 : 0);
   return L;
 }
 
