@@ -41,6 +41,8 @@ def name_of(site, tag):
         return f"gemv n={tag}"
     if site == 7:
         return base + {1: "(smem)", 2: "(slot)"}.get(tag, "(pipe)")
+    if site == 3:
+        return base + {1: "(fused)", 2: "(cluster)"}.get(tag, "")
     if site == 4:
         return base + ("(mla)" if tag == 1 else "")
     if site == 5:

@@ -44,15 +44,17 @@
 #include "backend/cuda/kernels/attention_prefill_mma_math.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gqa_decode.cuh"
+#include "backend/cuda/kernels/gqa_decode_mma.cuh"
 #include "backend/cuda/kernels/qkv_rope_attention.h"
 #include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
 namespace {
 
+using gqa_mma::kLn2;
+using gqa_mma::kSub;
+using gqa_mma::quad_sum;
 constexpr int kWarps = 4;
-constexpr int kSub = 16;  // keys per warp sub-tile
-constexpr float kLn2 = 0.6931471805599453f;
 
 template <int D, int G, int B, bool F>
 struct GqaMmaShared {
@@ -79,15 +81,6 @@ __device__ __forceinline__ int owner_cta(int32_t pos, const PagedAttentionKernel
   return split / spc;
 }
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // CTA (x, kvh, s): splits x·spc .. x·spc + spc - 1 of kv head kvh of sequence s, one after the
 // other; each warp's first sub-tile of the next split is copied (second buffer) while the current
 // split is computed and merged. A split's arithmetic does not depend on spc (same sub-tiles per
@@ -112,8 +105,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int kHalves = G > 8 ? 2 : 1;  // rows g (and g + 8) of a lane that are real heads
   constexpr int kKSteps = D / 16;
   constexpr int kDTiles = D / 8;
-  constexpr int kLd = D + 8;
-  constexpr int kChunks = D / 8;  // 16-byte chunks per K / V row
   extern __shared__ __align__(16) unsigned char smem_raw[];
   static_assert(!(F && WM), "the fused prologue uses the merge area before the first merge");
   auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B, F>*>(smem_raw);
@@ -129,36 +120,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   // position is in [lo, hi), and with zero_tail the rows past t1 as zeros; nothing when base >=
   // t1. The caller commits.
   auto copy_sub = [&](int base, int t1, int buf, int lo, int hi, bool zero_tail) {
-    if (base >= t1) return;
-    // Nothing to copy or zero in this sub-tile (warp-uniform): skip the rounds below. After the
-    // wait most CTAs hold no new entry, and these rounds' code would be fetched cold for nothing
-    // (docs/cuda_backend.md, "Cold code").
-    if (max(base, lo) >= min(min(base + kSub, t1), hi) && !(zero_tail && base + kSub > t1)) return;
-    bf16* k_s = &sh.kv[buf][warp][0][0][0];
-    bf16* v_s = &sh.kv[buf][warp][1][0][0];
-    // Lane r < 16 looks up row r's entry (one block-id load per lane, all in flight together;
-    // -1 for a zero row, -2 for a row left alone); the copies take it by shuffle. (A block-id
-    // load per copy serialised four rounds of dependent loads per sub-tile.)
-    const int tr = base + (lane & 15);
-    int64_t my_ent = -2;
-    if (tr < t1) {
-      if (tr >= lo && tr < hi)
-        my_ent = int64_t{p.kv_indices[seq.b0 + tr / p.block_size]} * p.block_stride +
-                 int64_t{tr % p.block_size} * p.entry_size;
-    } else if (zero_tail) {
-      my_ent = -1;
-    }
-    static_assert(kSub * kChunks % 32 == 0, "whole copy rounds per warp");
-#pragma unroll
-    for (int it = 0; it < kSub * kChunks / 32; ++it) {
-      const int idx = lane + 32 * it, j = idx / kChunks, c = idx % kChunks;
-      const int64_t e = __shfl_sync(0xffffffffu, my_ent, j);
-      if (e == -2) continue;
-      const bool ok = e >= 0;
-      const bf16* ent = ok ? layer_base + e + c * 8 : p.pool;
-      cp_async16(k_s + j * kLd + c * 8, ok ? ent + p.k_offset : ent, ok ? 16 : 0);
-      cp_async16(v_s + j * kLd + c * 8, ok ? ent + p.v_offset : ent, ok ? 16 : 0);
-    }
+    gqa_mma::copy_subtile<D>(p, seq.b0, layer_base, &sh.kv[buf][warp][0][0][0],
+                             &sh.kv[buf][warp][1][0][0], base, t1, lo, hi, zero_tail, lane);
   };
   auto first_base = [&](int sp) { return sp * p.split_size + warp * kSub; };
   // Token i attends keys [0, limit_of(i)); split sp's part of them ends at split_end(sp, limit).
@@ -299,8 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     else
       copy_sub(first_base(split0), split_t1(split0), 0, 0, kAll, true);
     cp_async_commit();
-    // Q's A fragments: per row half r (row g + 8r) the registers a_r and a_(2+r); zero rows past
-    // the group (rows g + 8 are not held at all for groups of at most 8).
+    // Q's A fragments (gqa_mma::load_q_frags).
     uint32_t qa[kKSteps][2 * kHalves];
     {
       const bf16* q0 = p.q + (int64_t{i} * p.num_q_heads + int64_t{kvh} * G) * D;
@@ -311,27 +273,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
         __syncthreads();  // rope writes elements other threads loaded
         q0 = &sh.q[0][0];
       }
-#pragma unroll
-      for (int kc = 0; kc < kKSteps; ++kc) {
-        const int col = kc * 16 + 2 * t4;
-#pragma unroll
-        for (int r = 0; r < kHalves; ++r) {
-          const int h = g + 8 * r;
-          qa[kc][2 * r] = h < G ? ld_u32(q0 + h * D + col) : 0u;
-          qa[kc][2 * r + 1] = h < G ? ld_u32(q0 + h * D + col + 8) : 0u;
-        }
-      }
+      gqa_mma::load_q_frags<D, G>(q0, lane, qa);
     }
-    auto a_frag = [&](int kc, uint32_t(&a)[4]) {
-      a[0] = qa[kc][0];
-      a[2] = qa[kc][1];
-      if constexpr (kHalves == 2) {
-        a[1] = qa[kc][2];
-        a[3] = qa[kc][3];
-      } else {
-        a[1] = a[3] = 0u;
-      }
-    };
     for (int n = 0; n < nsp; ++n) {
       const int sp = split0 + n, buf = n & (B - 1);
       if (n + 1 < nsp)
@@ -353,65 +296,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
           cp_async_wait<0>();
           __syncwarp();
         }
-        // S = Q·Kᵀ: n-tile 0 = keys base .. base + 7, n-tile 1 = base + 8 .. base + 15.
-        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-        for (int kc = 0; kc < kKSteps; ++kc) {
-          uint32_t a[4], b[4];
-          a_frag(kc, a);
-          ldsm_x4(b, k_s + mma_frag::ldsm_k_key(lane) * kLd + kc * 16 + mma_frag::ldsm_k_col(lane));
-          mma_bf16_16816(sc[0], a, b[0], b[1]);
-          mma_bf16_16816(sc[1], a, b[2], b[3]);
-        }
-        if (n == 0 && i == i0 && base == t0 + warp * kSub)
-          DI_TRACE_MARK_AFTER(sc[0][0] + sc[1][3]);  // q and the first keys arrived
-        // Online softmax per row half r (c0, c1: row g; c2, c3: row g + 8).
-        uint32_t pa[4];
-#pragma unroll
-        for (int r = 0; r < kHalves; ++r) {
-          float sv[2][2];
-          float mx = m[r];
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = base + nt * 8 + 2 * t4 + e;
-              sv[nt][e] = key < t1 ? sc[nt][2 * r + e] * c2 : -INFINITY;
-              mx = fmaxf(mx, sv[nt][e]);
-            }
-          }
-          mx = quad_max(mx);                        // finite: key `base` (< t1) is in every row
-          const float corr = fast_exp2(m[r] - mx);  // 0 on the first sub-tile (m = -inf)
-          m[r] = mx;
-          float ps = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              sv[nt][e] = fast_exp2(sv[nt][e] - mx);
-              ps += sv[nt][e];
-            }
-          }
-          l[r] = l[r] * corr + ps;
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            o[dt][2 * r] *= corr;
-            o[dt][2 * r + 1] *= corr;
-          }
-          pa[r] = pack_bf16(sv[0][0], sv[0][1]);
-          pa[2 + r] = pack_bf16(sv[1][0], sv[1][1]);
-        }
-        if constexpr (kHalves == 1) pa[1] = pa[3] = 0u;
-          // O += P·V: V's B fragments for two 8-dim n-tiles per ldmatrix.trans.
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t b[4];
-          ldsm_x4_trans(
-              b, v_s + mma_frag::ldsm_v_key(lane) * kLd + dp * 16 + mma_frag::ldsm_v_col(lane));
-          mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
-          mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
-        }
-        __syncwarp();  // every lane's ldmatrix is done before the buffer is refilled
+        gqa_mma::attend_subtile<D, G>(qa, k_s, v_s, base, t1, c2, lane, o, m, l,
+                                      n == 0 && i == i0 && base == t0 + warp * kSub);
       }
       if constexpr (WM) {
         merge_direct(n > 0 || i != i0, i, sp, o, m, l);
