@@ -1067,6 +1067,19 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
     }
   }
   if (tm != nullptr) tm[6] = globaltimer_ns();
+  // A column pair's kSplitRanks partial sums (load(rank): a float2) added in rank order (head
+  // linear's warp order), rounded once to bf16: the pushed sums from this CTA's memory or the
+  // peers' partials over DSMEM.
+  auto rank_sum = [](auto load) {
+    float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+    for (int rank = 0; rank < kSplitRanks; ++rank) {
+      const float2 v = load(rank);
+      v0 += v.x;
+      v1 += v.y;
+    }
+    return __floats2bfloat162_rn(v0, v1);
+  };
   if (mp.push && p.t == 1) {
     // One token: every rank stores its n sums into rank 0's recv rows before the one cluster
     // barrier; rank 0 then adds them in rank order from its own shared memory (the sums below,
@@ -1083,14 +1096,8 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
     bf16* y = static_cast<bf16*>(p.y);
     for (int i = tid; i < n / 2; i += kSplitThreads) {
       const int c = 2 * i;
-      float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-      for (int rank = 0; rank < kSplitRanks; ++rank) {
-        const float2 v = *reinterpret_cast<const float2*>(recv_s + rank * npad + c);
-        v0 += v.x;
-        v1 += v.y;
-      }
-      *reinterpret_cast<__nv_bfloat162*>(y + int64_t{h} * n + c) = __floats2bfloat162_rn(v0, v1);
+      *reinterpret_cast<__nv_bfloat162*>(y + int64_t{h} * n + c) = rank_sum(
+          [&](int rank) { return *reinterpret_cast<const float2*>(recv_s + rank * npad + c); });
     }
     if (tm != nullptr) tm[8] = tm[kMlaMergeTimingSlots - 1] = globaltimer_ns();
     return;
@@ -1098,22 +1105,14 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
   cluster_arrive();  // release: this CTA's partials
   cluster_wait();
   if (tm != nullptr) tm[7] = globaltimer_ns();
-  // The four partials in rank order (head_linear's warp order), rounded once to bf16; the
-  // cluster's CTAs take interleaved column pairs.
+  // The four partials in rank order (rank_sum); the cluster's CTAs take interleaved column pairs.
   bf16* y = static_cast<bf16*>(p.y);
   const int64_t ldy = int64_t{p.heads} * n;
   const int pairs = n / 2;
   for (int i = q * kSplitThreads + tid; i < p.t * pairs; i += kSplitRanks * kSplitThreads) {
     const int r = i / pairs, c = 2 * (i % pairs);
-    float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-    for (int rank = 0; rank < kSplitRanks; ++rank) {
-      const float2 v = ld_cluster2(cluster_addr(part_s + r * npad + c, rank));
-      v0 += v.x;
-      v1 += v.y;
-    }
     *reinterpret_cast<__nv_bfloat162*>(y + r * ldy + int64_t{h} * n + c) =
-        __floats2bfloat162_rn(v0, v1);
+        rank_sum([&](int rank) { return ld_cluster2(cluster_addr(part_s + r * npad + c, rank)); });
   }
   if (tm != nullptr) tm[8] = globaltimer_ns();
   cluster_arrive_relaxed();  // the peers' reads of this CTA's partials are done before it exits
