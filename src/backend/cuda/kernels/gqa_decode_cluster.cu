@@ -25,12 +25,14 @@
 //                       out = sum / sum of weighted l -> bf16, the attention output
 //
 // No second barrier: every remote access is a store before the owner's wait, every read after it
-// is local (as the MLA split merge's push, run 43). A token's bits depend only on its own context
-// (the split follows `limit`, warps and CTAs without keys add nothing: their max is -inf and they
-// are skipped), so a grid sized for a longer context (a graph bucket) gives the same bits, and
-// modes 1 and 2 give the same bits; they differ from the split kernel + combine (another merge
-// order), so the path is off under DEEPINFER_BATCH_INVARIANT=1 and chosen by the batch
-// (gqa_decode_cluster_takes).
+// is local (as the MLA split merge's push, run 43). Mode 1 writes a peer's shared memory without
+// first waiting for the whole cluster to have started (as the MLA merge's push does; the CTAs of
+// a cluster are launched together, but CUDA asks for that wait); mode 2's start barrier has it. A
+// token's bits depend only on its own context (the split follows `limit`, warps and CTAs without
+// keys add nothing: their max is -inf and they are skipped), so a grid sized for a longer context
+// (a graph bucket) gives the same bits, and modes 1 and 2 give the same bits; they differ from the
+// split kernel + combine (another merge order), so the path is off under
+// DEEPINFER_BATCH_INVARIANT=1 and chosen by the batch (gqa_decode_cluster_takes).
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -318,7 +320,10 @@ bool launch_dg(const PagedAttentionKernelParams& p, const ClusterShape& c, cudaS
   const cudaError_t err =
       launch_attrs(pdl_decode_enabled(kPdlGqaDecodeMma), c.ctas, kernel, grid,
                    dim3(static_cast<unsigned>(c.warps * 32)), static_cast<size_t>(smem), stream, q);
-  if (err != cudaSuccess) return false;
+  if (err != cudaSuccess) {    // e.g. no GPC with room for 16 CTAs: the split kernel instead
+    (void)cudaGetLastError();  // not left for the caller's launch check
+    return false;
+  }
   g_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
