@@ -466,11 +466,6 @@ __device__ __forceinline__ void st_async_v2(uint32_t addr, float a, float b, uin
       "r"(__float_as_uint(a)), "r"(__float_as_uint(b)), "r"(remote_bar)
       : "memory");
 }
-__device__ __forceinline__ void st_cluster_v4(uint32_t addr, float4 v) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(v.x),
-               "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
 // An mbarrier armed with the bytes that other CTAs' st.async will bring (release at cluster
 // scope; wait with mbar_wait<true>).
 __device__ __forceinline__ void mbar_expect_tx_cluster(uint64_t* bar, uint32_t bytes) {

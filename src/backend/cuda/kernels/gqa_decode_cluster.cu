@@ -17,22 +17,20 @@
 //                       weights 2^(m_w - max) (the thread computes its head's) -> the CTA's
 //                       unnormalised part, pushed to the elements' owner rank e / per (per =
 //                       4 ceil(G·D / 4 / CTAs)); a head's first thread pushes its (max, sum) to
-//                       the owners of the head's elements
-//     mode 1            DSMEM stores, one cluster barrier (release / acquire)
-//     mode 2            st.async stores completing on the owner's mbarrier, which only owners
-//                       wait for (no cluster-wide barrier after the start)
+//                       the owners of the head's elements: st.async stores that complete on
+//                       the owner's mbarrier (initialised before one cluster barrier, before
+//                       the wait, so every CTA has started when the first push comes)
 //     owner             its elements: the CTAs' parts in rank order, weights 2^(m_c - M),
 //                       out = sum / sum of weighted l -> bf16, the attention output
 //
-// No second barrier: every remote access is a store before the owner's wait, every read after it
-// is local (as the MLA split merge's push, run 43). Mode 1 writes a peer's shared memory without
-// first waiting for the whole cluster to have started (as the MLA merge's push does; the CTAs of
-// a cluster are launched together, but CUDA asks for that wait); mode 2's start barrier has it. A
-// token's bits depend only on its own context (the split follows `limit`, warps and CTAs without
-// keys add nothing: their max is -inf and they are skipped), so a grid sized for a longer context
-// (a graph bucket) gives the same bits, and modes 1 and 2 give the same bits; they differ from the
-// split kernel + combine (another merge order), so the path is off under
-// DEEPINFER_BATCH_INVARIANT=1 and chosen by the batch (gqa_decode_cluster_takes).
+// No barrier after the pushes: every remote access is a st.async before the owner's wait, every
+// read after it is local (as the MLA split merge's push, run 43). A token's bits depend only on
+// its own context (the split follows `limit`, warps and CTAs without keys add nothing: their max
+// is -inf and they are skipped), so a grid sized for a longer context (a graph bucket) gives the
+// same bits; they differ from the split kernel + combine (another merge order), so the path is
+// off under DEEPINFER_BATCH_INVARIANT=1 and chosen by the batch (gqa_decode_cluster_takes). Run
+// 44 also measured DSMEM stores + one cluster barrier instead of st.async (same bits, ±0 against
+// the split kernel where st.async gave +0.2 to +0.6 %); removed.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -61,16 +59,13 @@ struct ClusterTail {
   float recv_ml[kMaxCtas][kMaxRows][2];                       // pushed (max, sum) per CTA, row
   float m[kMaxWarps][kMaxRows];  // per warp and row: max (base 2; -inf: no key), sum
   float l[kMaxWarps][kMaxRows];
-  uint64_t bar;  // kAsync: the owner's barrier for the pushed bytes
+  uint64_t bar;  // the owner's barrier for the pushed bytes
 };
 
-// kAsync: the pushes are st.async stores that complete on the owner's mbarrier, which the owner
-// waits for (no cluster barrier, no release fence); else plain DSMEM stores and one cluster
-// barrier.
-template <int D, int G, bool kAsync>
+template <int D, int G>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     gqa_decode_cluster_kernel(PagedAttentionKernelParams p) {
-  DI_TRACE_SCOPE(kTraceGqaDecodeMma, kAsync ? 3 : 2);
+  DI_TRACE_SCOPE(kTraceGqaDecodeMma, 2);
   const bool late_trigger = p.late_trigger != 0;
   if (!late_trigger) pdl_trigger();
   static_assert(G >= 1 && G <= kMaxRows, "the q heads of a kv head are the rows of one m16 tile");
@@ -113,14 +108,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
                                true, lane);
   }
   cp_async_commit();
-  if constexpr (kAsync) {  // the owner's barrier, seen initialised by every CTA of the cluster
-    if (threadIdx.x == 0) {
-      mbar_init(&t.bar, 1);
-      fence_mbar_init();
-    }
-    cluster_arrive_relaxed();
-    cluster_wait();
+  // The owner's barrier, seen initialised by every CTA of the cluster (which has then started).
+  if (threadIdx.x == 0) {
+    mbar_init(&t.bar, 1);
+    fence_mbar_init();
   }
+  cluster_arrive_relaxed();
+  cluster_wait();
   pdl_wait();
   DI_TRACE_WAITED();
   if (late_trigger) pdl_trigger();
@@ -176,7 +170,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     __syncthreads();
     if (i == i0) DI_TRACE_MARK();  // the CTA's attention done; the merge follows
     const int used = min(ncta, (limit + sp - 1) / sp);  // CTAs holding keys of this token
-    if (kAsync && threadIdx.x == 0 && own1 > own0)
+    if (threadIdx.x == 0 && own1 > own0)
       mbar_expect_tx_cluster(&t.bar,
                              static_cast<uint32_t>(used * ((own1 - own0) * 4 + own_heads * 8)));
     // This CTA's part of 4 elements of one head per thread: the warps in warp order with weights
@@ -206,29 +200,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
         }
         const int owner = e / per;
         const uint32_t dst = cluster_addr(&t.recv_o[rank * per + (e - owner * per)], owner);
-        if constexpr (kAsync)
-          st_async_v4(dst, acc, cluster_addr(&t.bar, owner));
-        else
-          st_cluster_v4(dst, acc);
+        st_async_v4(dst, acc, cluster_addr(&t.bar, owner));
         if (d == 0) {
           for (int ow = h * D / per; ow <= (h * D + D - 1) / per; ++ow) {
-            const uint32_t ml = cluster_addr(&t.recv_ml[rank][h][0], ow);
-            if constexpr (kAsync) {
-              st_async_v2(ml, mm, ll, cluster_addr(&t.bar, ow));
-            } else {
-              st_cluster_f32(ml, mm);
-              st_cluster_f32(ml + 4, ll);
-            }
+            st_async_v2(cluster_addr(&t.recv_ml[rank][h][0], ow), mm, ll, cluster_addr(&t.bar, ow));
           }
         }
       }
     }
-    if constexpr (kAsync) {
-      if (own1 > own0) mbar_wait<true>(&t.bar, static_cast<uint32_t>(i - i0) & 1u);
-    } else {
-      cluster_arrive();
-      cluster_wait();
-    }
+    if (own1 > own0) mbar_wait<true>(&t.bar, static_cast<uint32_t>(i - i0) & 1u);
     // The owner: its elements from the `used` parts, in rank order, 4 per thread.
     for (int e = own0 + 4 * static_cast<int>(threadIdx.x); e < own1; e += 4 * blockDim.x) {
       const int h = e / D, d = e % D, j = e - own0;
@@ -260,9 +240,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   }
 }
 
-// DEEPINFER_GQA_CLUSTER: 0 off, 1 on for decode batches of at most kMaxSeqs sequences (default
-// below), 2 the same with st.async pushes (kAsync); read once; set_gqa_decode_cluster overrides
-// it (-1: the environment's value again).
+// DEEPINFER_GQA_CLUSTER: 0 off, non-zero on for decode batches of at most kMaxSeqs sequences;
+// read once; set_gqa_decode_cluster overrides it (-1: the environment's value again).
 constexpr int kMaxSeqs = 4;
 std::atomic<int> g_override{-1};
 std::atomic<int64_t> g_launches{0};
@@ -307,8 +286,7 @@ int smem_bytes(int warps) {
 
 template <int D, int G>
 bool launch_dg(const PagedAttentionKernelParams& p, const ClusterShape& c, cudaStream_t stream) {
-  auto* kernel = gqa_decode_cluster() == 2 ? gqa_decode_cluster_kernel<D, G, true>
-                                           : gqa_decode_cluster_kernel<D, G, false>;
+  auto* kernel = gqa_decode_cluster_kernel<D, G>;
   const int smem = smem_bytes<D>(c.warps);
   if (open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem) != cudaSuccess) return false;
   if (c.ctas > 8 && allow_large_clusters(reinterpret_cast<const void*>(kernel)) != cudaSuccess)
