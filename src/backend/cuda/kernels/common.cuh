@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "backend/cuda/kernels/trace.h"
@@ -108,23 +109,27 @@ inline cudaError_t launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 blo
   return launch_dependent_if(true, kernel, grid, block, smem, stream, args...);
 }
 
-// Opens `kernel` to `smem` bytes of dynamic shared memory on the CURRENT device, once per
-// (device, kernel, larger size). Function attributes are per device: a DP group drives several
-// devices from one process (one thread each), so a process-wide "done" flag would leave every
-// device but the first at the 48 KB default (seen on 2 H200s: mla_decode failed to launch with
-// cudaErrorInvalidValue on the rank that came second).
-inline cudaError_t open_dynamic_smem(const void* kernel, int smem) {
+// Raises function attribute `attr` of `kernel` to `value` on the CURRENT device, once per
+// (device, kernel, attribute, larger value). Function attributes are per device: a DP group
+// drives several devices from one process (one thread each), so a process-wide "done" flag would
+// leave every device but the first at the default (seen on 2 H200s: mla_decode failed to launch
+// with cudaErrorInvalidValue on the rank that came second, at the 48 KB shared-memory default).
+inline cudaError_t raise_func_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
   static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int> opened;
+  static std::map<std::tuple<int, const void*, int>, int> raised;
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   std::lock_guard<std::mutex> lock(mu);
-  int& done = opened[{dev, kernel}];
-  if (smem <= done) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err == cudaSuccess) done = smem;
+  int& done = raised[{dev, kernel, static_cast<int>(attr)}];
+  if (value <= done) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, attr, value);
+  if (err == cudaSuccess) done = value;
   return err;
+}
+// Opens `kernel` to `smem` bytes of dynamic shared memory (raise_func_attribute).
+inline cudaError_t open_dynamic_smem(const void* kernel, int smem) {
+  return raise_func_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 }
 
 __device__ __forceinline__ float to_f32(float v) { return v; }

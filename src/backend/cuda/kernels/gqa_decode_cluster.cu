@@ -32,8 +32,6 @@
 // 44 also measured DSMEM stores + one cluster barrier instead of st.async (same bits, ±0 against
 // the split kernel where st.async gave +0.2 to +0.6 %); removed.
 #include <atomic>
-#include <map>
-#include <mutex>
 
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/common.cuh"
@@ -250,21 +248,6 @@ int env_mode() {
   return mode;
 }
 
-// Opens a kernel to clusters of more than 8 CTAs on the current device, once per device.
-cudaError_t allow_large_clusters(const void* kernel) {
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, bool> opened;
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(mu);
-  bool& done = opened[{dev, kernel}];
-  if (done) return cudaSuccess;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  done = err == cudaSuccess;
-  return err;
-}
-
 // The launch's shape: warps per CTA and CTAs per cluster for the longest context the grid covers
 // (num_splits x split_size keys); 0 warps when beyond kMaxWarps sub-tiles per CTA.
 struct ClusterShape {
@@ -289,7 +272,9 @@ bool launch_dg(const PagedAttentionKernelParams& p, const ClusterShape& c, cudaS
   auto* kernel = gqa_decode_cluster_kernel<D, G>;
   const int smem = smem_bytes<D>(c.warps);
   if (open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem) != cudaSuccess) return false;
-  if (c.ctas > 8 && allow_large_clusters(reinterpret_cast<const void*>(kernel)) != cudaSuccess)
+  if (c.ctas > 8 &&  // a non-portable cluster size
+      raise_func_attribute(reinterpret_cast<const void*>(kernel),
+                           cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
     return false;
   PagedAttentionKernelParams q = p;
   q.late_trigger = attn_late_trigger_env();
@@ -335,11 +320,12 @@ int64_t gqa_decode_cluster_launches() {
 
 bool gqa_decode_cluster_takes(const PagedAttentionKernelParams& p) {
   if (gqa_decode_cluster() == 0 || batch_invariant_env()) return false;
-  if (p.num_splits <= 1 || p.num_seqs > kMaxSeqs || p.num_tokens > p.num_seqs) return false;
-  if (!gqa_decode_mma_takes(p)) return false;  // its layout checks (and the q alignment)
-  const int group = p.num_q_heads / p.num_kv_heads;
+  if (p.num_splits <= 1 || p.num_seqs > kMaxSeqs) return false;
+  // The split kernel's checks: at most one new token per sequence, equal head dims of 64 / 128,
+  // the layout, the q alignment.
+  if (!gqa_decode_mma_takes(p)) return false;
+  const int group = p.num_q_heads / p.num_kv_heads;  // (mode 1 there also takes groups 1, 2)
   if (group != 4 && group != 8 && group != 16) return false;
-  if (p.head_dim_qk != p.head_dim_v || (p.head_dim_qk != 64 && p.head_dim_qk != 128)) return false;
   if (reinterpret_cast<uintptr_t>(p.out) % 8 != 0) return false;  // 4 bf16 per store
   return cluster_shape(p).warps > 0;
 }
