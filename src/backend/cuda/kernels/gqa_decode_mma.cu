@@ -116,9 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const float c2 = p.scale * kLog2e;
   const bf16* layer_base = p.pool + p.layer_offset + int64_t{kvh} * p.kv_head_stride;
   const int64_t rows = int64_t{p.num_tokens} * p.num_q_heads;
-  // K and V rows [base, base + 16) of this kv head into buffer `buf`: the rows below t1 whose
-  // position is in [lo, hi), and with zero_tail the rows past t1 as zeros; nothing when base >=
-  // t1. The caller commits.
+  // gqa_mma::copy_subtile into this warp's part of buffer `buf`.
   auto copy_sub = [&](int base, int t1, int buf, int lo, int hi, bool zero_tail) {
     gqa_mma::copy_subtile<D>(p, seq.b0, layer_base, &sh.kv[buf][warp][0][0][0],
                              &sh.kv[buf][warp][1][0][0], base, t1, lo, hi, zero_tail, lane);
