@@ -7,13 +7,14 @@
 
 #include "backend/backend.h"
 #include "backend/moe_softmax_denominator.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace di {
 
 bool moe_route_on_logits(const MoeRoutingParams& p) {
   static const bool enabled = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_ON_LOGITS");
+    const char* v = di::env::get("DEEPINFER_MOE_ROUTE_ON_LOGITS");
     return v == nullptr || std::string_view(v) != "0";
   }();
   return enabled && p.scoring == MoeRoutingParams::Scoring::kSoftmax &&

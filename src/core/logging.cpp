@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "core/env.h"
+#include "core/error.h"
+
 namespace di {
 
 void init_logging() {
@@ -14,9 +17,14 @@ void init_logging() {
     spdlog::set_default_logger(logger);
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
     spdlog::set_level(spdlog::level::info);
-    if (const char* level = std::getenv("DEEPINFER_LOG")) {
-      spdlog::set_level(spdlog::level::from_str(level));
+    // An invalid DEEPINFER_LOG leaves the level at info: the CLI's environment check
+    // (env::check_environment) reports it and exits before any work.
+    const char* level = nullptr;
+    try {
+      level = env::get("DEEPINFER_LOG");
+    } catch (const Error&) {
     }
+    if (level != nullptr) spdlog::set_level(spdlog::level::from_str(level));
   });
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/env.h"
+
 namespace di {
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -22,7 +24,7 @@ ThreadPool::~ThreadPool() {
 
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
-    if (const char* env = std::getenv("DEEPINFER_THREADS")) return std::max(1, std::atoi(env));
+    if (const char* env = di::env::get("DEEPINFER_THREADS")) return std::max(1, std::atoi(env));
     return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   }());
   return pool;

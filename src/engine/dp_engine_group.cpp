@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "model/config.h"
@@ -95,7 +96,7 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   // on); DEEPINFER_EP_LATENCY=0 keeps the throughput exchange (host syncs) everywhere, and with
   // it no graphs. The fp32 verification mode's MoE synchronizes with the host, so its capture
   // would fail after NCCL calls were captured: no graphs there either.
-  const char* latency_env = std::getenv("DEEPINFER_EP_LATENCY");
+  const char* latency_env = di::env::get("DEEPINFER_EP_LATENCY");
   const bool latency =
       moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
   if (moe && (!latency || config.backend == "cuda-fp32")) rank_config.decode_graphs = false;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "engine/dp_expert_transport.h"
@@ -122,7 +123,7 @@ class NcclExpertTransport final : public DpExpertTransport {
   // The decode exchange peer to peer (peer_exchange.h) when every pair of the group's GPUs has
   // peer access; DEEPINFER_EP_PEER=0 keeps it on NCCL (A/B). Made once, at rank 0's attach.
   void make_peer_exchange(int32_t hidden, int32_t top_k, DType dtype, int32_t max_rows) {
-    const char* env = std::getenv("DEEPINFER_EP_PEER");
+    const char* env = di::env::get("DEEPINFER_EP_PEER");
     if (env != nullptr && std::string(env) == "0") {
       DI_LOG_INFO("DP group: decode exchange over NCCL (DEEPINFER_EP_PEER=0)");
       return;

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env.h"
+
 namespace di {
 
 const char* host_sampling_name(HostSampling reason) {
@@ -46,7 +48,7 @@ DeviceSampleRow device_sample_row(const sampling::SamplingParams& params, int64_
 }
 
 bool device_sampling_allowed_by_env() {
-  const char* env = std::getenv("DEEPINFER_GPU_SAMPLING");
+  const char* env = di::env::get("DEEPINFER_GPU_SAMPLING");
   return env == nullptr || std::string_view(env) != "0";
 }
 

@@ -23,6 +23,7 @@
 #include "backend/cuda/kernels/moe_grouped.h"
 #include "backend/cuda/kernels/moe_stats.h"
 #include "backend/cuda/kernels/qkv_rope_attention.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace di {
@@ -130,18 +131,18 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   max_smem_optin_ = static_cast<size_t>(optin);
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
   gemv_max_rows_ = kDefaultGemvMaxRows;
-  if (const char* env = std::getenv("DEEPINFER_GEMV_MAX_ROWS"))
+  if (const char* env = di::env::get("DEEPINFER_GEMV_MAX_ROWS"))
     gemv_max_rows_ = std::clamp(std::atoi(env), 0, kGemvMaxRows);
-  if (const char* env = std::getenv("DEEPINFER_ATTN_PREFILL")) {
+  if (const char* env = di::env::get("DEEPINFER_ATTN_PREFILL")) {
     const std::string v(env);
     DI_CHECK(v == "wgmma" || v == "mma" || v == "simt",
              "DEEPINFER_ATTN_PREFILL={}: expected wgmma, mma or simt", env);
     attention_prefill_mma_ = v != "simt";
     attention_prefill_wgmma_ = v == "wgmma";
   }
-  if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_WARPS"))
+  if (const char* env = di::env::get("DEEPINFER_ATTN_MMA_WARPS"))
     attention_mma_warps_ = std::atoi(env) == 8 ? 8 : 4;
-  if (const char* env = std::getenv("DEEPINFER_ATTN_MMA_MTILES"))
+  if (const char* env = di::env::get("DEEPINFER_ATTN_MMA_MTILES"))
     attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
   // Sized up front so that a decode graph captured later never needs to grow it.
   reserve_attention_counters(kInitialAttentionCounters);
@@ -637,7 +638,7 @@ void check_paged_attention(const PagedAttentionParams& p, DType dt) {
 // Llama-3.1-8B at batch 1, +2% for Qwen3-30B-A3B at 1 and -3% at 32.
 bool gqa_chunk_softmax_enabled() {
   static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_GQA_SOFTMAX");
+    const char* env = di::env::get("DEEPINFER_GQA_SOFTMAX");
     return env != nullptr && std::string(env) == "chunk";
   }();
   return on;
@@ -829,7 +830,7 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
 // split).
 bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv) {
   static const bool env_on = [] {
-    const char* v = std::getenv("DEEPINFER_MLA_DEFER");
+    const char* v = di::env::get("DEEPINFER_MLA_DEFER");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   const bool on = mla_defer_override_ >= 0 ? mla_defer_override_ != 0 : env_on;
@@ -1109,7 +1110,7 @@ void CudaBackend::attention_o_proj(const QkvRopeStoreParams& store,
 bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const PagedAttentionParams& at,
                                        const Tensor& w_o, Tensor& residual) {
   static const bool env_on = [] {  // opt-in: slower on the H200 (run 34)
-    const char* v = std::getenv("DEEPINFER_ATTN_O_PROJ");
+    const char* v = di::env::get("DEEPINFER_ATTN_O_PROJ");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   const bool on = attn_o_proj_override_ >= 0 ? attn_o_proj_override_ != 0 : env_on;
@@ -1128,7 +1129,7 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
   const int hidden = static_cast<int>(w_o.size(0));
   // Heads per CTA: 4 (one 128 KB CTA per SM), or DEEPINFER_ATTN_O_PROJ_HEADS=2 (two of 64 KB).
   static const int heads = [] {
-    const char* v = std::getenv("DEEPINFER_ATTN_O_PROJ_HEADS");
+    const char* v = di::env::get("DEEPINFER_ATTN_O_PROJ_HEADS");
     return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 4;
   }();
   const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_, heads);
@@ -1283,8 +1284,8 @@ void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {
     // One launch for both (kernels/decode_fused.h), unless off or DEEPINFER_HEAD_LINEAR=cublas
     // (whose A/B keeps W_UK on cuBLAS).
     static const bool kEnvOn = [] {
-      const char* uk = std::getenv("DEEPINFER_MLA_FUSED_UK");
-      const char* hl = std::getenv("DEEPINFER_HEAD_LINEAR");
+      const char* uk = di::env::get("DEEPINFER_MLA_FUSED_UK");
+      const char* hl = di::env::get("DEEPINFER_HEAD_LINEAR");
       return !(uk != nullptr && std::string(uk) == "0") &&
              !(hl != nullptr && std::string(hl) == "cublas");
     }();
@@ -1315,7 +1316,7 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
   if (t == 0) return;
   // Few tokens (decode): kernels/head_linear.cu; DEEPINFER_HEAD_LINEAR=cublas keeps cuBLAS (A/B).
   static const bool kSmallOff = [] {
-    const char* env = std::getenv("DEEPINFER_HEAD_LINEAR");
+    const char* env = di::env::get("DEEPINFER_HEAD_LINEAR");
     return env != nullptr && std::string(env) == "cublas";
   }();
   if (!f32_ && !kSmallOff && head_linear_small_supported(t, heads, k, n) &&
@@ -1376,7 +1377,7 @@ const float* CudaBackend::router_bias(const MoeRoutingParams& r, const char* op)
 bool CudaBackend::moe_fused_enabled(bool route) const {
   // 0: neither, 1: both, 2: the router only, 3: the residual kernels only.
   static const int env = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_FUSED");
+    const char* v = di::env::get("DEEPINFER_MOE_FUSED");
     if (v == nullptr) return 1;
     if (std::strcmp(v, "0") == 0) return 0;
     if (std::strcmp(v, "route") == 0) return 2;

@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/pinned_pool.h"
+#include "core/env.h"
 
 namespace di::cuda {
 
@@ -256,7 +257,7 @@ class CudaBackend final : public Backend {
   // DEEPINFER_PINNED_DOWNLOAD=0 downloads into fresh pageable memory instead (A/B).
   PinnedHostPool pinned_{size_t{1} << 30};
   bool pinned_download_ = [] {
-    const char* env = std::getenv("DEEPINFER_PINNED_DOWNLOAD");
+    const char* env = di::env::get("DEEPINFER_PINNED_DOWNLOAD");
     return env == nullptr || std::string(env) != "0";
   }();
   std::shared_ptr<CudaSampler> sampler_;  // after allocator_: its tensors go back to it first
@@ -279,11 +280,11 @@ class CudaBackend final : public Backend {
   bool try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
-    const char* env = std::getenv("DEEPINFER_ATTN_FUSED");
+    const char* env = di::env::get("DEEPINFER_ATTN_FUSED");
     return env != nullptr && std::string(env) == "1";
   }();
   bool fused_mma_attention_ = [] {  // DEEPINFER_ATTN_FUSED_MMA=1: the fused tensor-core kernel
-    const char* env = std::getenv("DEEPINFER_ATTN_FUSED_MMA");
+    const char* env = di::env::get("DEEPINFER_ATTN_FUSED_MMA");
     return env != nullptr && std::string(env) == "1";
   }();
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
@@ -292,7 +293,7 @@ class CudaBackend final : public Backend {
   int attn_o_proj_override_ = -1;  // -1: DEEPINFER_ATTN_O_PROJ (default off)
   int64_t attn_o_proj_calls_ = 0;
   MlaDecodeKernel mla_decode_kernel_ = [] {
-    const char* env = std::getenv("DEEPINFER_MLA_KERNEL");
+    const char* env = di::env::get("DEEPINFER_MLA_KERNEL");
     if (env != nullptr && std::string(env) == "0") return MlaDecodeKernel::kGeneric;
     if (env != nullptr && std::string(env) == "tile") return MlaDecodeKernel::kTile;
     if (env != nullptr && std::string(env) == "cluster") return MlaDecodeKernel::kCluster;

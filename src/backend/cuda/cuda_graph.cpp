@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "core/env.h"
 #include "core/logging.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -170,7 +171,7 @@ void DecodeGraph::capture() {
   be_.synchronize();
   graph_.capture(be_, [&] { logits_ = forward_(ids_, batch_, rows_); });
   be_.set_attention_max_kv_len(0);
-  const char* env = std::getenv("DEEPINFER_GRAPH_STATS");
+  const char* env = di::env::get("DEEPINFER_GRAPH_STATS");
   if (env != nullptr && std::string(env) == "1") {
     stats_ = std::make_unique<ReplayStats>();
     CUDA_CHECK(cudaEventCreate(&stats_->start));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/env.h"
 #include "sampling/sampling_params.h"
 
 namespace di::cuda {
@@ -35,7 +36,7 @@ class CudaSampler {
   // All-greedy batches take launch_argmax_rows instead of the sort; DEEPINFER_GPU_ARGMAX=0 sends
   // them through the sort too (A/B).
   bool greedy_fast_path_ = [] {
-    const char* env = std::getenv("DEEPINFER_GPU_ARGMAX");
+    const char* env = di::env::get("DEEPINFER_GPU_ARGMAX");
     return env == nullptr || std::string(env) != "0";
   }();
   Tensor params_host_;  // [capacity x sizeof(SampleRowParams)] u8, host staging

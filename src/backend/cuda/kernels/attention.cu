@@ -23,6 +23,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gqa_decode.cuh"
 #include "backend/cuda/kernels/split_combine.cuh"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -332,13 +333,13 @@ bool launch_decode_eh(const PagedAttentionKernelParams& p, int group, cudaStream
 
 // 0: by the grid (below), else forced (DEEPINFER_GQA_HEAD_SPLIT = 1|2, DEEPINFER_GQA_TOKEN_WARPS =
 // 4|8; tests compare the layouts bitwise).
-std::atomic<int> g_head_split{env_int("DEEPINFER_GQA_HEAD_SPLIT")};
-std::atomic<int> g_token_warps{env_int("DEEPINFER_GQA_TOKEN_WARPS")};
+EnvSetting g_head_split{"DEEPINFER_GQA_HEAD_SPLIT", 0};
+EnvSetting g_token_warps{"DEEPINFER_GQA_TOKEN_WARPS", 0};
 
 template <int E>
 bool launch_decode_e(const PagedAttentionKernelParams& p, int group, cudaStream_t stream) {
-  int hs = g_head_split.load(std::memory_order_relaxed);
-  int tw = g_token_warps.load(std::memory_order_relaxed);
+  int hs = g_head_split.load();
+  int tw = g_token_warps.load();
   // Measured on the H200 (docs/cuda_backend.md "GQA decode attention", run 14):
   // - HS = 2 (twice the warps, each with half of the kv head's q heads: half the per-token chain
   //   of warp sums and exps) on grids of at most one CTA per SM, which leave warp slots free
@@ -386,21 +387,21 @@ void launch_rows(const PagedAttentionKernelParams& p, cudaStream_t stream) {
 }  // namespace
 
 int gqa_decode_head_split() {
-  return g_head_split.load(std::memory_order_relaxed);
+  return g_head_split.load();
 }
 void set_gqa_decode_head_split(int hs) {
-  g_head_split.store(hs, std::memory_order_relaxed);
+  g_head_split.store(hs);
 }
 int gqa_decode_token_warps() {
-  return g_token_warps.load(std::memory_order_relaxed);
+  return g_token_warps.load();
 }
 void set_gqa_decode_token_warps(int tw) {
-  g_token_warps.store(tw, std::memory_order_relaxed);
+  g_token_warps.store(tw);
 }
 
 bool gqa_decode_enabled() {
   static const bool on = [] {  // DEEPINFER_ATTN_DECODE=generic: the A/B switch
-    const char* env = std::getenv("DEEPINFER_ATTN_DECODE");
+    const char* env = di::env::get("DEEPINFER_ATTN_DECODE");
     return env == nullptr || std::string(env) != "generic";
   }();
   return on;
@@ -439,7 +440,7 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
   plan.num_splits = 1;
   // DEEPINFER_ATTN_SPLIT overrides the split size (a fixed value keeps batch invariance).
   static const int32_t kSplit = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_SPLIT");
+    const char* env = di::env::get("DEEPINFER_ATTN_SPLIT");
     const int v = env ? std::atoi(env) : 0;
     return v >= 16 ? v : 64;
   }();
@@ -468,13 +469,13 @@ size_t paged_attention_smem_bytes(int32_t rows_per_tile, int32_t head_dim_qk, in
 // On by default since run 39 (Qwen3-30B-A3B batch 1 +0.7 % alone, docs/performance.md):
 // combine_split_row_warp where it applies; DEEPINFER_COMBINE_WARP=0 (or set_split_combine_warp(0))
 // takes the block merge.
-static std::atomic<int> g_combine_warp{env_int("DEEPINFER_COMBINE_WARP", 1)};
+static EnvSetting g_combine_warp{"DEEPINFER_COMBINE_WARP", 1};
 static std::atomic<int64_t> g_combine_warp_launches{0};
 void set_split_combine_warp(int on) {
-  g_combine_warp.store(on, std::memory_order_relaxed);
+  g_combine_warp.store(on);
 }
 int split_combine_warp() {
-  return g_combine_warp.load(std::memory_order_relaxed);
+  return g_combine_warp.load();
 }
 int64_t split_combine_warp_launches() {
   return g_combine_warp_launches.load(std::memory_order_relaxed);
@@ -486,8 +487,7 @@ void launch_split_combine(const PagedAttentionKernelParams& p, cudaStream_t stre
   // Few rows: the o values requested with the (max, sum) loads (split_combine.cuh); at most 64
   // splits: the same merge without barriers (combine_split_row_warp; 128 threads per CTA).
   const bool few = rows <= kCombinePreloadMaxRows;
-  const bool warp =
-      few && p.num_splits <= kPreLoaded && g_combine_warp.load(std::memory_order_relaxed) != 0;
+  const bool warp = few && p.num_splits <= kPreLoaded && g_combine_warp.load() != 0;
   if (warp) g_combine_warp_launches.fetch_add(1, std::memory_order_relaxed);
   (void)launch_decode(kPdlSplitCombine,
                       warp  ? combine_splits_kernel<bf16, kPreLoaded, true>

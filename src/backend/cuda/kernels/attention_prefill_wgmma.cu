@@ -46,6 +46,7 @@
 #include "backend/cuda/kernels/attention_prefill_wgmma.h"
 #include "backend/cuda/kernels/attention_tile.cuh"
 #include "backend/cuda/kernels/common.cuh"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -478,7 +479,7 @@ void launch_cfg(const PagedAttentionKernelParams& p, dim3 grid, cudaStream_t str
 // Consumer ping-pong (kPingPong): on unless DEEPINFER_ATTN_WGMMA_PINGPONG=0 (A/B; read once).
 bool prefill_wgmma_ping_pong() {
   static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_ATTN_WGMMA_PINGPONG");
+    const char* env = di::env::get("DEEPINFER_ATTN_WGMMA_PINGPONG");
     return env == nullptr || std::atoi(env) != 0;
   }();
   return on;

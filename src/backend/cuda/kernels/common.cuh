@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "backend/cuda/kernels/trace.h"
+#include "core/env.h"
 
 namespace di::cuda {
 
@@ -20,17 +22,43 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;  // softmax in base 2: e^x = 2^(x · log2 e)
 
-// An integer setting from the environment (std::atoi), `unset` when the variable is not set.
+// An integer setting from the environment (core/env.h: declared there, its value checked),
+// `unset` when the variable is not set.
 inline int env_int(const char* name, int unset = 0) {
-  const char* env = std::getenv(name);
-  return env == nullptr ? unset : std::atoi(env);
+  return di::env::get_int(name, unset);
 }
+
+// An integer switch that tests and benchmarks can also set: env_int(name, unset) at its first
+// use (not at load time, so that the CLI's environment check reports an invalid value before a
+// kernel reads it), then whatever store() puts there. Constant-initialized at namespace scope.
+class EnvSetting {
+ public:
+  constexpr EnvSetting(const char* name, int unset) : name_(name), unset_(unset) {}
+  int load() const {
+    read_once();
+    return value_.load(std::memory_order_relaxed);
+  }
+  void store(int v) {
+    read_once();
+    value_.store(v, std::memory_order_relaxed);
+  }
+
+ private:
+  void read_once() const {
+    std::call_once(once_,
+                   [this] { value_.store(env_int(name_, unset_), std::memory_order_relaxed); });
+  }
+  const char* name_;
+  int unset_;
+  mutable std::once_flag once_;
+  mutable std::atomic<int> value_{0};
+};
 
 // DEEPINFER_BATCH_INVARIANT=1 (design.md "Determinism"): kernels whose layout would otherwise
 // follow the batch (MLA head split, MLA split size) pin one layout; read once.
 inline bool batch_invariant_env() {
   static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_BATCH_INVARIANT");
+    const char* env = di::env::get("DEEPINFER_BATCH_INVARIANT");
     return env != nullptr && std::strcmp(env, "1") == 0;
   }();
   return on;
@@ -47,7 +75,7 @@ inline bool attn_late_trigger_env() {
 // DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.
 inline bool pdl_enabled() {
   static const bool on = [] {
-    const char* env = std::getenv("DEEPINFER_PDL");
+    const char* env = di::env::get("DEEPINFER_PDL");
     return env == nullptr || std::atoi(env) != 0;
   }();
   return on;

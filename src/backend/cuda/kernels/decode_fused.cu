@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kFusedThreads)
                           RopeCosSin{p.cos_sin, p.cos_sin_f32, p.max_pos});
 }
 
-std::atomic<int> g_rope_store_warp{env_int("DEEPINFER_ROPE_STORE_WARP", 1)};
+EnvSetting g_rope_store_warp{"DEEPINFER_ROPE_STORE_WARP", 1};
 std::atomic<int64_t> g_rope_store_warp_launches{0};
 
 struct RopeTable {
@@ -292,10 +292,10 @@ __global__ void moe_combine_f32_out_kernel(MoeCombineF32OutParams p) {
 }  // namespace
 
 void set_qkv_rope_store_warp(int on) {
-  g_rope_store_warp.store(on, std::memory_order_relaxed);
+  g_rope_store_warp.store(on);
 }
 int qkv_rope_store_warp() {
-  return g_rope_store_warp.load(std::memory_order_relaxed);
+  return g_rope_store_warp.load();
 }
 int64_t qkv_rope_store_warp_launches() {
   return g_rope_store_warp_launches.load(std::memory_order_relaxed);
@@ -304,7 +304,7 @@ int64_t qkv_rope_store_warp_launches() {
 void launch_qkv_rope_store(const QkvRopeStoreKernelParams& p, cudaStream_t stream) {
   const int64_t rows = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
   if (rows == 0) return;
-  if (!p.f32 && g_rope_store_warp.load(std::memory_order_relaxed) != 0 &&
+  if (!p.f32 && g_rope_store_warp.load() != 0 &&
       (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256)) {
     const auto wgrid = static_cast<unsigned>(ceil_div(rows, int64_t{kFusedThreads / 32}));
     auto kernel = p.head_dim == 64    ? qkv_rope_store_warp_kernel<bf16, 2>

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gemv.h"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -457,14 +458,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
 constexpr int kRingMaxRows = 2;
 
 // -1: the policy of ring_depth(); 0 / 2 / 3: forced (DEEPINFER_GEMV_RING).
-std::atomic<int> g_ring_stages{[] {
-  const char* env = std::getenv("DEEPINFER_GEMV_RING");
-  return env == nullptr ? -1 : std::atoi(env);
-}()};
-std::atomic<int> g_split{[] {
-  const char* env = std::getenv("DEEPINFER_GEMV_SPLIT");
-  return env == nullptr ? 0 : std::atoi(env);
-}()};
+EnvSetting g_ring_stages{"DEEPINFER_GEMV_RING", -1};
+EnvSetting g_split{"DEEPINFER_GEMV_SPLIT", 0};
 
 // Bytes of the S-stage ring of one CTA.
 template <int M>
@@ -521,7 +516,7 @@ struct GridPlan {
 GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
   int split = 1;
   double best = -1.0;
-  const int forced = g_split.load(std::memory_order_relaxed);
+  const int forced = g_split.load();
   if (forced > 0 && (forced & (forced - 1)) == 0 && forced <= max_split) {
     split = forced;
   } else {
@@ -548,10 +543,10 @@ GridPlan plan_grid(int64_t units, int64_t slots, int max_split) {
 // V2-Lite's q|kv_a (3,648 x 2,048, 1.7 items per warp) lost (529.8 / 530.1 -> 522.0 / 521.7),
 // and on the o_projs (no norm) it changed nothing. Also measured and not kept (call 2, 3, 7):
 // no pre-wait item on even SMs, or only the first item everywhere (-0.5 to -1.5 %).
-std::atomic<int> g_early{env_int("DEEPINFER_GEMV_EARLY", -1)};
+EnvSetting g_early{"DEEPINFER_GEMV_EARLY", -1};
 std::atomic<int64_t> g_early_launches{0};
 bool gemv_early_items(const GemvParams& p, const GridPlan& g) {
-  const int mode = g_early.load(std::memory_order_relaxed);
+  const int mode = g_early.load();
   if (mode >= 0) return mode != 0;
   constexpr int U = kLoadsPerLane<1>;
   const int64_t rows_per_cta = kWarps / g.split;
@@ -606,7 +601,7 @@ constexpr int64_t kRingMaxBytes = 64ll << 20;
 constexpr int32_t kRingMinDim = 4096;
 template <int M>
 int ring_depth(const GemvParams& p) {
-  const int want = g_ring_stages.load(std::memory_order_relaxed);
+  const int want = g_ring_stages.load();
   if (want >= 0) return want;
   const int64_t bytes = int64_t{p.n} * p.k * 2;
   return M == 1 && p.k >= kRingMinDim && p.n >= kRingMinDim && bytes <= kRingMaxBytes ? 3 : 0;
@@ -624,13 +619,10 @@ int ring_depth(const GemvParams& p) {
 // slows L2 hits everywhere (~700-1,200 ns): small projections, which run beside the attention
 // and the router, keep the registers.
 constexpr int64_t kBulkMinBytes = int64_t{64} << 20;
-std::atomic<int> g_bulk_mode{[] {
-  const char* env = std::getenv("DEEPINFER_GEMV_BULK");
-  return env == nullptr ? -1 : std::atoi(env);
-}()};
+EnvSetting g_bulk_mode{"DEEPINFER_GEMV_BULK", -1};
 std::atomic<int64_t> g_bulk_launches{0};
 bool bulk_items(const GemvParams& p) {
-  const int mode = g_bulk_mode.load(std::memory_order_relaxed);
+  const int mode = g_bulk_mode.load();
   if (mode >= 0) return mode != 0;
   return int64_t{p.n} * p.k * 2 >= kBulkMinBytes;
 }
@@ -696,28 +688,32 @@ bool gemv_supported(const GemvParams& p, int64_t max_smem) {
   return gemv_smem_bytes(p.m, p.k) <= std::min<int64_t>(max_smem, kMaxDynSmem);
 }
 
-void set_gemv_ring_stages(int stages) { g_ring_stages.store(stages, std::memory_order_relaxed); }
+void set_gemv_ring_stages(int stages) {
+  g_ring_stages.store(stages);
+}
 void set_gemv_bulk(int mode) {
-  g_bulk_mode.store(mode, std::memory_order_relaxed);
+  g_bulk_mode.store(mode);
 }
 int gemv_bulk() {
-  return g_bulk_mode.load(std::memory_order_relaxed);
+  return g_bulk_mode.load();
 }
 int64_t gemv_bulk_launches() {
   return g_bulk_launches.load(std::memory_order_relaxed);
 }
-int gemv_ring_stages() { return g_ring_stages.load(std::memory_order_relaxed); }
+int gemv_ring_stages() {
+  return g_ring_stages.load();
+}
 void set_gemv_early(int mode) {
-  g_early.store(mode, std::memory_order_relaxed);
+  g_early.store(mode);
 }
 int gemv_early() {
-  return g_early.load(std::memory_order_relaxed);
+  return g_early.load();
 }
 int64_t gemv_early_launches() {
   return g_early_launches.load(std::memory_order_relaxed);
 }
 void set_gemv_split(int split) {
-  g_split.store(split, std::memory_order_relaxed);
+  g_split.store(split);
 }
 
 cudaError_t launch_gemv(const GemvParams& p, int num_sms, cudaStream_t stream) {

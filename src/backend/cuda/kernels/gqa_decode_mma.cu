@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 
 // -1 (the default): the one-barrier merge where a CTA merges several splits (spc > 1; run 40,
 // H200: Qwen3-30B-A3B batch 32 +1.0 %, but batch 1, one split per CTA, -0.9 %); 0 never, 1 always.
-std::atomic<int> g_merge_warp{env_int("DEEPINFER_GQA_MMA_MERGE_WARP", -1)};
+EnvSetting g_merge_warp{"DEEPINFER_GQA_MMA_MERGE_WARP", -1};
 std::atomic<int64_t> g_merge_warp_launches{0};
 
 template <int D, int G, int B, bool F, bool WM>
@@ -393,7 +393,7 @@ template <int D, int G, int B, bool F>
 void launch_dgb(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
                 cudaStream_t stream) {
   // merge_direct stores pairs: 4-byte bf16 pairs of out, 8-byte float pairs of partial_o.
-  const int mode = g_merge_warp.load(std::memory_order_relaxed);
+  const int mode = g_merge_warp.load();
   const bool wm = !F && (mode == 1 || (mode < 0 && spc > 1)) &&
                   reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
                   reinterpret_cast<uintptr_t>(p.partial_o) % 8 == 0;
@@ -439,33 +439,33 @@ bool launch_d(const PagedAttentionKernelParams& p, int group, int spc,
   }
 }
 
-std::atomic<int> g_mma_mode{env_int("DEEPINFER_GQA_DECODE_MMA", -1)};
-std::atomic<int> g_splits_per_cta{env_int("DEEPINFER_GQA_MMA_SPLITS_PER_CTA")};
+EnvSetting g_mma_mode{"DEEPINFER_GQA_DECODE_MMA", -1};
+EnvSetting g_splits_per_cta{"DEEPINFER_GQA_MMA_SPLITS_PER_CTA", 0};
 
 }  // namespace
 
 void set_gqa_decode_mma_merge_warp(int on) {
-  g_merge_warp.store(on, std::memory_order_relaxed);
+  g_merge_warp.store(on);
 }
 int gqa_decode_mma_merge_warp() {
-  return g_merge_warp.load(std::memory_order_relaxed);
+  return g_merge_warp.load();
 }
 int64_t gqa_decode_mma_merge_warp_launches() {
   return g_merge_warp_launches.load(std::memory_order_relaxed);
 }
 
 int gqa_decode_mma_splits_per_cta() {
-  return g_splits_per_cta.load(std::memory_order_relaxed);
+  return g_splits_per_cta.load();
 }
 void set_gqa_decode_mma_splits_per_cta(int spc) {
-  g_splits_per_cta.store(spc, std::memory_order_relaxed);
+  g_splits_per_cta.store(spc);
 }
 
 int gqa_decode_mma_mode() {
-  return g_mma_mode.load(std::memory_order_relaxed);
+  return g_mma_mode.load();
 }
 void set_gqa_decode_mma_mode(int mode) {
-  g_mma_mode.store(mode, std::memory_order_relaxed);
+  g_mma_mode.store(mode);
 }
 
 bool gqa_decode_mma_for(int group, int head_dim) {

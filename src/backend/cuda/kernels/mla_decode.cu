@@ -17,8 +17,9 @@
 #include <cstdlib>
 
 #include "backend/cuda/kernels/common.cuh"
-#include "backend/cuda/kernels/split_combine.cuh"
 #include "backend/cuda/kernels/mla_decode.h"
+#include "backend/cuda/kernels/split_combine.cuh"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -344,7 +345,7 @@ void set_mla_head_split_override(int32_t head_split) {
 int32_t mla_head_split_setting() {
   if (g_head_split_override >= 0) return g_head_split_override;
   static const int32_t setting = [] {
-    const char* env = std::getenv("DEEPINFER_MLA_HEAD_SPLIT");
+    const char* env = di::env::get("DEEPINFER_MLA_HEAD_SPLIT");
     const int v = env ? std::atoi(env) : 0;
     if (v > 0) return v;
     return batch_invariant_env() ? 1 : 0;
@@ -357,7 +358,7 @@ MlaDecodePlan plan_mla_decode(int32_t num_seqs, int32_t num_tokens, int32_t max_
   MlaDecodePlan plan;
   const int64_t per_seq = num_seqs > 0 ? (int64_t{num_tokens} + num_seqs - 1) / num_seqs : 1;
   static const int32_t kSplit = [] {
-    const char* env = std::getenv("DEEPINFER_MLA_SPLIT");
+    const char* env = di::env::get("DEEPINFER_MLA_SPLIT");
     const int v = env ? std::atoi(env) : 0;
     return v >= 16 ? v : 64;
   }();

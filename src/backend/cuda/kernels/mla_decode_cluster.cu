@@ -24,6 +24,7 @@
 #include "backend/cuda/kernels/head_linear.cuh"
 #include "backend/cuda/kernels/mla_decode_cluster.h"
 #include "backend/cuda/kernels/mla_token.cuh"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -1124,7 +1125,7 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
 // 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
 int min_blocks_setting() {
   static const int v = [] {
-    const char* env = std::getenv("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS");
+    const char* env = di::env::get("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS");
     return env != nullptr && std::atoi(env) == 2 ? 2 : 3;
   }();
   return v;
@@ -1186,7 +1187,7 @@ MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_
                                              int32_t num_heads, int32_t dqk, int32_t dv,
                                              bool defer) {
   static const int32_t kSplitEnv = [] {
-    const char* env = std::getenv("DEEPINFER_MLA_CLUSTER_SPLIT");
+    const char* env = di::env::get("DEEPINFER_MLA_CLUSTER_SPLIT");
     const int v = env ? std::atoi(env) : 0;
     return v >= 16 ? v : 0;
   }();
@@ -1267,7 +1268,7 @@ std::atomic<int> g_merge_override{-1};
 // -> 492.0 / 489.9 / 491.2 (run 23 call 7).
 MlaMergeKernel merge_env() {
   static const MlaMergeKernel env = [] {
-    const char* v = std::getenv("DEEPINFER_MLA_MERGE");
+    const char* v = di::env::get("DEEPINFER_MLA_MERGE");
     if (v == nullptr) return MlaMergeKernel::kAuto;
     if (std::strcmp(v, "v1") == 0) return MlaMergeKernel::kV1;
     if (std::strcmp(v, "wide4reg") == 0) return MlaMergeKernel::kWideRegisters;

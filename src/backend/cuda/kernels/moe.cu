@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/moe_softmax_denominator.h"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -119,7 +120,7 @@ constexpr int kRouteWarps = 4;  // tokens per block of the warp router
 constexpr int kRoutePerLane = kMaxRouterExperts / 32;
 inline int route_slots(int experts) {
   static const bool all16 = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_ROUTE_SLOTS");
+    const char* v = di::env::get("DEEPINFER_MOE_ROUTE_SLOTS");
     return v != nullptr && std::strcmp(v, "16") == 0;
   }();
   if (all16) return kRoutePerLane;
@@ -594,7 +595,7 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream, MoeRouteImpl
   if (p.tokens == 0) return;
   if (impl == MoeRouteImpl::kAuto) {
     static const bool serial = [] {
-      const char* v = std::getenv("DEEPINFER_MOE_ROUTE");
+      const char* v = di::env::get("DEEPINFER_MOE_ROUTE");
       return v != nullptr && std::strcmp(v, "serial") == 0;
     }();
     impl = serial ? MoeRouteImpl::kSerial : MoeRouteImpl::kWarp;

@@ -21,6 +21,7 @@
 #include "backend/cuda/kernels/attention_prefill_mma_math.h"
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -219,7 +220,7 @@ void launch_tc(const MoeDecodeParams& p, cudaStream_t stream) {
 // DEEPINFER_MOE_TC_STAGES=3 (59 KB: 3 CTAs per SM); read once.
 int tc_stages() {
   static const int stages = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_TC_STAGES");
+    const char* v = di::env::get("DEEPINFER_MOE_TC_STAGES");
     return v != nullptr && std::atoi(v) == 3 ? 3 : 4;
   }();
   return stages;

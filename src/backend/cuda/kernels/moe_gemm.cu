@@ -8,6 +8,7 @@
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
+#include "core/env.h"
 
 namespace di::cuda {
 namespace {
@@ -1377,7 +1378,7 @@ void set_moe_decode_impl_override(MoeDecodeImpl impl) { g_decode_override = impl
 
 int moe_decode_grouped_min_rows() {
   static const int rows = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS");
+    const char* v = di::env::get("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS");
     const int r = v != nullptr ? std::atoi(v) : 0;
     return r > 0 ? r : 0;
   }();
@@ -1387,7 +1388,7 @@ int moe_decode_grouped_min_rows() {
 MoeDecodeImpl moe_decode_impl_from_env() {
   if (g_decode_override != MoeDecodeImpl::kAuto) return g_decode_override;
   static const MoeDecodeImpl impl = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_DECODE");
+    const char* v = di::env::get("DEEPINFER_MOE_DECODE");
     if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeDecodeImpl::kV1;
     if (v != nullptr && std::strcmp(v, "mma") == 0) return MoeDecodeImpl::kMma;
     if (v != nullptr && std::strcmp(v, "v2") == 0) return MoeDecodeImpl::kV2;
@@ -1407,7 +1408,7 @@ MoeDecodeImpl moe_decode_impl_from_env() {
 // explicitly (DEEPINFER_MOE_DECODE=mma), 4 by default.
 int moe_decode_mma_min_rows() {
   static const int rows = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_DECODE");
+    const char* v = di::env::get("DEEPINFER_MOE_DECODE");
     return v != nullptr && std::strcmp(v, "mma") == 0 ? 3 : 4;
   }();
   return rows;
@@ -1468,7 +1469,7 @@ void set_moe_t1_path_override(int on) {
 bool moe_t1_path_enabled() {
   if (g_t1_path_override >= 0) return g_t1_path_override != 0;
   static const bool on = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_T1");
+    const char* v = di::env::get("DEEPINFER_MOE_T1");
     return !(v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0));
   }();
   return on;
@@ -1481,7 +1482,7 @@ void set_moe_t1_down_impl_override(MoeT1DownImpl impl) {
 MoeT1DownImpl moe_t1_down_impl() {
   if (g_t1_down_override != MoeT1DownImpl::kAuto) return g_t1_down_override;
   static const MoeT1DownImpl impl = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_T1_DOWN");
+    const char* v = di::env::get("DEEPINFER_MOE_T1_DOWN");
     if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeT1DownImpl::kPairs;
     if (v != nullptr && std::strcmp(v, "pipe") == 0) return MoeT1DownImpl::kPipelined;
     if (v != nullptr && std::strcmp(v, "smem") == 0) return MoeT1DownImpl::kSmem;
@@ -1606,7 +1607,7 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   // in flight per lane serve a grid that takes several waves either way (V2-Lite: 8 slots x 1,408
   // columns = 11,264 warps; 512.5 -> 514.5 tok/s, +0.4 %, run 37 call 11). Same sums either way.
   static const int gu_forced = [] {
-    const char* v = std::getenv("DEEPINFER_MOE_T1_GU");
+    const char* v = di::env::get("DEEPINFER_MOE_T1_GU");
     if (v == nullptr) return -1;
     if (std::strcmp(v, "4x4") == 0) return 0;
     if (std::strcmp(v, "2x8") == 0) return 2;
@@ -1693,7 +1694,7 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   p.early_rows = down_early_env && pdl && pdl_enabled();
   if (smem_down) {
     static const bool deep = [] {
-      const char* v = std::getenv("DEEPINFER_MOE_T1_SMEM");
+      const char* v = di::env::get("DEEPINFER_MOE_T1_SMEM");
       return v != nullptr && std::strcmp(v, "deep") == 0;
     }();
     const int warps = deep ? 12 : 16;

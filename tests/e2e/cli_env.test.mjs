@@ -1,0 +1,53 @@
+// The DEEPINFER_* variables at the command line (core/env.h): `deepinfer env` lists them, an
+// invalid value stops any command before it loads anything, and a misspelt name is a warning
+// that names the nearest declared variable.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { binary, modelDir } from './harness.mjs';
+
+function run(args, env) {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('DEEPINFER_')));
+  const r = spawnSync(binary, args, { env: { ...clean, ...env }, encoding: 'utf8', timeout: 60000 });
+  assert.equal(r.error, undefined, String(r.error));
+  return r;
+}
+
+test('env lists every variable with its values, default and purpose', () => {
+  const r = run(['env'], {});
+  assert.equal(r.status, 0, r.stderr);
+  for (const name of ['DEEPINFER_GQA_CLUSTER', 'DEEPINFER_MOE_DECODE', 'DEEPINFER_LOG', 'DEEPINFER_MODEL']) {
+    assert.match(r.stdout, new RegExp(`^${name}$`, 'm'), name);
+  }
+  assert.match(r.stdout, /values: v1\|mma\|v2\|tc\|auto {3}unset: tc/);
+  assert.match(r.stdout, /set now: none/);
+});
+
+test('env --set shows what is set and checks it', () => {
+  const ok = run(['env', '--set'], { DEEPINFER_GQA_CLUSTER: '1' });
+  assert.equal(ok.status, 0, ok.stderr);
+  assert.match(ok.stdout, /^ {2}DEEPINFER_GQA_CLUSTER=1$/m);
+  assert.doesNotMatch(ok.stdout, /^DEEPINFER_MOE_DECODE$/m, '--set leaves the table out');
+
+  const typo = run(['env', '--set'], { DEEPINFER_GQA_CLUSTR: '1' });
+  assert.equal(typo.status, 0, 'an unknown name is a warning');
+  assert.match(typo.stderr, /warning: DEEPINFER_GQA_CLUSTR is not a deepinfer variable \(did you mean DEEPINFER_GQA_CLUSTER\?\)/);
+
+  const bad = run(['env', '--set'], { DEEPINFER_MOE_DECODE: 'fast' });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /error: DEEPINFER_MOE_DECODE=fast: expected v1\|mma\|v2\|tc\|auto/);
+});
+
+test('an invalid value stops serve before it loads the model; a misspelt name only warns', () => {
+  const t0 = Date.now();
+  const bad = run(['serve', '--model', modelDir, '--port', '0'], { DEEPINFER_PDL_DECODE: '99' });
+  assert.equal(bad.status, 2, bad.stdout + bad.stderr);
+  assert.match(bad.stderr, /DEEPINFER_PDL_DECODE=99: expected 0\.\.15/);
+  assert.doesNotMatch(bad.stderr, /loaded|listening/i);
+  assert.ok(Date.now() - t0 < 30000);
+
+  const typo = run(['tokenize', '--tokenizer', '/nonexistent/tokenizer.json'], { DEEPINFER_THREAD: '2' });
+  assert.equal(typo.status, 1, 'the command itself runs (and fails on its missing file)');
+  assert.match(typo.stderr, /nonexistent/);
+  assert.match(typo.stderr, /DEEPINFER_THREAD is not a deepinfer variable \(did you mean DEEPINFER_THREADS\?\)/);
+});
