@@ -1,26 +1,50 @@
 #!/usr/bin/env bash
-# Run 44 call 7: joint upper bounds, not results (run 43's debug patch with DEEPINFER_DBG_SKIP as
-# a bit mask, dbg_skip_bitmask.patch; the outputs are wrong, only the times mean anything):
-# 1 the router without its cluster barrier and routing, 2 the routing only (barrier kept),
-# 4 no split combine (GQA), 8 no rope/store (GQA and MLA), 16 no MLA merge_uv.
-# (bundle: BUNDLE_TARGETS="bench_cuda_model test_backend_ops", built with the patch applied;
-# the switch is off unless the variable is set, so the tests run the real kernels)
+# Prepared in run 44 (no machine was lent after call 6), updated in run 45 (no machine lent at
+# all): the next session's first device call. Two parts:
+#
+# 1. The tree as committed, on the GPU suites. Run 45 moved every DEEPINFER_* read behind
+#    core/env.h (host code of every CUDA path; the integer switches tests set read the
+#    environment at first use now), and bceadad's cluster kernel (st.async form only) has not run
+#    on a GPU since that change. Then the default batch-1 / batch-32 numbers.
+# 2. Joint upper bounds, not results: run 43's debug skips as a bit mask (DEEPINFER_DBG_SKIP,
+#    dbg_skip_bitmask.patch, which also declares the variable in core/env.cpp; the outputs are
+#    wrong, only the times mean anything): 1 the router without its cluster barrier and routing,
+#    2 the routing only (barrier kept), 4 no split combine (GQA), 8 no rope/store (GQA and MLA),
+#    16 no MLA merge_uv. They say whether removing every small stage at once could reach 70 %.
+#
+# Bundle (here, before the call):
+#   git apply docs/logs/2026-12-04_run44/call7/dbg_skip_bitmask.patch
+#   ninja -C build-cuda bench_cuda_model && cp build-cuda/bench/bench_cuda_model /tmp/bench_cuda_model_dbg
+#   git checkout src
+#   BUNDLE_TARGETS="test_backend_ops test_cuda_moe test_cuda_mla test_cuda_golden bench_cuda_model" \
+#     BUNDLE_EXTRA_BINS=/tmp/bench_cuda_model_dbg JOBS=2 bash scripts/build_gpu_bundle.sh
+#   rm -f .gpu_pack/tokenizers.tar.xz
+#   mv models/deepinfer-demo-code/model.safetensors /tmp/demo_model_moved.safetensors  # carry limit
+#   (run with carry [".gpu_pack"]; restore the model after)
 set -u
 rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
 ROOT=$(pwd); source "$ROOT/scripts/gpu_libpath.sh"; export DI_SOURCE_DIR=$ROOT
 B=.gpu_bin; S=$OUT/summary.txt
-# bceadad's cluster kernel (the st.async form only) has not run on a GPU since the change:
-timeout 120 $B/test_backend_ops --gtest_filter='*GqaDecodeCluster*:*gqa_decode*' > $OUT/cluster_tests.log 2>&1
-echo "cluster tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/cluster_tests.log | tr '\n' ' ')" | tee -a $S
-run() { local tag=$1 preset=$2 conc=$3; shift 3
-  r=$(env "$@" timeout 60 $B/bench_cuda_model --preset $preset --conc $conc --ctx 2048 --reps 10 2>&1 | grep "^\[model\] preset" | sed 's/.* tok_s=\([0-9.]*\) .*pct=\([0-9.]*\).*/tok_s=\1 pct=\2/')
+suite() { local name=$1; shift
+  timeout 300 $B/$name "$@" > $OUT/$name.log 2>&1
+  echo "$name rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/$name.log | tr '\n' ' ')" | tee -a $S; }
+suite test_backend_ops
+suite test_cuda_moe
+suite test_cuda_mla
+suite test_cuda_golden --gtest_filter='-*demo_code*'
+run() { local tag=$1 bin=$2 preset=$3 conc=$4; shift 4
+  r=$(env "$@" timeout 60 $B/$bin --preset $preset --conc $conc --ctx 2048 --reps 10 2>&1 | grep "^\[model\] preset" | sed 's/.* tok_s=\([0-9.]*\) .*pct=\([0-9.]*\).*/tok_s=\1 pct=\2/')
   echo "$tag $preset c=$conc $r" | tee -a $S; }
+run head bench_cuda_model qwen3-30b-a3b 32 X=0
+run head bench_cuda_model deepseek-v2-lite 32 X=0
 for round in 1 2; do
-  run base qwen3-30b-a3b 1 X=0
-  run skip4_8 qwen3-30b-a3b 1 DEEPINFER_DBG_SKIP=12
-  run skip2_4_8 qwen3-30b-a3b 1 DEEPINFER_DBG_SKIP=14
-  run skip1_4_8 qwen3-30b-a3b 1 DEEPINFER_DBG_SKIP=13
-  run base deepseek-v2-lite 1 X=0
-  run skip8_16 deepseek-v2-lite 1 DEEPINFER_DBG_SKIP=24
-  run skip1_8_16 deepseek-v2-lite 1 DEEPINFER_DBG_SKIP=25
+  run head bench_cuda_model qwen3-30b-a3b 1 X=0
+  run base bench_cuda_model_dbg qwen3-30b-a3b 1 X=0
+  run skip4_8 bench_cuda_model_dbg qwen3-30b-a3b 1 DEEPINFER_DBG_SKIP=12
+  run skip2_4_8 bench_cuda_model_dbg qwen3-30b-a3b 1 DEEPINFER_DBG_SKIP=14
+  run skip1_4_8 bench_cuda_model_dbg qwen3-30b-a3b 1 DEEPINFER_DBG_SKIP=13
+  run head bench_cuda_model deepseek-v2-lite 1 X=0
+  run base bench_cuda_model_dbg deepseek-v2-lite 1 X=0
+  run skip8_16 bench_cuda_model_dbg deepseek-v2-lite 1 DEEPINFER_DBG_SKIP=24
+  run skip1_8_16 bench_cuda_model_dbg deepseek-v2-lite 1 DEEPINFER_DBG_SKIP=25
 done
