@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels/gemv.h"
+#include "core/env.h"
 
 #include "graph_timing.h"
 #include "h200_ceilings.h"
@@ -140,6 +141,7 @@ di::cuda::GemvParams params(const Proj& pr, const ProjBufs& b, int i, bool accum
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!di::env::report_environment("bench_cuda_gemv")) return 2;  // core/env.h
   int reps = 20;
   bool moe = false;
   for (int i = 1; i < argc; ++i) {

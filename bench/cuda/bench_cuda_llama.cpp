@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
 #include "bench_timing.h"
+#include "core/env.h"
 #include "h200_ceilings.h"
 
 namespace di {
@@ -164,6 +165,7 @@ Tensor host_i32(const std::vector<int32_t>& v) {
 }  // namespace di
 
 int main(int argc, char** argv) {
+  if (!di::env::report_environment("bench_cuda_llama")) return 2;  // core/env.h
   using namespace di;
   Shape8B m;
   bool skip_32k = false, skip_decode = false, attention_only = false;

@@ -51,6 +51,7 @@
 #include "backend/cuda/kernels/trace.h"
 #include "backend/profiling_backend.h"
 #include "bench_timing.h"
+#include "core/env.h"
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -428,6 +429,7 @@ int run(const Args& args) {
 }  // namespace di
 
 int main(int argc, char** argv) {
+  if (!di::env::report_environment("bench_cuda_model")) return 2;  // core/env.h
   const di::Args args = di::parse(argc, argv);
   if (!args.roofline_only && !di::cuda::cuda_available()) {
     std::printf("[model] skipped: no CUDA device\n");

@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/trace.h"
+#include "core/env.h"
 #include "h200_ceilings.h"
 #include "trace_csv.h"
 
@@ -344,6 +345,7 @@ void bench_router(cuda::CudaBackend& be, bool quick) {
 }  // namespace di
 
 int main(int argc, char** argv) {
+  if (!di::env::report_environment("bench_cuda_moe")) return 2;  // core/env.h
   using namespace di;
   bool quick = false, grouped_only = false, router_only = false, t1_only = false;
   std::string trace_path;

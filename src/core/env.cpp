@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 
@@ -262,6 +263,15 @@ std::vector<Problem> check_environment() {
              : fmt::format("{} is not a deepinfer variable; `deepinfer env` lists them", name)});
   }
   return problems;
+}
+
+bool report_environment(const char* program) {
+  bool ok = true;
+  for (const Problem& p : check_environment()) {
+    std::fprintf(stderr, "%s: %s: %s\n", program, p.fatal ? "error" : "warning", p.message.c_str());
+    ok = ok && !p.fatal;
+  }
+  return ok;
 }
 
 std::vector<std::string> set_variables() {

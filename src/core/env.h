@@ -53,6 +53,11 @@ struct Problem {
 // Every DEEPINFER_* variable of the process environment, checked against the table.
 std::vector<Problem> check_environment();
 
+// check_environment() written to stderr, a line each ("<program>: warning: ..." / "error: ...");
+// false when a value is invalid. For the benchmark binaries, whose A/B runs set these switches:
+// a misspelt name would otherwise measure the default under the wrong label.
+bool report_environment(const char* program);
+
 // The variables of the process environment that the table names, as NAME=value.
 std::vector<std::string> set_variables();
 

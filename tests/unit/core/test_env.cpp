@@ -153,6 +153,14 @@ TEST(Env, CheckEnvironmentReportsInvalidValuesAndUnknownNames) {
   EXPECT_TRUE(env::check_environment().empty());
 }
 
+TEST(Env, ReportEnvironmentFailsOnInvalidValuesOnly) {
+  EXPECT_TRUE(env::report_environment("test_env"));
+  ScopedEnv typo("DEEPINFER_GQA_CLUSTR", "1");
+  EXPECT_TRUE(env::report_environment("test_env"));  // a warning on stderr
+  ScopedEnv bad(kProbe, "2");
+  EXPECT_FALSE(env::report_environment("test_env"));
+}
+
 fs::path source_dir() {
   const char* d = std::getenv("DI_SOURCE_DIR");
   return d != nullptr ? fs::path(d) : fs::current_path();
