@@ -291,6 +291,10 @@ class Backend {
     (void)k;
     return false;
   }
+  // Bytes this backend can still allocate: the device's free memory, or the host's
+  // MemAvailable on the CPU; -1 when unknown. load_model checks a checkpoint against it before
+  // it loads anything.
+  virtual int64_t available_memory_bytes() const { return -1; }
 
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor zeros(const Shape& shape, DType dtype) = 0;

@@ -54,6 +54,7 @@ class ProfilingBackend : public Backend {
   bool supports_fp8_block_linear(int64_t n, int64_t k) const override {
     return inner_.supports_fp8_block_linear(n, k);
   }
+  int64_t available_memory_bytes() const override { return inner_.available_memory_bytes(); }
   Tensor empty(const Shape& shape, DType dtype) override { return inner_.empty(shape, dtype); }
   Tensor zeros(const Shape& shape, DType dtype) override { return inner_.zeros(shape, dtype); }
   Tensor upload(const Tensor& host, DType dtype) override { return inner_.upload(host, dtype); }

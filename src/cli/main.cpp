@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   CLI::App app{"deepinfer: an LLM serving engine for DeepSeek-style models (CPU and CUDA)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "deepinfer 0.1.0");
+  app.footer(
+      "Environment: DEEPINFER_* variables (kernel A/B switches, DEEPINFER_LOG, DEEPINFER_THREADS, "
+      "DEEPINFER_MODEL); `deepinfer env` lists them with their values and defaults.");
   auto specs = di::cli::command_registry();
   std::sort(specs.begin(), specs.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });

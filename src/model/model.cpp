@@ -5,6 +5,7 @@
 #include "core/logging.h"
 #include "model/architectures.h"
 #include "model/weight_loader.h"
+#include "tensor/dtype.h"
 
 namespace di {
 
@@ -12,6 +13,18 @@ std::unique_ptr<Model> load_model(const std::string& model_dir, Backend& backend
                                   const LoadOptions& options) {
   ModelConfig config = load_model_config(model_dir).value();
   Checkpoint ck = Checkpoint::open(model_dir).value();
+  // Refuse before allocating what cannot fit (on the CPU the weights become f32: twice a bf16
+  // checkpoint's size), rather than fail or be killed halfway through the load.
+  const int64_t need = min_loaded_weight_bytes(ck, backend);
+  const int64_t have = backend.available_memory_bytes();
+  if (have >= 0 && need > have) {
+    DI_FAIL(
+        "{}: the weights of this {} checkpoint need at least {:.1f} GB on the {} backend (as {}), "
+        "but only {:.1f} GB is available{}",
+        model_dir, arch_name(config.arch), static_cast<double>(need) / 1e9, backend.name(),
+        dtype_name(backend.compute_dtype()), static_cast<double>(have) / 1e9,
+        backend.device() == Device::kCPU ? " (MemAvailable)" : " on the device");
+  }
   std::unique_ptr<Model> model;
   try {
     model = config.is_mla() ? make_mla_model(config, backend, ck, options)

@@ -38,6 +38,21 @@ float matrix_scale(const std::string& name, const Shape& shape) {
 
 }  // namespace
 
+int64_t min_loaded_weight_bytes(const Checkpoint& ck, const Backend& backend) {
+  const auto compute = static_cast<int64_t>(dtype_size(backend.compute_dtype()));
+  int64_t bytes = 0;
+  for (const std::string& name : ck.names()) {
+    const SafetensorsEntry& e = ck.entry(name);
+    int64_t numel = 1;
+    for (int64_t d : e.shape) numel *= d;
+    const bool fp8_kept = e.dtype == DType::kFP8E4M3 && e.shape.size() == 2 &&
+                          ck.has(name + "_scale_inv") &&
+                          backend.supports_fp8_block_linear(e.shape[0], e.shape[1]);
+    bytes += numel * (fp8_kept ? 1 : compute);
+  }
+  return bytes;
+}
+
 Tensor random_weight_host(const RandomWeights& r, const std::string& name, const Shape& shape) {
   Tensor out = Tensor::empty(shape, DType::kF32);
   const uint64_t seed = tensor_seed(r.seed, name);

@@ -23,6 +23,12 @@
 
 namespace di {
 
+// A lower bound of the bytes `ck`'s tensors take once loaded on `backend`: every element at the
+// size of the backend's compute dtype, except an FP8 weight the backend could keep as FP8
+// (supports_fp8_block_linear for its shape: one byte an element). Nothing is loaded at fewer
+// bytes, so load_model can refuse a checkpoint that cannot fit before it allocates anything.
+int64_t min_loaded_weight_bytes(const Checkpoint& ck, const Backend& backend);
+
 // Random weights instead of a checkpoint (benchmarks at real shapes without writing safetensors,
 // tests). Every tensor a model asks for is made with the requested shape: values uniform in
 // (-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in), fan_in = the last dim) for matrices,

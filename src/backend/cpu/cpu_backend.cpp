@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -82,6 +84,15 @@ void rms_norm_row(const float* x, const float* w, float eps, float* y, int64_t d
 inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 }  // namespace
+
+int64_t CpuBackend::available_memory_bytes() const {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    long long kb = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &kb) == 1) return kb * 1024;
+  }
+  return -1;
+}
 
 Tensor CpuBackend::empty(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
 Tensor CpuBackend::zeros(const Shape& shape, DType dtype) { return Tensor::zeros(shape, dtype); }

@@ -9,6 +9,7 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   Device device() const override { return Device::kCPU; }
   DType compute_dtype() const override { return DType::kF32; }
+  int64_t available_memory_bytes() const override;  // MemAvailable of /proc/meminfo
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor zeros(const Shape& shape, DType dtype) override;

@@ -113,6 +113,15 @@ bool cuda_available() {
   return count > 0;
 }
 
+int64_t CudaBackend::available_memory_bytes() const {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return static_cast<int64_t>(free);
+}
+
 CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::kF32) {
   DI_CHECK(compute == DType::kBF16 || compute == DType::kF32,
            "cuda backend: compute dtype must be bf16 or f32, got {}", dtype_name(compute));

@@ -21,6 +21,8 @@
 #include "engine/generator.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "model/safetensors.h"
+#include "model/weight_loader.h"
 
 namespace di {
 namespace {
@@ -138,6 +140,28 @@ TEST_F(Fp8LoaderTest, DequantizesWhenBackendDeclines) {
   auto cpu = make_cpu_backend();
   auto ref_model = load_model(dir_->path().string(), *cpu);
   EXPECT_EQ(run(*ref_model, *cpu)[0].output, got[0].output);
+}
+
+// The memory check's lower bound (weight_loader.h): FP8 weights a backend could keep count one
+// byte an element, everything else (and every FP8 weight on a backend that declines) the
+// compute dtype's four.
+TEST_F(Fp8LoaderTest, MinLoadedWeightBytesCountsKeptFp8AtOneByte) {
+  const Checkpoint ck = Checkpoint::open(dir_->path().string()).value();
+  int64_t all = 0, keepable = 0;
+  for (const std::string& name : ck.names()) {
+    const SafetensorsEntry& e = ck.entry(name);
+    const int64_t n = shape_numel(e.shape);
+    all += n;
+    if (e.dtype == DType::kFP8E4M3 && e.shape.size() == 2 && e.shape[0] % 128 == 0 &&
+        e.shape[1] % 128 == 0)
+      keepable += n;
+  }
+  EXPECT_GT(keepable, 0);
+  Fp8CpuBackend accepts(true), declines(false);
+  EXPECT_EQ(min_loaded_weight_bytes(ck, declines), all * 4);
+  EXPECT_EQ(min_loaded_weight_bytes(ck, accepts), all * 4 - keepable * 3);
+  // The forwarding backend reports the CPU's memory.
+  EXPECT_EQ(accepts.available_memory_bytes() > 0, make_cpu_backend()->available_memory_bytes() > 0);
 }
 
 // The MLA projections are one GEMM ([q_a_proj ; kv_a_proj_with_mqa]) unless that would dequantize

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/weight_loader.h"
 
 namespace di {
 namespace {
@@ -247,6 +248,46 @@ TEST_F(LoaderTest, MissingConfigAndWeights) {
   write_config(tiny_llama_config());
   err = load_error();
   EXPECT_NE(err.find("no model.safetensors"), std::string::npos) << err;
+}
+
+TEST_F(LoaderTest, MinLoadedWeightBytesCountsTheComputeDtype) {
+  write_safetensors((dir_ / "model.safetensors").string(), tiny_llama_tensors("BF16"));
+  const Checkpoint ck = Checkpoint::open(dir_.string()).value();
+  int64_t numel = 0;
+  for (const TensorSpec& t : tiny_llama_tensors()) numel += shape_numel(t.shape);
+  auto cpu = make_cpu_backend();
+  EXPECT_EQ(min_loaded_weight_bytes(ck, *cpu), numel * 4);  // bf16 stored, f32 on the CPU
+}
+
+// A checkpoint whose weights cannot fit is refused from its headers, before anything is
+// allocated: a 1 TiB bf16 tensor in a sparse file (no disk used, nothing read).
+TEST_F(LoaderTest, CheckpointLargerThanMemoryIsRefusedBeforeLoading) {
+  auto cpu = make_cpu_backend();
+  const int64_t have = cpu->available_memory_bytes();
+  ASSERT_GT(have, 0) << "MemAvailable of /proc/meminfo";
+  write_config(tiny_llama_config());
+  const int64_t rows = int64_t{1} << 20, cols = int64_t{1} << 19;  // 2^39 elements, 1 TiB
+  const uint64_t nbytes = static_cast<uint64_t>(rows * cols * 2);
+  json header = json::object();
+  header["model.embed_tokens.weight"] = {
+      {"dtype", "BF16"}, {"shape", {rows, cols}}, {"data_offsets", {0, nbytes}}};
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  const fs::path file = dir_ / "model.safetensors";
+  {
+    std::ofstream f(file, std::ios::binary);
+    const uint64_t len = h.size();
+    f.write(reinterpret_cast<const char*>(&len), 8);
+    f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  }
+  fs::resize_file(file, 8 + h.size() + nbytes);  // sparse
+  const Checkpoint ck = Checkpoint::open(dir_.string()).value();
+  EXPECT_EQ(min_loaded_weight_bytes(ck, *cpu), rows * cols * 4);
+  const std::string err = load_error();
+  EXPECT_NE(err.find("need at least 2199.0 GB on the cpu backend (as f32)"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("GB is available (MemAvailable)"), std::string::npos) << err;
+  EXPECT_NE(err.find(dir_.string()), std::string::npos) << err;
 }
 
 TEST(Config, ParsesTransformers5RopeParametersAndLegacyRopeScaling) {
