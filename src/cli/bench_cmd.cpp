@@ -157,8 +157,11 @@ CommandRegistration reg(
           ->capture_default_str();
       e->add_option("--warmup-iters", engine->warmup_iters, "Untimed rounds first")
           ->capture_default_str();
-      e->add_option("--block-size", engine->block_size, "KV block size")->capture_default_str();
+      e->add_option("--block-size", engine->block_size, "KV block size")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
       e->add_option("--kv-cache-mb", engine->kv_cache_mb, "KV cache pool size in MiB")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
           ->capture_default_str();
       e->add_option("--max-batched-tokens", engine->max_batched_tokens,
                     "Tokens per engine step (chunked prefill budget)")

@@ -243,8 +243,10 @@ CommandRegistration reg(
       app.add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
       app.add_option("--kv-cache-mb", o->kv_cache_mb,
                      "KV cache pool size in MiB (per rank with --dp-size)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
           ->capture_default_str();
       app.add_option("--block-size", o->block_size, "KV cache block size in tokens")
+          ->check(CLI::PositiveNumber)
           ->capture_default_str();
       app.add_option(
              "--max-model-len", o->max_model_len,

@@ -112,6 +112,18 @@ Result<EngineParts> load_engine_parts(const EngineConfig& config) {
                   fmt::format("kv_cache_bytes {} holds {} blocks of {} bytes ({} tokens)",
                               config.kv_cache_bytes, num_blocks, block_bytes, config.block_size));
   }
+  // The pool is allocated as the engine starts: refuse what cannot fit, with the numbers,
+  // rather than fail inside the allocator.
+  const int64_t pool_bytes = num_blocks * block_bytes;
+  const int64_t available = backend->available_memory_bytes();
+  if (available >= 0 && pool_bytes > available) {
+    return Status(
+        StatusCode::kResourceExhausted,
+        fmt::format("the KV cache pool ({} blocks of {} tokens, {:.2f} GB) does not fit: {:.2f} GB "
+                    "is available on the {} backend after loading the model; lower --kv-cache-mb",
+                    num_blocks, config.block_size, static_cast<double>(pool_bytes) / 1e9,
+                    static_cast<double>(available) / 1e9, backend->name()));
+  }
   const int64_t capacity = num_blocks * config.block_size;
   const int64_t model_max = model->max_context();
   int64_t max_len = config.max_model_len > 0 ? config.max_model_len : std::min(model_max, capacity);

@@ -730,6 +730,24 @@ TEST(Engine, StartRejectsBadConfigs) {
   EXPECT_EQ(e.value()->max_model_len(), 256);
 }
 
+// A KV pool larger than the memory left after the model is refused with the numbers, before
+// the allocator sees it (8 TB here: ~10^9 blocks of 8 KB, more than any test machine has).
+TEST(Engine, StartRefusesAKvPoolThatCannotFit) {
+  auto be = make_cpu_backend();
+  ASSERT_GT(be->available_memory_bytes(), 0);
+  EngineConfig c = small_config("llama_untied", 16, 0);
+  c.kv_cache_bytes = int64_t{8} << 40;
+  auto e = Engine::start(c);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted) << e.status().to_string();
+  const std::string msg = e.status().message();
+  EXPECT_NE(msg.find("the KV cache pool (1073741824 blocks of 16 tokens, 8796.09 GB) does not fit"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("is available on the cpu backend after loading the model"), std::string::npos)
+      << msg;
+}
+
 // Destroying the engine ends everything in flight or queued with kAbort.
 TEST(Engine, DestructorAbortsOutstandingRequests) {
   Collector c;

@@ -1,6 +1,7 @@
-// The DEEPINFER_* variables at the command line (core/env.h): `deepinfer env` lists them, an
-// invalid value stops any command before it loads anything, and a misspelt name is a warning
-// that names the nearest declared variable.
+// What `deepinfer` refuses at startup, each with a message that says what to change: DEEPINFER_*
+// variables (core/env.h: `deepinfer env` lists them, an invalid value stops any command before it
+// loads anything, a misspelt name is a warning naming the nearest declared variable), and KV
+// cache sizes out of range or larger than the memory left after the model.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -50,4 +51,15 @@ test('an invalid value stops serve before it loads the model; a misspelt name on
   assert.equal(typo.status, 1, 'the command itself runs (and fails on its missing file)');
   assert.match(typo.stderr, /nonexistent/);
   assert.match(typo.stderr, /DEEPINFER_THREAD is not a deepinfer variable \(did you mean DEEPINFER_THREADS\?\)/);
+});
+
+test('serve refuses a KV pool that cannot fit, and sizes out of range', () => {
+  const huge = run(['serve', '--model', modelDir, '--port', '0', '--kv-cache-mb', '100000000'], {});
+  assert.notEqual(huge.status, 0);
+  assert.match(huge.stderr, /the KV cache pool \(\d+ blocks of 64 tokens, [\d.]+ GB\) does not fit: [\d.]+ GB is available on the cpu backend after loading the model; lower --kv-cache-mb/);
+  for (const bad of ['-5', '0', '99999999999']) {
+    const r = run(['serve', '--model', modelDir, '--port', '0', '--kv-cache-mb', bad], {});
+    assert.notEqual(r.status, 0, bad);
+    assert.match(r.stderr, /--kv-cache-mb: Value -?\d+ not in range 1 to 1073741824/, bad);
+  }
 });
