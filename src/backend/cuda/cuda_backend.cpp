@@ -119,7 +119,8 @@ int64_t CudaBackend::available_memory_bytes() const {
     (void)cudaGetLastError();
     return -1;
   }
-  return static_cast<int64_t>(free);
+  // The allocator's cached blocks count too: it frees them and retries when cudaMalloc fails.
+  return static_cast<int64_t>(free + allocator_.bytes_cached());
 }
 
 CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::kF32) {

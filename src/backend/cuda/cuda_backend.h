@@ -53,7 +53,7 @@ class CudaBackend final : public Backend {
   DType compute_dtype() const override { return dt_; }
   // FP8 block-scaled linear through cuBLASLt (cuda_fp8.cpp): n and k multiples of 128.
   bool supports_fp8_block_linear(int64_t n, int64_t k) const override;
-  int64_t available_memory_bytes() const override;  // cudaMemGetInfo's free bytes
+  int64_t available_memory_bytes() const override;  // cudaMemGetInfo's free + cached bytes
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor zeros(const Shape& shape, DType dtype) override;
