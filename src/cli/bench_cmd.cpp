@@ -158,7 +158,7 @@ CommandRegistration reg(
       e->add_option("--warmup-iters", engine->warmup_iters, "Untimed rounds first")
           ->capture_default_str();
       e->add_option("--block-size", engine->block_size, "KV block size")
-          ->check(CLI::PositiveNumber)
+          ->check(at_least(1))
           ->capture_default_str();
       e->add_option("--kv-cache-mb", engine->kv_cache_mb, "KV cache pool size in MiB")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))

@@ -8,6 +8,7 @@
 //   });
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -24,6 +25,25 @@ struct CommandSpec {
 };
 
 std::vector<CommandSpec>& command_registry();
+
+// An integer option's lower bound with a readable error ("--block-size: must be an integer >= 1,
+// got 0"; CLI::PositiveNumber would print the range up to DBL_MAX).
+inline CLI::Validator at_least(long long lo) {
+  return CLI::Validator(
+      [lo](std::string& s) -> std::string {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size() || v < lo)
+          return "must be an integer >= " + std::to_string(lo) + ", got " + s;
+        return {};
+      },
+      ">= " + std::to_string(lo));
+}
 
 struct CommandRegistration {
   CommandRegistration(std::string name, std::string help, Setup setup) {

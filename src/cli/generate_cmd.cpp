@@ -145,8 +145,12 @@ CommandRegistration reg("generate", "Generate tokens from a model directory (off
   app.add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str();
   app.add_option("--min-p", o->min_p, "Drop tokens below min_p × the top probability")->capture_default_str();
   app.add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
-  app.add_option("--block-size", o->block_size, "KV cache block size in tokens")->capture_default_str();
-  app.add_option("--prefill-chunk", o->prefill_chunk, "Prefill in chunks of this many tokens (0 = whole)")
+  app.add_option("--block-size", o->block_size, "KV cache block size in tokens")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--prefill-chunk", o->prefill_chunk,
+                 "Prefill in chunks of this many tokens (0 = whole)")
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_flag("--json", o->json, "Print {\"prompt_ids\":[...],\"output_ids\":[...]}");
   app.add_flag("--dump-logits", o->dump_logits, "With --json, add last_prompt_logits");

@@ -111,7 +111,7 @@ CommandRegistration reg(
                    "Store linear weights in DeepSeek FP8 (e4m3 + 128x128 f32 weight_scale_inv)");
       app.add_option("--max-shard-mb", args->max_shard_mb,
                      "Split into model-0000K-of-0000N.safetensors above this size (MB)")
-          ->check(CLI::PositiveNumber)
+          ->check(at_least(1))
           ->capture_default_str();
       app.add_flag("--dry-run", args->dry_run,
                    "Print tensor count, size and shards; write nothing");
@@ -120,7 +120,7 @@ CommandRegistration reg(
                    "--random-weights, which makes the weights on the device)");
       app.add_option("--vocab-size", args->vocab_size,
                      "Replace the preset's vocabulary size (to match a tokenizer you have)")
-          ->check(CLI::PositiveNumber);
+          ->check(at_least(1));
       app.add_flag("--no-progress", args->no_progress, "No progress bar on stderr");
       app.footer(presets_help());
       return [args] { return run_make_model(*args); };

@@ -246,7 +246,7 @@ CommandRegistration reg(
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
           ->capture_default_str();
       app.add_option("--block-size", o->block_size, "KV cache block size in tokens")
-          ->check(CLI::PositiveNumber)
+          ->check(at_least(1))
           ->capture_default_str();
       app.add_option(
              "--max-model-len", o->max_model_len,

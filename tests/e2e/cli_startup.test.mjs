@@ -63,3 +63,16 @@ test('serve refuses a KV pool that cannot fit, and sizes out of range', () => {
     assert.match(r.stderr, /--kv-cache-mb: Value -?\d+ not in range 1 to 1073741824/, bad);
   }
 });
+
+test('integer options out of range name the option, the bound and the value', () => {
+  const cases = [
+    [['serve', '--block-size', '0'], /--block-size: must be an integer >= 1, got 0/],
+    [['generate', '--prefill-chunk', '-3', '--prompt-ids', '1,2'], /--prefill-chunk: must be an integer >= 0, got -3/],
+    [['make-model', '--arch', 'llama', '--preset', 'tiny', '--vocab-size', 'x', '--dry-run'], /--vocab-size: must be an integer >= 1, got x/],
+  ];
+  for (const [args, want] of cases) {
+    const r = run(args, {});
+    assert.notEqual(r.status, 0, args.join(' '));
+    assert.match(r.stderr, want, args.join(' '));
+  }
+});
