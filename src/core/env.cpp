@@ -145,7 +145,8 @@ constexpr Variable kVariables[] = {
     {"DEEPINFER_MOE_T1_SMEM", "deep", "16 warps",
      "with DEEPINFER_MOE_T1_DOWN=smem, deep: 12 warps with deeper register rings"},
     {"DEEPINFER_MOE_T1_TRIGGER", "0|1", "1",
-     "0: the one-token gate_up triggers down only at its end"},
+     "0: the one-token down kernels let the next layer's kernel start only at their end, not "
+     "at their start"},
     {"DEEPINFER_MOE_TC_STAGES", "3|4", "4", "the MoE tensor-core decode kernels' ring stages"},
     {"DEEPINFER_PDL", "0|1", "1", "0: no programmatic dependent launches anywhere"},
     {"DEEPINFER_PDL_DECODE", "0..15", "13",
