@@ -160,7 +160,23 @@ Tensor WeightLoader::try_load_fp8(const std::vector<std::string>& names,
   return dev_q.with_block_scales(backend_.upload(scale, DType::kF32));
 }
 
+void WeightLoader::check_random_fits(const std::string& name, const Shape& shape) {
+  const int64_t bytes =
+      shape_numel(shape) * static_cast<int64_t>(dtype_size(backend_.compute_dtype()));
+  const int64_t have = backend_.available_memory_bytes();
+  if (have >= 0 && bytes > have) {
+    DI_FAIL(
+        "random weights: '{}' {} needs {:.2f} GB as {}, but {:.2f} GB is available on the {} "
+        "backend after {:.2f} GB of weights: this model does not fit",
+        name, shape_str(shape), static_cast<double>(bytes) / 1e9,
+        dtype_name(backend_.compute_dtype()), static_cast<double>(have) / 1e9, backend_.name(),
+        static_cast<double>(random_bytes_made_) / 1e9);
+  }
+  random_bytes_made_ += bytes;
+}
+
 Tensor WeightLoader::load(const std::string& name, const Shape& shape) {
+  if (random_ != nullptr) check_random_fits(name, shape);
   if (random_ != nullptr && random_->fill && shape.size() >= 2) {
     Tensor t = backend_.empty(shape, backend_.compute_dtype());
     random_->fill(t, tensor_seed(random_->seed, name), matrix_scale(name, shape));

@@ -79,6 +79,11 @@ class WeightLoader {
   Backend& backend_;
   const ModelConfig& config_;
   int64_t num_fp8_kept_ = 0;
+  int64_t random_bytes_made_ = 0;
+  // Random weights have no checkpoint to size up front (min_loaded_weight_bytes): each tensor
+  // checks that it fits before it is made, so a model too large for the backend stops with a
+  // message instead of an out-of-memory kill halfway.
+  void check_random_fits(const std::string& name, const Shape& shape);
   bool round_bf16_ = false;
 
   // The row-concatenation of `names` as a device FP8 weight with block scales, or a null Tensor

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/profiling_backend.h"
+#include "core/error.h"
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -223,6 +224,28 @@ TEST(RandomWeightsTest, HostValuesFollowTheScaleRules) {
   for (int64_t i = 0; i < n.numel(); ++i) ASSERT_NEAR(n.f32()[i], 1.0f, 0.1f);
   Tensor again = random_weight_host(r, "model.layers.0.mlp.down_proj.weight", {64, 300});
   EXPECT_EQ(0, std::memcmp(w.raw(), again.raw(), w.nbytes()));
+}
+
+// A random model too large for the backend stops at the first tensor that does not fit, with
+// the numbers, before that tensor is made: llama tiny at hidden 2^20 and vocab 2^20 (its
+// embedding alone would be 4 TiB as f32).
+TEST(RandomModelMemory, RefusesATensorThatDoesNotFit) {
+  auto cpu = make_cpu_backend();
+  ASSERT_GT(cpu->available_memory_bytes(), 0);
+  ModelConfig c = preset_config("llama", "tiny");
+  c.hidden_size = int64_t{1} << 20;
+  c.vocab_size = int64_t{1} << 20;
+  RandomWeights r;
+  r.seed = 1;
+  try {
+    make_random_model(c, *cpu, r, {});
+    FAIL() << "a 4 TiB model was made";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("random weights: '"), std::string::npos) << what;
+    EXPECT_NE(what.find("GB is available on the cpu backend after"), std::string::npos) << what;
+    EXPECT_NE(what.find("this model does not fit"), std::string::npos) << what;
+  }
 }
 
 }  // namespace
