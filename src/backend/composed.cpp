@@ -13,10 +13,7 @@
 namespace di {
 
 bool moe_route_on_logits(const MoeRoutingParams& p) {
-  static const bool enabled = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_ROUTE_ON_LOGITS");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool enabled = !di::env::is("DEEPINFER_MOE_ROUTE_ON_LOGITS", "0");
   return enabled && p.scoring == MoeRoutingParams::Scoring::kSoftmax &&
          (!p.renormalize || p.renorm_eps <= 1e-12f) && p.correction_bias == nullptr &&
          (p.num_groups <= 1 || p.topk_groups >= p.num_groups);

@@ -227,6 +227,23 @@ const char* get(const char* name) {
   return value;
 }
 
+bool is(const char* name, const char* value) {
+  const char* v = get(name);
+  const Variable* var = find(name);
+  bool declared = false;
+  std::string_view rest = var->values;
+  while (!declared) {
+    const size_t bar = rest.find('|');
+    declared = rest.substr(0, bar) == value;
+    if (bar == std::string_view::npos) break;
+    rest.remove_prefix(bar + 1);
+  }
+  if (!declared)
+    throw Error(fmt::format("env::is({}, {}): not one of its declared values {}", name, value,
+                            var->values));
+  return v != nullptr && std::string_view(v) == value;
+}
+
 int get_int(const char* name, int unset) {
   const char* value = get(name);
   if (value == nullptr) return unset;

@@ -42,6 +42,11 @@ std::optional<std::string> invalid(const Variable& v, std::string_view value);
 // in the table (a programming error) or when its value is invalid.
 const char* get(const char* name);
 
+// Whether the variable is set to `value`, which must be one of its declared literals (throws
+// di::Error otherwise, so a site cannot test for a value the table does not offer):
+//   static const bool serial = env::is("DEEPINFER_MOE_ROUTE", "serial");
+bool is(const char* name, const char* value);
+
 // get(name) as an integer; `unset` when it is not set. Throws di::Error as get does, and when
 // the value is not an integer.
 int get_int(const char* name, int unset);

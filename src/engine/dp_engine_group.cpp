@@ -96,9 +96,7 @@ Result<std::unique_ptr<Engine>> DpEngineGroup::start(const EngineConfig& config)
   // on); DEEPINFER_EP_LATENCY=0 keeps the throughput exchange (host syncs) everywhere, and with
   // it no graphs. The fp32 verification mode's MoE synchronizes with the host, so its capture
   // would fail after NCCL calls were captured: no graphs there either.
-  const char* latency_env = di::env::get("DEEPINFER_EP_LATENCY");
-  const bool latency =
-      moe && !on_cpu && (latency_env == nullptr || std::string(latency_env) != "0");
+  const bool latency = moe && !on_cpu && !di::env::is("DEEPINFER_EP_LATENCY", "0");
   if (moe && (!latency || config.backend == "cuda-fp32")) rank_config.decode_graphs = false;
   DpExpertTransport* transport = g.transport_.get();
   const std::string backend = config.backend;

@@ -123,8 +123,7 @@ class NcclExpertTransport final : public DpExpertTransport {
   // The decode exchange peer to peer (peer_exchange.h) when every pair of the group's GPUs has
   // peer access; DEEPINFER_EP_PEER=0 keeps it on NCCL (A/B). Made once, at rank 0's attach.
   void make_peer_exchange(int32_t hidden, int32_t top_k, DType dtype, int32_t max_rows) {
-    const char* env = di::env::get("DEEPINFER_EP_PEER");
-    if (env != nullptr && std::string(env) == "0") {
+    if (di::env::is("DEEPINFER_EP_PEER", "0")) {
       DI_LOG_INFO("DP group: decode exchange over NCCL (DEEPINFER_EP_PEER=0)");
       return;
     }

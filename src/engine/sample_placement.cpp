@@ -48,8 +48,7 @@ DeviceSampleRow device_sample_row(const sampling::SamplingParams& params, int64_
 }
 
 bool device_sampling_allowed_by_env() {
-  const char* env = di::env::get("DEEPINFER_GPU_SAMPLING");
-  return env == nullptr || std::string_view(env) != "0";
+  return !di::env::is("DEEPINFER_GPU_SAMPLING", "0");
 }
 
 }  // namespace di

@@ -140,20 +140,15 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   max_smem_optin_ = static_cast<size_t>(optin);
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
-  gemv_max_rows_ = kDefaultGemvMaxRows;
-  if (const char* env = di::env::get("DEEPINFER_GEMV_MAX_ROWS"))
-    gemv_max_rows_ = std::clamp(std::atoi(env), 0, kGemvMaxRows);
-  if (const char* env = di::env::get("DEEPINFER_ATTN_PREFILL")) {
-    const std::string v(env);
-    DI_CHECK(v == "wgmma" || v == "mma" || v == "simt",
-             "DEEPINFER_ATTN_PREFILL={}: expected wgmma, mma or simt", env);
-    attention_prefill_mma_ = v != "simt";
-    attention_prefill_wgmma_ = v == "wgmma";
+  // The A/B switches of this backend's own paths (core/env.h declares their values).
+  gemv_max_rows_ =
+      std::clamp(di::env::get_int("DEEPINFER_GEMV_MAX_ROWS", kDefaultGemvMaxRows), 0, kGemvMaxRows);
+  if (di::env::get("DEEPINFER_ATTN_PREFILL") != nullptr) {  // wgmma | mma | simt
+    attention_prefill_mma_ = !di::env::is("DEEPINFER_ATTN_PREFILL", "simt");
+    attention_prefill_wgmma_ = di::env::is("DEEPINFER_ATTN_PREFILL", "wgmma");
   }
-  if (const char* env = di::env::get("DEEPINFER_ATTN_MMA_WARPS"))
-    attention_mma_warps_ = std::atoi(env) == 8 ? 8 : 4;
-  if (const char* env = di::env::get("DEEPINFER_ATTN_MMA_MTILES"))
-    attention_mma_mtiles_ = std::atoi(env) == 2 ? 2 : 1;
+  attention_mma_warps_ = di::env::get_int("DEEPINFER_ATTN_MMA_WARPS", 4);    // 4 | 8
+  attention_mma_mtiles_ = di::env::get_int("DEEPINFER_ATTN_MMA_MTILES", 1);  // 1 | 2
   // Sized up front so that a decode graph captured later never needs to grow it.
   reserve_attention_counters(kInitialAttentionCounters);
   CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
@@ -647,10 +642,7 @@ void check_paged_attention(const PagedAttentionParams& p, DType dt) {
 // instead of once per token (attention.h). Opt-in: on the H200 (run 11) it was neutral for
 // Llama-3.1-8B at batch 1, +2% for Qwen3-30B-A3B at 1 and -3% at 32.
 bool gqa_chunk_softmax_enabled() {
-  static const bool on = [] {
-    const char* env = di::env::get("DEEPINFER_GQA_SOFTMAX");
-    return env != nullptr && std::string(env) == "chunk";
-  }();
+  static const bool on = [] { return di::env::is("DEEPINFER_GQA_SOFTMAX", "chunk"); }();
   return on;
 }
 
@@ -839,10 +831,7 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
 // batch 2 differ in the last bits), up to kMlaMergeMaxParts splits (ctx 32K at 64 entries per
 // split).
 bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv) {
-  static const bool env_on = [] {
-    const char* v = di::env::get("DEEPINFER_MLA_DEFER");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool env_on = [] { return !di::env::is("DEEPINFER_MLA_DEFER", "0"); }();
   const bool on = mla_defer_override_ >= 0 ? mla_defer_override_ != 0 : env_on;
   const PagedBatch& b = *p.batch;
   const MlaDecodeKernel mk = mla_decode_kernel_;
@@ -1120,8 +1109,7 @@ void CudaBackend::attention_o_proj(const QkvRopeStoreParams& store,
 bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const PagedAttentionParams& at,
                                        const Tensor& w_o, Tensor& residual) {
   static const bool env_on = [] {  // opt-in: slower on the H200 (run 34)
-    const char* v = di::env::get("DEEPINFER_ATTN_O_PROJ");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    return di::env::is("DEEPINFER_ATTN_O_PROJ", "1");
   }();
   const bool on = attn_o_proj_override_ >= 0 ? attn_o_proj_override_ != 0 : env_on;
   if (!on || f32_ || !gqa_decode_enabled()) return false;
@@ -1138,10 +1126,7 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
     return false;
   const int hidden = static_cast<int>(w_o.size(0));
   // Heads per CTA: 4 (one 128 KB CTA per SM), or DEEPINFER_ATTN_O_PROJ_HEADS=2 (two of 64 KB).
-  static const int heads = [] {
-    const char* v = di::env::get("DEEPINFER_ATTN_O_PROJ_HEADS");
-    return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 4;
-  }();
+  static const int heads = [] { return di::env::is("DEEPINFER_ATTN_O_PROJ_HEADS", "2") ? 2 : 4; }();
   const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_, heads);
   if (rows == 0) return false;
   check_qkv_rope_store(st, dt_);
@@ -1294,10 +1279,8 @@ void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {
     // One launch for both (kernels/decode_fused.h), unless off or DEEPINFER_HEAD_LINEAR=cublas
     // (whose A/B keeps W_UK on cuBLAS).
     static const bool kEnvOn = [] {
-      const char* uk = di::env::get("DEEPINFER_MLA_FUSED_UK");
-      const char* hl = di::env::get("DEEPINFER_HEAD_LINEAR");
-      return !(uk != nullptr && std::string(uk) == "0") &&
-             !(hl != nullptr && std::string(hl) == "cublas");
+      return !di::env::is("DEEPINFER_MLA_FUSED_UK", "0") &&
+             !di::env::is("DEEPINFER_HEAD_LINEAR", "cublas");
     }();
     const bool on = mla_fused_uk_override_ >= 0 ? mla_fused_uk_override_ == 1 : kEnvOn;
     if (on && mla_rope_store_uk_supported(k, lat) &&
@@ -1325,10 +1308,7 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
            "cuda head_linear: x {} w {} y {}", x.describe(), w.describe(), y.describe());
   if (t == 0) return;
   // Few tokens (decode): kernels/head_linear.cu; DEEPINFER_HEAD_LINEAR=cublas keeps cuBLAS (A/B).
-  static const bool kSmallOff = [] {
-    const char* env = di::env::get("DEEPINFER_HEAD_LINEAR");
-    return env != nullptr && std::string(env) == "cublas";
-  }();
+  static const bool kSmallOff = [] { return di::env::is("DEEPINFER_HEAD_LINEAR", "cublas"); }();
   if (!f32_ && !kSmallOff && head_linear_small_supported(t, heads, k, n) &&
       static_cast<size_t>(head_linear_small_smem(static_cast<int32_t>(t),
                                                  static_cast<int32_t>(k))) <= max_smem_optin_) {
@@ -1387,11 +1367,10 @@ const float* CudaBackend::router_bias(const MoeRoutingParams& r, const char* op)
 bool CudaBackend::moe_fused_enabled(bool route) const {
   // 0: neither, 1: both, 2: the router only, 3: the residual kernels only.
   static const int env = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_FUSED");
-    if (v == nullptr) return 1;
-    if (std::strcmp(v, "0") == 0) return 0;
-    if (std::strcmp(v, "route") == 0) return 2;
-    if (std::strcmp(v, "residual") == 0) return 3;
+    constexpr const char* kName = "DEEPINFER_MOE_FUSED";
+    if (di::env::is(kName, "0")) return 0;
+    if (di::env::is(kName, "route")) return 2;
+    if (di::env::is(kName, "residual")) return 3;
     return 1;
   }();
   const int mode = moe_fused_override_ >= 0 ? moe_fused_override_ : env;

@@ -257,10 +257,7 @@ class CudaBackend final : public Backend {
   // Page-locked destinations for downloads of at least kPinnedDownloadMin bytes (the logits);
   // DEEPINFER_PINNED_DOWNLOAD=0 downloads into fresh pageable memory instead (A/B).
   PinnedHostPool pinned_{size_t{1} << 30};
-  bool pinned_download_ = [] {
-    const char* env = di::env::get("DEEPINFER_PINNED_DOWNLOAD");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  bool pinned_download_ = !di::env::is("DEEPINFER_PINNED_DOWNLOAD", "0");
   std::shared_ptr<CudaSampler> sampler_;  // after allocator_: its tensors go back to it first
   int32_t attention_max_kv_override_ = 0;
   int32_t gemv_max_rows_ = 0;  // set in the constructor
@@ -280,25 +277,20 @@ class CudaBackend final : public Backend {
   bool try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv);
-  bool fused_attention_ = [] {  // DEEPINFER_ATTN_FUSED=1: the fused decode attention kernel
-    const char* env = di::env::get("DEEPINFER_ATTN_FUSED");
-    return env != nullptr && std::string(env) == "1";
-  }();
-  bool fused_mma_attention_ = [] {  // DEEPINFER_ATTN_FUSED_MMA=1: the fused tensor-core kernel
-    const char* env = di::env::get("DEEPINFER_ATTN_FUSED_MMA");
-    return env != nullptr && std::string(env) == "1";
-  }();
+  // The fused decode attention kernel / its tensor-core form (both opt-in).
+  bool fused_attention_ = di::env::is("DEEPINFER_ATTN_FUSED", "1");
+  bool fused_mma_attention_ = di::env::is("DEEPINFER_ATTN_FUSED_MMA", "1");
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
   int attn_o_proj_override_ = -1;  // -1: DEEPINFER_ATTN_O_PROJ (default off)
   int64_t attn_o_proj_calls_ = 0;
   MlaDecodeKernel mla_decode_kernel_ = [] {
-    const char* env = di::env::get("DEEPINFER_MLA_KERNEL");
-    if (env != nullptr && std::string(env) == "0") return MlaDecodeKernel::kGeneric;
-    if (env != nullptr && std::string(env) == "tile") return MlaDecodeKernel::kTile;
-    if (env != nullptr && std::string(env) == "cluster") return MlaDecodeKernel::kCluster;
-    if (env != nullptr && std::string(env) == "wide") return MlaDecodeKernel::kWide;
+    constexpr const char* kName = "DEEPINFER_MLA_KERNEL";
+    if (di::env::is(kName, "0")) return MlaDecodeKernel::kGeneric;
+    if (di::env::is(kName, "tile")) return MlaDecodeKernel::kTile;
+    if (di::env::is(kName, "cluster")) return MlaDecodeKernel::kCluster;
+    if (di::env::is(kName, "wide")) return MlaDecodeKernel::kWide;
     return MlaDecodeKernel::kAuto;
   }();
   int64_t mla_cluster_calls_ = 0;

@@ -171,8 +171,7 @@ void DecodeGraph::capture() {
   be_.synchronize();
   graph_.capture(be_, [&] { logits_ = forward_(ids_, batch_, rows_); });
   be_.set_attention_max_kv_len(0);
-  const char* env = di::env::get("DEEPINFER_GRAPH_STATS");
-  if (env != nullptr && std::string(env) == "1") {
+  if (di::env::is("DEEPINFER_GRAPH_STATS", "1")) {
     stats_ = std::make_unique<ReplayStats>();
     CUDA_CHECK(cudaEventCreate(&stats_->start));
     CUDA_CHECK(cudaEventCreate(&stats_->stop));

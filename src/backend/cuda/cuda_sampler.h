@@ -35,10 +35,7 @@ class CudaSampler {
   CudaBackend& be_;
   // All-greedy batches take launch_argmax_rows instead of the sort; DEEPINFER_GPU_ARGMAX=0 sends
   // them through the sort too (A/B).
-  bool greedy_fast_path_ = [] {
-    const char* env = di::env::get("DEEPINFER_GPU_ARGMAX");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  bool greedy_fast_path_ = !di::env::is("DEEPINFER_GPU_ARGMAX", "0");
   Tensor params_host_;  // [capacity x sizeof(SampleRowParams)] u8, host staging
   Tensor params_;       // the same on the device
   Tensor tokens_;       // [capacity] i32

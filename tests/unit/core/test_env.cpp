@@ -119,6 +119,24 @@ TEST(Env, GetReturnsValidValuesAndThrowsOnInvalidOrUndeclared) {
   }
 }
 
+TEST(Env, IsComparesWithADeclaredValueOnly) {
+  ::unsetenv(kProbe);
+  EXPECT_FALSE(env::is(kProbe, "1"));
+  EXPECT_FALSE(env::is(kProbe, "0"));
+  {
+    ScopedEnv e(kProbe, "1");
+    EXPECT_TRUE(env::is(kProbe, "1"));
+    EXPECT_FALSE(env::is(kProbe, "0"));
+    EXPECT_THROW(env::is(kProbe, "on"), Error);  // not one of 0|1: a site's typo
+  }
+  {
+    ScopedEnv e("DEEPINFER_MOE_T1_GU", "2x6");
+    EXPECT_TRUE(env::is("DEEPINFER_MOE_T1_GU", "2x6"));
+    EXPECT_FALSE(env::is("DEEPINFER_MOE_T1_GU", "4x4"));
+  }
+  EXPECT_THROW(env::is("DEEPINFER_NOT_A_SWITCH", "1"), Error);
+}
+
 TEST(Env, CheckEnvironmentReportsInvalidValuesAndUnknownNames) {
   for (const env::Problem& p : env::check_environment())
     ADD_FAILURE() << "the test's own environment: " << p.message;
@@ -208,6 +226,32 @@ TEST(Env, TheSourceReadsExactlyTheDeclaredVariables) {
       }
     });
   }
+  // Every env::is(name, value) in src compares with a declared literal (is() would throw when
+  // the line runs; this finds it without running it). Sites that name the variable once as
+  // kName compare against the nearest kName = "DEEPINFER_..." above them.
+  const std::regex is_call(R"re(env::is\(\s*("(DEEPINFER_[A-Z0-9_]+)"|kName),\s*"([^"]*)"\))re");
+  const std::regex kname(R"re(kName = "(DEEPINFER_[A-Z0-9_]+)")re");
+  int is_calls = 0;
+  for_each_file(root / "src", code, [&](const fs::path& p) {
+    const std::string text = read_file(p);
+    const std::string rel = fs::relative(p, root).string();
+    for (std::sregex_iterator it(text.begin(), text.end(), is_call), end; it != end; ++it) {
+      std::string name = (*it)[2];
+      if (name.empty()) {  // kName: the last definition before this call
+        const std::string before = text.substr(0, static_cast<size_t>(it->position()));
+        for (std::sregex_iterator k(before.begin(), before.end(), kname); k != end; ++k)
+          name = (*k)[1];
+      }
+      const env::Variable* v = env::find(name);
+      ASSERT_NE(v, nullptr) << rel << ": env::is on '" << name << "'";
+      const std::string value = (*it)[3];
+      EXPECT_FALSE(env::invalid(*v, value)) << rel << ": env::is(" << name << ", \"" << value
+                                            << "\") compares with an undeclared value";
+      ++is_calls;
+    }
+  });
+  EXPECT_GT(is_calls, 20);
+
   // What the scripts and the e2e harness read or set (DEEPINFER_BIN) counts as named too.
   const std::regex mention(R"re(\b(DEEPINFER_[A-Z0-9_]+))re");
   for (const char* dir : {"scripts", "tests/e2e"}) {

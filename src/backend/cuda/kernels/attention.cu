@@ -400,10 +400,8 @@ void set_gqa_decode_token_warps(int tw) {
 }
 
 bool gqa_decode_enabled() {
-  static const bool on = [] {  // DEEPINFER_ATTN_DECODE=generic: the A/B switch
-    const char* env = di::env::get("DEEPINFER_ATTN_DECODE");
-    return env == nullptr || std::string(env) != "generic";
-  }();
+  // DEEPINFER_ATTN_DECODE=generic: the A/B switch
+  static const bool on = !di::env::is("DEEPINFER_ATTN_DECODE", "generic");
   return on;
 }
 
@@ -440,8 +438,7 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
   plan.num_splits = 1;
   // DEEPINFER_ATTN_SPLIT overrides the split size (a fixed value keeps batch invariance).
   static const int32_t kSplit = [] {
-    const char* env = di::env::get("DEEPINFER_ATTN_SPLIT");
-    const int v = env ? std::atoi(env) : 0;
+    const int v = env_int("DEEPINFER_ATTN_SPLIT", 0);  // 0 | 16..
     return v >= 16 ? v : 64;
   }();
   if (num_tokens <= 8 * num_seqs && kv > kSplit) {

@@ -57,10 +57,7 @@ class EnvSetting {
 // DEEPINFER_BATCH_INVARIANT=1 (design.md "Determinism"): kernels whose layout would otherwise
 // follow the batch (MLA head split, MLA split size) pin one layout; read once.
 inline bool batch_invariant_env() {
-  static const bool on = [] {
-    const char* env = di::env::get("DEEPINFER_BATCH_INVARIANT");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
+  static const bool on = di::env::is("DEEPINFER_BATCH_INVARIANT", "1");
   return on;
 }
 
@@ -74,10 +71,7 @@ inline bool attn_late_trigger_env() {
 
 // DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* env = di::env::get("DEEPINFER_PDL");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
+  static const bool on = env_int("DEEPINFER_PDL", 1) != 0;
   return on;
 }
 

@@ -1124,10 +1124,7 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
 // 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
 int min_blocks_setting() {
-  static const int v = [] {
-    const char* env = di::env::get("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS");
-    return env != nullptr && std::atoi(env) == 2 ? 2 : 3;
-  }();
+  static const int v = env_int("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS", 3);  // 2 | 3
   return v;
 }
 
@@ -1186,11 +1183,7 @@ void set_mla_cluster_batch_split_override(int on) {
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
                                              int32_t num_heads, int32_t dqk, int32_t dv,
                                              bool defer) {
-  static const int32_t kSplitEnv = [] {
-    const char* env = di::env::get("DEEPINFER_MLA_CLUSTER_SPLIT");
-    const int v = env ? std::atoi(env) : 0;
-    return v >= 16 ? v : 0;
-  }();
+  static const int32_t kSplitEnv = env_int("DEEPINFER_MLA_CLUSTER_SPLIT", 0);  // 0 | 16..
   const bool by_batch = kSplitEnv == 0 && mla_cluster_batch_split();
   const bool small_batch = by_batch && num_tokens < kLargeBatchTokens;
   const int32_t kSplit = kSplitEnv > 0                                 ? kSplitEnv
@@ -1268,12 +1261,11 @@ std::atomic<int> g_merge_override{-1};
 // -> 492.0 / 489.9 / 491.2 (run 23 call 7).
 MlaMergeKernel merge_env() {
   static const MlaMergeKernel env = [] {
-    const char* v = di::env::get("DEEPINFER_MLA_MERGE");
-    if (v == nullptr) return MlaMergeKernel::kAuto;
-    if (std::strcmp(v, "v1") == 0) return MlaMergeKernel::kV1;
-    if (std::strcmp(v, "wide4reg") == 0) return MlaMergeKernel::kWideRegisters;
-    if (std::strcmp(v, "wide") == 0) return MlaMergeKernel::kWideBulk;
-    if (std::strcmp(v, "split") == 0) return MlaMergeKernel::kSplit;
+    constexpr const char* kName = "DEEPINFER_MLA_MERGE";
+    if (di::env::is(kName, "v1")) return MlaMergeKernel::kV1;
+    if (di::env::is(kName, "wide4reg")) return MlaMergeKernel::kWideRegisters;
+    if (di::env::is(kName, "wide")) return MlaMergeKernel::kWideBulk;
+    if (di::env::is(kName, "split")) return MlaMergeKernel::kSplit;
     return MlaMergeKernel::kAuto;
   }();
   return env;

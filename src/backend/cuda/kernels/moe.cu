@@ -119,10 +119,7 @@ constexpr int kRouteWarps = 4;  // tokens per block of the warp router
 // (the code before run 20).
 constexpr int kRoutePerLane = kMaxRouterExperts / 32;
 inline int route_slots(int experts) {
-  static const bool all16 = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_ROUTE_SLOTS");
-    return v != nullptr && std::strcmp(v, "16") == 0;
-  }();
+  static const bool all16 = di::env::is("DEEPINFER_MOE_ROUTE_SLOTS", "16");
   if (all16) return kRoutePerLane;
   return experts <= 64 ? 2 : experts <= 128 ? 4 : experts <= 256 ? 8 : kRoutePerLane;
 }
@@ -594,10 +591,7 @@ __global__ void moe_combine_kernel(MoeCombineParams p) {
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream, MoeRouteImpl impl) {
   if (p.tokens == 0) return;
   if (impl == MoeRouteImpl::kAuto) {
-    static const bool serial = [] {
-      const char* v = di::env::get("DEEPINFER_MOE_ROUTE");
-      return v != nullptr && std::strcmp(v, "serial") == 0;
-    }();
+    static const bool serial = di::env::is("DEEPINFER_MOE_ROUTE", "serial");
     impl = serial ? MoeRouteImpl::kSerial : MoeRouteImpl::kWarp;
   }
   const bool warp_ok = p.num_experts >= 1 && p.num_experts <= kMaxRouterExperts && p.top_k >= 1 &&

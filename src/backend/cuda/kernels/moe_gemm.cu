@@ -1377,25 +1377,21 @@ MoeDecodeImpl g_decode_override = MoeDecodeImpl::kAuto;
 void set_moe_decode_impl_override(MoeDecodeImpl impl) { g_decode_override = impl; }
 
 int moe_decode_grouped_min_rows() {
-  static const int rows = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS");
-    const int r = v != nullptr ? std::atoi(v) : 0;
-    return r > 0 ? r : 0;
-  }();
+  static const int rows = env_int("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS", 0);  // 0..
   return rows;
 }
 
 MoeDecodeImpl moe_decode_impl_from_env() {
   if (g_decode_override != MoeDecodeImpl::kAuto) return g_decode_override;
   static const MoeDecodeImpl impl = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_DECODE");
-    if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeDecodeImpl::kV1;
-    if (v != nullptr && std::strcmp(v, "mma") == 0) return MoeDecodeImpl::kMma;
-    if (v != nullptr && std::strcmp(v, "v2") == 0) return MoeDecodeImpl::kV2;
-    if (v != nullptr && std::strcmp(v, "tc") == 0) return MoeDecodeImpl::kTc;
+    constexpr const char* kName = "DEEPINFER_MOE_DECODE";
+    if (di::env::is(kName, "v1")) return MoeDecodeImpl::kV1;
+    if (di::env::is(kName, "mma")) return MoeDecodeImpl::kMma;
+    if (di::env::is(kName, "v2")) return MoeDecodeImpl::kV2;
+    if (di::env::is(kName, "tc")) return MoeDecodeImpl::kTc;
     // DEEPINFER_MOE_DECODE=auto: v2 below 4 rows per expert, mma from 4 (the default of GPU
     // runs 8-14: v2 won at 1-2 rows, mma from 4).
-    if (v != nullptr && std::strcmp(v, "auto") == 0) return MoeDecodeImpl::kMma;
+    if (di::env::is(kName, "auto")) return MoeDecodeImpl::kMma;
     // Default: the cp.async-ring tensor-core kernels at every row count (run 15, H200:
     // bench_cuda_moe 2 / 4 / 8 / 16 rows per expert 70-76 / 57 / 56 / 54 % -> 84 / 82-83 / 79-81
     // / 74-76 % of the copy bandwidth; Qwen3-30B-A3B batch 32 1,202 -> 1,540 tok/s).
@@ -1407,10 +1403,7 @@ MoeDecodeImpl moe_decode_impl_from_env() {
 // Rows per touched expert from which the mma kernels run when kMma is chosen: 3 when asked for
 // explicitly (DEEPINFER_MOE_DECODE=mma), 4 by default.
 int moe_decode_mma_min_rows() {
-  static const int rows = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_DECODE");
-    return v != nullptr && std::strcmp(v, "mma") == 0 ? 3 : 4;
-  }();
+  static const int rows = di::env::is("DEEPINFER_MOE_DECODE", "mma") ? 3 : 4;
   return rows;
 }
 
@@ -1468,10 +1461,8 @@ void set_moe_t1_path_override(int on) {
 
 bool moe_t1_path_enabled() {
   if (g_t1_path_override >= 0) return g_t1_path_override != 0;
-  static const bool on = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_T1");
-    return !(v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0));
-  }();
+  static const bool on =
+      !di::env::is("DEEPINFER_MOE_T1", "0") && !di::env::is("DEEPINFER_MOE_T1", "off");
   return on;
 }
 
@@ -1482,12 +1473,12 @@ void set_moe_t1_down_impl_override(MoeT1DownImpl impl) {
 MoeT1DownImpl moe_t1_down_impl() {
   if (g_t1_down_override != MoeT1DownImpl::kAuto) return g_t1_down_override;
   static const MoeT1DownImpl impl = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_T1_DOWN");
-    if (v != nullptr && std::strcmp(v, "v1") == 0) return MoeT1DownImpl::kPairs;
-    if (v != nullptr && std::strcmp(v, "pipe") == 0) return MoeT1DownImpl::kPipelined;
-    if (v != nullptr && std::strcmp(v, "smem") == 0) return MoeT1DownImpl::kSmem;
-    if (v != nullptr && std::strcmp(v, "fused") == 0) return MoeT1DownImpl::kFused;
-    if (v != nullptr && std::strcmp(v, "slot") == 0) return MoeT1DownImpl::kSlot;
+    constexpr const char* kName = "DEEPINFER_MOE_T1_DOWN";
+    if (di::env::is(kName, "v1")) return MoeT1DownImpl::kPairs;
+    if (di::env::is(kName, "pipe")) return MoeT1DownImpl::kPipelined;
+    if (di::env::is(kName, "smem")) return MoeT1DownImpl::kSmem;
+    if (di::env::is(kName, "fused")) return MoeT1DownImpl::kFused;
+    if (di::env::is(kName, "slot")) return MoeT1DownImpl::kSlot;
     return MoeT1DownImpl::kAuto;
   }();
   return impl;
@@ -1607,11 +1598,11 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   // in flight per lane serve a grid that takes several waves either way (V2-Lite: 8 slots x 1,408
   // columns = 11,264 warps; 512.5 -> 514.5 tok/s, +0.4 %, run 37 call 11). Same sums either way.
   static const int gu_forced = [] {
-    const char* v = di::env::get("DEEPINFER_MOE_T1_GU");
-    if (v == nullptr) return -1;
-    if (std::strcmp(v, "4x4") == 0) return 0;
-    if (std::strcmp(v, "2x8") == 0) return 2;
-    return 1;
+    constexpr const char* kName = "DEEPINFER_MOE_T1_GU";
+    if (di::env::is(kName, "4x4")) return 0;
+    if (di::env::is(kName, "2x6")) return 1;
+    if (di::env::is(kName, "2x8")) return 2;
+    return -1;
   }();
   const int64_t gu_warps = int64_t{gu_grid.x} * gu_grid.y * kDecodeWarps;
   const int gu_variant =
@@ -1693,10 +1684,7 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   const bool pdl = t1_pdl(p, smem_down);
   p.early_rows = down_early_env && pdl && pdl_enabled();
   if (smem_down) {
-    static const bool deep = [] {
-      const char* v = di::env::get("DEEPINFER_MOE_T1_SMEM");
-      return v != nullptr && std::strcmp(v, "deep") == 0;
-    }();
+    static const bool deep = di::env::is("DEEPINFER_MOE_T1_SMEM", "deep");
     const int warps = deep ? 12 : 16;
     const dim3 sgrid(std::min<unsigned>(ceil_div(p.hidden, warps), static_cast<unsigned>(num_sms)));
     void (*kernel)(MoeDecodeT1Params) = deep ? t1_smem_kernel_for<12>(iters)
