@@ -26,12 +26,7 @@ int run_env(const EnvOptions& o) {
   const auto set = env::set_variables();
   fmt::print("set now:{}\n", set.empty() ? " none" : "");
   for (const std::string& s : set) fmt::print("  {}\n", s);
-  int rc = 0;
-  for (const env::Problem& p : env::check_environment()) {
-    fmt::print(stderr, "{}: {}\n", p.fatal ? "error" : "warning", p.message);
-    if (p.fatal) rc = 2;
-  }
-  return rc;
+  return env::report_environment("deepinfer env") ? 0 : 2;
 }
 
 CommandRegistration reg(

@@ -36,18 +36,7 @@ int main(int argc, char** argv) {
   // DEEPINFER_* variables (core/env.h): an invalid value stops here, before any work, rather than
   // at the first kernel that reads it; an unknown name (a misspelt switch) is a warning. `env`
   // itself reports them.
-  if (!app.got_subcommand("env")) {
-    bool fatal = false;
-    for (const di::env::Problem& p : di::env::check_environment()) {
-      if (p.fatal) {
-        spdlog::error("{}", p.message);
-        fatal = true;
-      } else {
-        spdlog::warn("{}", p.message);
-      }
-    }
-    if (fatal) return 2;
-  }
+  if (!app.got_subcommand("env") && !di::env::report_environment("deepinfer")) return 2;
   try {
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) return run();

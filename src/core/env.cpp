@@ -177,6 +177,25 @@ bool matches(std::string_view item, std::string_view value) {
   return v >= lo;
 }
 
+// Whether `pred` holds for one of the '|'-separated items of `values`.
+template <typename Pred>
+bool any_item(std::string_view values, Pred pred) {
+  while (true) {
+    const size_t bar = values.find('|');
+    if (pred(values.substr(0, bar))) return true;
+    if (bar == std::string_view::npos) return false;
+    values.remove_prefix(bar + 1);
+  }
+}
+
+// The table's entry of `name`; throws when it has none (a programming error).
+const Variable& declared(const char* name) {
+  const Variable* v = find(name);
+  if (v == nullptr)
+    throw Error(fmt::format("{} is read but not declared in core/env.cpp's table", name));
+  return *v;
+}
+
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -205,43 +224,34 @@ const Variable* find(std::string_view name) {
 }
 
 std::optional<std::string> invalid(const Variable& v, std::string_view value) {
-  if (v.values.empty()) return std::nullopt;
-  std::string_view rest = v.values;
-  while (true) {
-    const size_t bar = rest.find('|');
-    if (matches(rest.substr(0, bar), value)) return std::nullopt;
-    if (bar == std::string_view::npos) break;
-    rest.remove_prefix(bar + 1);
-  }
+  if (v.values.empty() ||
+      any_item(v.values, [&](std::string_view item) { return matches(item, value); }))
+    return std::nullopt;
   return fmt::format("{}={}: expected {} (unset: {}; {})", v.name, value, v.values, v.unset,
                      v.help);
 }
 
-const char* get(const char* name) {
-  const Variable* v = find(name);
-  if (v == nullptr)
-    throw Error(fmt::format("{} is read but not declared in core/env.cpp's table", name));
+namespace {
+// v's value (v is `name`'s entry); nullptr when unset or empty; throws when invalid.
+const char* value_of(const Variable& v, const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return nullptr;
-  if (auto why = invalid(*v, value)) throw Error(*why);
+  if (auto why = invalid(v, value)) throw Error(*why);
   return value;
+}
+}  // namespace
+
+const char* get(const char* name) {
+  return value_of(declared(name), name);
 }
 
 bool is(const char* name, const char* value) {
-  const char* v = get(name);
-  const Variable* var = find(name);
-  bool declared = false;
-  std::string_view rest = var->values;
-  while (!declared) {
-    const size_t bar = rest.find('|');
-    declared = rest.substr(0, bar) == value;
-    if (bar == std::string_view::npos) break;
-    rest.remove_prefix(bar + 1);
-  }
-  if (!declared)
-    throw Error(fmt::format("env::is({}, {}): not one of its declared values {}", name, value,
-                            var->values));
-  return v != nullptr && std::string_view(v) == value;
+  const Variable& v = declared(name);
+  if (!any_item(v.values, [&](std::string_view item) { return item == value; }))
+    throw Error(
+        fmt::format("env::is({}, {}): not one of its declared values {}", name, value, v.values));
+  const char* set = value_of(v, name);
+  return set != nullptr && std::string_view(set) == value;
 }
 
 int get_int(const char* name, int unset) {

@@ -13,7 +13,8 @@ namespace di {
 Result<std::string> find_default_model_dir() {
   namespace fs = std::filesystem;
   std::vector<fs::path> candidates;
-  if (const char* env = di::env::get("DEEPINFER_MODEL"); env && *env) candidates.emplace_back(env);
+  if (const char* env = di::env::get("DEEPINFER_MODEL"))
+    candidates.emplace_back(env);  // set, non-empty
   candidates.push_back(fs::current_path() / kDefaultModelSubdir);
 #ifdef DI_SOURCE_ROOT
   candidates.push_back(fs::path(DI_SOURCE_ROOT) / kDefaultModelSubdir);

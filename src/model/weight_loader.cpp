@@ -43,12 +43,10 @@ int64_t min_loaded_weight_bytes(const Checkpoint& ck, const Backend& backend) {
   int64_t bytes = 0;
   for (const std::string& name : ck.names()) {
     const SafetensorsEntry& e = ck.entry(name);
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel *= d;
     const bool fp8_kept = e.dtype == DType::kFP8E4M3 && e.shape.size() == 2 &&
                           ck.has(name + "_scale_inv") &&
                           backend.supports_fp8_block_linear(e.shape[0], e.shape[1]);
-    bytes += numel * (fp8_kept ? 1 : compute);
+    bytes += shape_numel(e.shape) * (fp8_kept ? 1 : compute);
   }
   return bytes;
 }

@@ -642,7 +642,7 @@ void check_paged_attention(const PagedAttentionParams& p, DType dt) {
 // instead of once per token (attention.h). Opt-in: on the H200 (run 11) it was neutral for
 // Llama-3.1-8B at batch 1, +2% for Qwen3-30B-A3B at 1 and -3% at 32.
 bool gqa_chunk_softmax_enabled() {
-  static const bool on = [] { return di::env::is("DEEPINFER_GQA_SOFTMAX", "chunk"); }();
+  static const bool on = di::env::is("DEEPINFER_GQA_SOFTMAX", "chunk");
   return on;
 }
 
@@ -831,7 +831,7 @@ bool CudaBackend::try_mla_cluster_decode(const PagedAttentionParams& p, int32_t 
 // batch 2 differ in the last bits), up to kMlaMergeMaxParts splits (ctx 32K at 64 entries per
 // split).
 bool CudaBackend::try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv) {
-  static const bool env_on = [] { return !di::env::is("DEEPINFER_MLA_DEFER", "0"); }();
+  static const bool env_on = !di::env::is("DEEPINFER_MLA_DEFER", "0");
   const bool on = mla_defer_override_ >= 0 ? mla_defer_override_ != 0 : env_on;
   const PagedBatch& b = *p.batch;
   const MlaDecodeKernel mk = mla_decode_kernel_;
@@ -1108,9 +1108,8 @@ void CudaBackend::attention_o_proj(const QkvRopeStoreParams& store,
 
 bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const PagedAttentionParams& at,
                                        const Tensor& w_o, Tensor& residual) {
-  static const bool env_on = [] {  // opt-in: slower on the H200 (run 34)
-    return di::env::is("DEEPINFER_ATTN_O_PROJ", "1");
-  }();
+  // Opt-in: slower on the H200 (run 34).
+  static const bool env_on = di::env::is("DEEPINFER_ATTN_O_PROJ", "1");
   const bool on = attn_o_proj_override_ >= 0 ? attn_o_proj_override_ != 0 : env_on;
   if (!on || f32_ || !gqa_decode_enabled()) return false;
   if (!attention_reads_store(st, at) || at.head_w != nullptr) return false;
@@ -1126,7 +1125,7 @@ bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const Paged
     return false;
   const int hidden = static_cast<int>(w_o.size(0));
   // Heads per CTA: 4 (one 128 KB CTA per SM), or DEEPINFER_ATTN_O_PROJ_HEADS=2 (two of 64 KB).
-  static const int heads = [] { return di::env::is("DEEPINFER_ATTN_O_PROJ_HEADS", "2") ? 2 : 4; }();
+  static const int heads = di::env::is("DEEPINFER_ATTN_O_PROJ_HEADS", "2") ? 2 : 4;
   const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_, heads);
   if (rows == 0) return false;
   check_qkv_rope_store(st, dt_);
@@ -1278,10 +1277,8 @@ void CudaBackend::mla_rope_store(const MlaRopeStoreParams& p) {
              p.w_uk_t->describe(), p.q_lat->describe(), hq, lat, dn);
     // One launch for both (kernels/decode_fused.h), unless off or DEEPINFER_HEAD_LINEAR=cublas
     // (whose A/B keeps W_UK on cuBLAS).
-    static const bool kEnvOn = [] {
-      return !di::env::is("DEEPINFER_MLA_FUSED_UK", "0") &&
-             !di::env::is("DEEPINFER_HEAD_LINEAR", "cublas");
-    }();
+    static const bool kEnvOn = !di::env::is("DEEPINFER_MLA_FUSED_UK", "0") &&
+                               !di::env::is("DEEPINFER_HEAD_LINEAR", "cublas");
     const bool on = mla_fused_uk_override_ >= 0 ? mla_fused_uk_override_ == 1 : kEnvOn;
     if (on && mla_rope_store_uk_supported(k, lat) &&
         reinterpret_cast<uintptr_t>(p.w_uk_t->raw()) % 16 == 0 &&
@@ -1308,7 +1305,7 @@ void CudaBackend::head_linear(const Tensor& x, const Tensor& w, Tensor& y) {
            "cuda head_linear: x {} w {} y {}", x.describe(), w.describe(), y.describe());
   if (t == 0) return;
   // Few tokens (decode): kernels/head_linear.cu; DEEPINFER_HEAD_LINEAR=cublas keeps cuBLAS (A/B).
-  static const bool kSmallOff = [] { return di::env::is("DEEPINFER_HEAD_LINEAR", "cublas"); }();
+  static const bool kSmallOff = di::env::is("DEEPINFER_HEAD_LINEAR", "cublas");
   if (!f32_ && !kSmallOff && head_linear_small_supported(t, heads, k, n) &&
       static_cast<size_t>(head_linear_small_smem(static_cast<int32_t>(t),
                                                  static_cast<int32_t>(k))) <= max_smem_optin_) {
