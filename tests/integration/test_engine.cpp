@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -108,6 +109,30 @@ EngineConfig small_config(const std::string& model, int32_t block_size = 16,
   c.num_blocks = num_blocks;
   return c;
 }
+
+// Holds the engine loop inside a token sink until the test opens it: the sinks run on the loop's
+// thread with no lock held, so while one waits here the engine takes no step, and what the test
+// submits meanwhile is in the inbox at the next one. A scenario that needs "request A is still
+// running when B arrives" uses this instead of hoping the loop is slower than the test thread.
+class Gate {
+ public:
+  ~Gate() { open(); }  // a failed ASSERT must not leave the engine thread waiting
+  // Delivers each event, then waits at the gate after the one with `at_tokens` output tokens.
+  TokenSink hold(TokenSink inner, int32_t at_tokens = 1) {
+    return [inner = std::move(inner), open = open_, at_tokens](const TokenEvent& ev) {
+      inner(ev);
+      if (ev.num_output_tokens == at_tokens && ev.token >= 0) open.wait();
+    };
+  }
+  void open() {
+    if (!opened_.exchange(true)) promise_.set_value();
+  }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> open_ = promise_.get_future().share();
+  std::atomic<bool> opened_{false};
+};
 
 // Submits and waits; returns the collector's view of the request.
 void run_one(Engine& e, Collector& c, EngineRequest r) {
@@ -536,9 +561,14 @@ TEST(Engine, AbortAndFinishFreeEverything) {
   ASSERT_TRUE(engine);
   Collector c;
   // A long generation, aborted from the test thread after a few tokens.
-  ASSERT_TRUE(
-      engine->submit(greedy_request(1, random_tokens(20, 997, 1), 200), c.sink(RequestId(1), 1))
-          .is_ok());
+  // Its first token holds the engine until requests 2 and 3 are submitted, its 5th until the
+  // test has sent the abort and the finish below: neither can come after request 1 or 3 ran to
+  // its 200 tokens, however the threads are scheduled.
+  Gate started, sent;
+  ASSERT_TRUE(engine
+                  ->submit(greedy_request(1, random_tokens(20, 997, 1), 200),
+                           started.hold(sent.hold(c.sink(RequestId(1), 1), 5), 1))
+                  .is_ok());
   // Aborted from inside its own sink (on the engine thread) at its 3rd token.
   Engine* e = engine.get();
   TokenSink inner = c.sink(RequestId(2), 1);
@@ -553,14 +583,16 @@ TEST(Engine, AbortAndFinishFreeEverything) {
   ASSERT_TRUE(
       engine->submit(greedy_request(3, random_tokens(25, 997, 3), 200), c.sink(RequestId(3), 1))
           .is_ok());
+  started.open();
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while ((c.num_events(RequestId(1)) < 5 || c.num_events(RequestId(3)) < 4) &&
+  while ((c.num_events(RequestId(1)) < 5 || c.num_events(RequestId(3)) < 1) &&
          Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   engine->abort(RequestId(1));
   engine->finish(RequestId(3));
   engine->abort(RequestId(12345));  // unknown: a no-op
+  sent.open();
   ASSERT_TRUE(c.wait_all());
   engine->abort(RequestId(1));  // already ended: a no-op
   engine->finish(RequestId(3));
@@ -609,8 +641,11 @@ TEST(Engine, AbortPrefillingGroupAndWaitingRequest) {
   Collector c;
   // Request 0 decodes one token per step beside the group's 3-token chunks; at its 5th token
   // (the group has computed ~12 of its 200 prompt tokens) its sink aborts the other two.
+  // Request 0's first token waits at the gate until the other two are submitted, so its 5th
+  // token always comes after they are in the engine, however the threads are scheduled.
   Engine* e = engine.get();
-  TokenSink trigger = c.sink(RequestId(100), 1);
+  Gate gate;
+  TokenSink trigger = gate.hold(c.sink(RequestId(100), 1));
   ASSERT_TRUE(engine
                   ->submit(greedy_request(100, random_tokens(4, 997, 4), 30),
                            [trigger, e](const TokenEvent& ev) {
@@ -627,6 +662,7 @@ TEST(Engine, AbortPrefillingGroupAndWaitingRequest) {
   ASSERT_TRUE(
       engine->submit(greedy_request(2, random_tokens(40, 997, 6), 8), c.sink(RequestId(2), 1))
           .is_ok());
+  gate.open();
   ASSERT_TRUE(c.wait_all());
   EXPECT_EQ(c.tokens(RequestId(100)).size(), 30u);
   EXPECT_EQ(engine->stats().steps, 30u);  // the group never finished its prefill
@@ -693,10 +729,14 @@ TEST(Engine, SubmitRejectsBadRequestsWithoutCallingTheSink) {
   EXPECT_EQ(engine->submit(ok(1), TokenSink{}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(calls, 0);
 
-  // A duplicate of a live id is refused; once the first has ended the id is free again.
+  // A duplicate of a live id is refused; once the first has ended the id is free again. The
+  // first request's tokens wait at the gate, so it is live while the duplicate arrives.
   Collector c;
-  ASSERT_TRUE(engine->submit(greedy_request(7, {1, 2, 3}, 50), c.sink(RequestId(7), 1)).is_ok());
+  Gate gate;
+  ASSERT_TRUE(
+      engine->submit(greedy_request(7, {1, 2, 3}, 50), gate.hold(c.sink(RequestId(7), 1))).is_ok());
   expect_rejected(greedy_request(7, {4, 5}, 2), StatusCode::kAlreadyExists, "duplicate id");
+  gate.open();
   ASSERT_TRUE(c.wait(RequestId(7)));
   run_one(*engine, c, greedy_request(7, {4, 5}, 2));
   EXPECT_EQ(calls, 0);
