@@ -1,10 +1,9 @@
 # MoE experts on CUDA (issue #6): op tests (decode and cuBLAS prefill paths vs the CPU op, graph
 # replays bitwise equal to eager), then the opt-in tensor-core grouped prefill GEMM in its own
 # process (a fault there hides nothing else), then the benchmark likewise.
-# Sourced by scripts/gpu_check.sh. Worst case 159 s (20 + 12 + 60 + 17 + 20 + 10 + 10 + 5 + 5,
+# Sourced by scripts/gpu_check.sh. Worst case 137 s (20 + 60 + 17 + 20 + 10 + 5 + 5,
 # + 28 only if moe_test fails); expected ~50 s. moeperf: v1 = the old decode kernels (DEEPINFER_MOE_DECODE=v1),
-# serial = the old router (DEEPINFER_MOE_ROUTE=serial), both timed here next to the new defaults;
-# mma = the opt-in tensor-core decode kernels (DEEPINFER_MOE_DECODE=mma).
+# serial = the old router (DEEPINFER_MOE_ROUTE=serial), both timed here next to the new defaults.
 moe_test_summary() {  # step name
   local log="$OUT/$1.log"
   echo "[moe] $1 rc=${rcs[-1]} ok=$(grep -c '^\[       OK \]' "$log") failed=$(grep -c '^\[  FAILED  \].*(' "$log") skipped=$(grep -c '^\[  SKIPPED \].*(' "$log")"
@@ -18,15 +17,11 @@ if [ -x .gpu_bin/test_cuda_moe ]; then
   run_step moe_test_v2 20 .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=CudaMoeDecodeV2*:CudaMoeRoute*'
   moe_test_summary moe_test_v2 >>"$OUT/summary_extra.txt"
   grep -h -E '^\[moe-op\] (decode_v2_vs_v1|route_warp)' "$OUT/moe_test_v2.log" | head -12 >>"$OUT/summary_extra.txt"
-  # The opt-in tensor-core decode kernels vs the CPU op (own process: a fault hides nothing else).
-  run_step moe_test_mma 12 .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=CudaMoeDecodeMma*'
-  moe_test_summary moe_test_mma >>"$OUT/summary_extra.txt"
-  grep -h -E '^\[moe-op\] decode_mma_vs_cpu' "$OUT/moe_test_mma.log" >>"$OUT/summary_extra.txt"
-  run_step moe_test 60 .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=-*Grouped*:CudaMoeDecodeV2*:CudaMoeRoute*:CudaMoeDecodeMma*'
+  run_step moe_test 60 .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=-*Grouped*:CudaMoeDecodeV2*:CudaMoeRoute*'
   moe_test_summary moe_test >>"$OUT/summary_extra.txt"
   if [ "${rcs[-1]}" != 0 ]; then  # the old kernels alone: does the failure come from v2 / warp?
     run_step moe_test_v1 28 env DEEPINFER_MOE_DECODE=v1 DEEPINFER_MOE_ROUTE=serial \
-      .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=-*Grouped*:CudaMoeDecodeV2*:CudaMoeRoute*:CudaMoeDecodeMma*'
+      .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=-*Grouped*:CudaMoeDecodeV2*:CudaMoeRoute*'
     moe_test_summary moe_test_v1 >>"$OUT/summary_extra.txt"
   fi
   run_step moe_test_grouped 17 .gpu_bin/test_cuda_moe --gtest_color=no '--gtest_filter=*Grouped*'
@@ -38,9 +33,6 @@ if [ -x .gpu_bin/bench_cuda_moe ]; then
   # Old decode kernels in the same run (lines tagged decode_impl=v1; the untagged ones are v2).
   run_step moe_bench_v1 10 env DEEPINFER_MOE_DECODE=v1 .gpu_bin/bench_cuda_moe --quick
   grep -h -E '^\[moe\].*path=decode ' "$OUT/moe_bench_v1.log" | sed 's/^\[moe\] /[moe] decode_impl=v1 /' >>"$OUT/summary_extra.txt"
-  # Opt-in tensor-core decode kernels (>= 3 rows per expert), tagged decode_impl=mma.
-  run_step moe_bench_mma 10 env DEEPINFER_MOE_DECODE=mma .gpu_bin/bench_cuda_moe --quick
-  grep -h -E '^\[moe\].*path=decode ' "$OUT/moe_bench_mma.log" | sed 's/^\[moe\] /[moe] decode_impl=mma /' >>"$OUT/summary_extra.txt"
   run_step moe_bench_router 5 .gpu_bin/bench_cuda_moe --router
   grep -h -E '^\[moe\]' "$OUT/moe_bench_router.log" >>"$OUT/summary_extra.txt"
   run_step moe_bench_grouped 5 .gpu_bin/bench_cuda_moe --grouped

@@ -347,15 +347,6 @@ class Backend {
   // guarantees, that each new token's slot is the pool slot of its position in its sequence.
   virtual void qkv_rope_attention(const QkvRopeStoreParams& store,
                                   const PagedAttentionParams& attn) = 0;
-  // A GQA layer's attention and output projection: qkv_rope_attention(store, attn), then
-  // residual += *attn.out (viewed [tokens, num_q_heads · head_dim_v]) · w_oᵀ as fused_linear
-  // (x = the attention output, w = w_o, residual; no bias). *attn.out is scratch here, like
-  // *store.q_out: a fused implementation may leave it unwritten. The reference (and the default)
-  // is attention_o_proj_composed; CUDA can fold the split combine into the projection for one
-  // decode token (opt-in; docs/cuda_backend.md "The split combine inside o_proj"), which sums the
-  // projection in another order: residual matches the reference to bf16 rounding, not bitwise.
-  virtual void attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
-                                const Tensor& w_o, Tensor& residual);
   // FusedLinearParams above. The reference is fused_linear_composed (rms_norm / silu_mul,
   // linear, add: the CPU backend's implementation); CUDA fuses small batches into one kernel.
   virtual void fused_linear(const FusedLinearParams& p) = 0;
@@ -438,10 +429,6 @@ void qkv_rope_store_composed(Backend& be, const QkvRopeStoreParams& p);
 // Backend::qkv_rope_attention as qkv_rope_store then paged_attention on `be` (the reference).
 void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
                                  const PagedAttentionParams& attn);
-// Backend::attention_o_proj as qkv_rope_attention then fused_linear on `be` (the reference).
-void attention_o_proj_composed(Backend& be, const QkvRopeStoreParams& store,
-                               const PagedAttentionParams& attn, const Tensor& w_o,
-                               Tensor& residual);
 // Backend::fused_linear as the composition of the backend's existing ops (the reference).
 void fused_linear_composed(Backend& be, const FusedLinearParams& p);
 // Backend::mla_rope_store as the composition of the backend's existing ops (the reference).

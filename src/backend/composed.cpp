@@ -89,26 +89,6 @@ void qkv_rope_attention_composed(Backend& be, const QkvRopeStoreParams& store,
   be.paged_attention(attn);
 }
 
-void attention_o_proj_composed(Backend& be, const QkvRopeStoreParams& store,
-                               const PagedAttentionParams& attn, const Tensor& w_o,
-                               Tensor& residual) {
-  DI_CHECK(attn.out != nullptr && attn.batch != nullptr,
-           "attention_o_proj: missing the attention output or the batch");
-  be.qkv_rope_attention(store, attn);
-  const Tensor a =
-      attn.out->reshape({attn.batch->num_tokens, int64_t{attn.num_q_heads} * attn.head_dim_v});
-  FusedLinearParams p;
-  p.x = &a;
-  p.w = &w_o;
-  p.residual = &residual;
-  be.fused_linear(p);
-}
-
-void Backend::attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
-                               const Tensor& w_o, Tensor& residual) {
-  attention_o_proj_composed(*this, store, attn, w_o, residual);
-}
-
 }  // namespace di
 
 namespace di {

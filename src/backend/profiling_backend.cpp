@@ -151,18 +151,6 @@ void ProfilingBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
       },
       [&] { inner_.qkv_rope_attention(store, attn); });
 }
-void ProfilingBackend::attention_o_proj(const QkvRopeStoreParams& store,
-                                        const PagedAttentionParams& attn, const Tensor& w_o,
-                                        Tensor& residual) {
-  // Profiling or duplicating: the composition through this wrapper, so that the attention and the
-  // projection keep their own keys (and a duplicated projection adds nothing twice to the
-  // residual); otherwise the inner backend's own implementation (CUDA may fuse it).
-  if (enabled_ || !dup_.empty()) {
-    attention_o_proj_composed(*this, store, attn, w_o, residual);
-    return;
-  }
-  inner_.attention_o_proj(store, attn, w_o, residual);
-}
 void ProfilingBackend::fused_linear(const FusedLinearParams& p) {
   timed(
       [&] {

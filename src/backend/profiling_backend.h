@@ -80,9 +80,6 @@ class ProfilingBackend : public Backend {
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
-  // Profiled (or duplicated) as its two ops, qkv_rope_attention and fused_linear.
-  void attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
-                        const Tensor& w_o, Tensor& residual) override;
   void fused_linear(const FusedLinearParams& p) override;
   void mla_rope_store(const MlaRopeStoreParams& p) override;
   void head_linear(const Tensor& x, const Tensor& w, Tensor& y) override;

@@ -4,8 +4,7 @@
 // Per layer:  h = norm(x);  q,k,v = split(h · Wqkvᵀ);  [q,k = head_norm(q,k)];  rope(q, k)
 //             store k,v → paged pool;  a = attention(q, pool)
 //             (all of this but the GEMM: Backend::qkv_rope_attention)
-//             x += o_proj(a)   (with the attention: Backend::attention_o_proj; o_proj bias:
-//                               qkv_rope_attention, then fused_linear)
+//             x += o_proj(a)   (Backend::fused_linear with the residual add)
 //             x += ffn(norm(x))
 // The norms, the residual adds and the MLP's silu·mul ride on the neighbouring linear layer
 // (Backend::fused_linear: one kernel per linear at decode batch sizes on CUDA). x, the residual
@@ -138,13 +137,9 @@ class GqaModel final : public Model {
       ap.kv_head_stride = static_cast<int32_t>(d);
       ap.scale = static_cast<float>(c.attention_scale());
       ap.batch = &batch;
-      // q (and, with o_proj folded in, attn) is scratch: a fused implementation keeps it on chip.
-      if (L.o_bias.is_null()) {
-        be.attention_o_proj(qp, ap, L.o_proj, x);
-      } else {
-        be.qkv_rope_attention(qp, ap);
-        linear_add(be, attn.reshape({t, hq * d}), L.o_proj, &L.o_bias, x);
-      }
+      be.qkv_rope_attention(qp, ap);  // q is scratch: a fused implementation keeps it on chip
+      linear_add(be, attn.reshape({t, hq * d}), L.o_proj, L.o_bias.is_null() ? nullptr : &L.o_bias,
+                 x);
       L.ffn.forward_residual(be, x, L.post_norm, eps);
     }
     return ends_.logits(be, x, logit_rows, eps);

@@ -20,7 +20,7 @@ test('env lists every variable with its values, default and purpose', () => {
   for (const name of ['DEEPINFER_GQA_CLUSTER', 'DEEPINFER_MOE_DECODE', 'DEEPINFER_LOG', 'DEEPINFER_MODEL']) {
     assert.match(r.stdout, new RegExp(`^${name}$`, 'm'), name);
   }
-  assert.match(r.stdout, /values: v1\|mma\|v2\|tc\|auto {3}unset: tc/);
+  assert.match(r.stdout, /values: v1\|v2\|tc {3}unset: tc/);
   assert.match(r.stdout, /set now: none/);
 });
 
@@ -36,7 +36,7 @@ test('env --set shows what is set and checks it', () => {
 
   const bad = run(['env', '--set'], { DEEPINFER_MOE_DECODE: 'fast' });
   assert.equal(bad.status, 2);
-  assert.match(bad.stderr, /error: DEEPINFER_MOE_DECODE=fast: expected v1\|mma\|v2\|tc\|auto/);
+  assert.match(bad.stderr, /error: DEEPINFER_MOE_DECODE=fast: expected v1\|v2\|tc/);
 });
 
 test('an invalid value stops serve before it loads the model; a misspelt name only warns', () => {

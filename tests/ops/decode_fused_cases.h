@@ -334,8 +334,9 @@ struct TestQkvRopeAttention : OpCase {
   }
 };
 
-// Backend::attention_o_proj (o_proj of `hidden` rows, random residual) on
-// TestQkvRopeAttention's inputs. Outputs: the residual, the new K/V and the rest of the pool.
+// A GQA layer's attention segment as the model issues it (qkv_rope_attention, then o_proj of
+// `hidden` rows into a random residual through fused_linear) on TestQkvRopeAttention's inputs.
+// Outputs: the residual, the new K/V and the rest of the pool.
 struct TestAttentionOProj : OpCase {
   std::string label;
   int32_t hq, hkv, d, block_size, hidden;
@@ -372,7 +373,13 @@ struct TestAttentionOProj : OpCase {
     Tensor x = act(be, host_random({t, hidden}, 82));
     for (int32_t call = 0; call < calls; ++call) {
       in.new_qkv(be, call);
-      be.attention_o_proj(in.sp, in.ap, w_o, x);
+      be.qkv_rope_attention(in.sp, in.ap);
+      const Tensor a = in.o.reshape({t, k});
+      FusedLinearParams p;
+      p.x = &a;
+      p.w = &w_o;
+      p.residual = &x;
+      be.fused_linear(p);
     }
     std::vector<Output> outs{out(be, "x", x, Check::kBf16)};
     in.pool_outputs(be, outs);
@@ -407,10 +414,8 @@ void add_qkv_rope_attention_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   add(new TestQkvRopeAttention("repeat", 8, 2, 64, 16, true, V{700}, false, 3));
 }
 
-// attention_o_proj: Qwen3-30B-A3B's heads and hidden size (the shape CUDA folds the split combine
-// into the projection for: one token, several splits) at 1 / 2 / 33 / 65 splits, three calls on
-// the same buffers; a ragged batch, Llama-3.1-8B's shape (too large to fold) and a small model
-// take the composed path on CUDA.
+// attention, then o_proj: Qwen3-30B-A3B's heads and hidden size at 1 / 2 / 33 / 65 splits (one
+// token), three calls on the same buffers; a ragged batch, Llama-3.1-8B's shape and a small model.
 void add_attention_o_proj_cases(std::vector<std::shared_ptr<OpCase>>& c) {
   using V = std::vector<int32_t>;
   for (int32_t len : {5, 65, 2049, 4100})

@@ -11,7 +11,6 @@
 #include "backend/cuda/kernels/attention.h"
 #include "backend/cuda/kernels/attention_prefill_mma.h"
 #include "backend/cuda/kernels/attention_prefill_wgmma.h"
-#include "backend/cuda/kernels/attn_o_proj.h"
 #include "backend/cuda/kernels/decode_fused.h"
 #include "backend/cuda/kernels/elementwise.h"
 #include "backend/cuda/kernels/gemv.h"
@@ -153,8 +152,6 @@ CudaBackend::CudaBackend(DType compute) : dt_(compute), f32_(compute == DType::k
   reserve_attention_counters(kInitialAttentionCounters);
   CUDA_CHECK(cudaMalloc(&moe_route_counter_, sizeof(unsigned)));
   CUDA_CHECK(cudaMemsetAsync(moe_route_counter_, 0, sizeof(unsigned), stream_));
-  CUDA_CHECK(cudaMalloc(&moe_t1_barrier_, 2 * sizeof(unsigned)));
-  CUDA_CHECK(cudaMemsetAsync(moe_t1_barrier_, 0, 2 * sizeof(unsigned), stream_));
   CUDA_CHECK(
       cudaMalloc(&moe_route_logits_, sizeof(float) * kNormRouteMaxTokens * kMaxRouterExperts));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -169,7 +166,6 @@ CudaBackend::~CudaBackend() {
   for (const CounterBuffer& c : retired_attention_counters_) cudaFree(c.words);
   if (attention_counters_) cudaFree(attention_counters_);
   if (moe_route_counter_) cudaFree(moe_route_counter_);
-  if (moe_t1_barrier_) cudaFree(moe_t1_barrier_);
   if (moe_route_logits_) cudaFree(moe_route_logits_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -1099,65 +1095,6 @@ bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
   return true;
 }
 
-void CudaBackend::attention_o_proj(const QkvRopeStoreParams& store,
-                                   const PagedAttentionParams& attn, const Tensor& w_o,
-                                   Tensor& residual) {
-  if (!try_attention_o_proj(store, attn, w_o, residual))
-    attention_o_proj_composed(*this, store, attn, w_o, residual);
-}
-
-bool CudaBackend::try_attention_o_proj(const QkvRopeStoreParams& st, const PagedAttentionParams& at,
-                                       const Tensor& w_o, Tensor& residual) {
-  // Opt-in: slower on the H200 (run 34).
-  static const bool env_on = di::env::is("DEEPINFER_ATTN_O_PROJ", "1");
-  const bool on = attn_o_proj_override_ >= 0 ? attn_o_proj_override_ != 0 : env_on;
-  if (!on || f32_ || !gqa_decode_enabled()) return false;
-  if (!attention_reads_store(st, at) || at.head_w != nullptr) return false;
-  const PagedBatch& b = *st.batch;
-  if (b.num_tokens != 1 || b.num_seqs != 1 || fused_mma_attention_) return false;
-  if (at.head_dim_v != cuda::kAttnOProjDim || at.num_kv_heads <= 0 ||
-      !cuda::gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
-    return false;
-  const int64_t k = int64_t{at.num_q_heads} * at.head_dim_v;
-  if (w_o.dtype() != DType::kBF16 || w_o.dim() != 2 || w_o.size(1) != k ||
-      residual.dtype() != DType::kBF16 || residual.numel() != w_o.size(0) ||
-      w_o.device() != Device::kCUDA || residual.device() != Device::kCUDA)
-    return false;
-  const int hidden = static_cast<int>(w_o.size(0));
-  // Heads per CTA: 4 (one 128 KB CTA per SM), or DEEPINFER_ATTN_O_PROJ_HEADS=2 (two of 64 KB).
-  static const int heads = di::env::is("DEEPINFER_ATTN_O_PROJ_HEADS", "2") ? 2 : 4;
-  const int rows = cuda::attn_o_proj_rows_per_cta(hidden, at.num_q_heads, num_sms_, heads);
-  if (rows == 0) return false;
-  check_qkv_rope_store(st, dt_);
-  check_paged_attention(at, dt_);
-  Tensor ws;
-  const PagedAttentionKernelParams kp = planned_decode_params(at, ws);
-  // One split writes the output itself (nothing to merge): the composed ops.
-  if (kp.num_splits <= 1 || !cuda::gqa_decode_mma_takes(kp)) return false;
-  const int row_blocks = hidden / rows, ranks = at.num_q_heads / heads;
-  if (!reserve_attention_counters(row_blocks)) return false;  // inside a capture: no growing
-  qkv_rope_store(st);
-  DI_CHECK(cuda::launch_gqa_decode_mma(kp, stream_), "cuda attention_o_proj: decode kernel");
-  CUDA_CHECK_LAUNCH("attention_o_proj (decode)");
-  cuda::AttnOProjParams op{};
-  op.partial_o = kp.partial_o;
-  op.partial_ml = kp.partial_ml;
-  op.num_splits = kp.num_splits;
-  op.num_q_heads = at.num_q_heads;
-  op.w = cptr<bf16_t>(w_o);
-  op.x = mptr<bf16_t>(residual);
-  op.hidden = hidden;
-  op.rows_per_cta = rows;
-  op.heads_per_cta = heads;
-  op.counters = attention_counters_;
-  Tensor part = empty({int64_t{row_blocks} * ranks * rows}, DType::kF32);
-  op.partials = mptr<float>(part);
-  CUDA_CHECK(cuda::launch_attn_o_proj(op, stream_));
-  CUDA_CHECK_LAUNCH("attention_o_proj");
-  ++attn_o_proj_calls_;
-  return true;
-}
-
 bool CudaBackend::capturing() const {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
@@ -1185,7 +1122,6 @@ void CudaBackend::check_integrity() {
              i == 0 && attention_counters_ != nullptr ? "attention arrival counter"
                                                       : "outgrown attention arrival counter");
   all_zero(moe_route_counter_, 1, "fused router arrival counter");
-  all_zero(moe_t1_barrier_, 1, "one-token fused MoE barrier arrivals");  // [1]: a generation
 }
 
 std::vector<CudaBackend::CounterBuffer> CudaBackend::attention_counter_buffers() const {
@@ -1471,7 +1407,6 @@ void CudaBackend::moe_residual(const MoeResidualParams& p) {
     q.shared_slots = static_cast<int32_t>(shared_slots);
   }
   q.residual = cptr<bf16_t>(*p.residual);
-  q.barrier = moe_t1_barrier_;
   // The caller's norm: the shared slots recompute x from the residual and start during the
   // router (moe_grouped.h, shared_early).
   if (shared_slots > 0 && p.norm_w != nullptr && p.norm_w->dtype() == dt_ &&
@@ -1524,7 +1459,6 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
                         static_cast<int32_t>(inter),
                         static_cast<int32_t>(num_experts),
                         static_cast<int32_t>(k)};
-    q.barrier = moe_t1_barrier_;
     CUDA_CHECK(launch_moe_decode_t1(q, num_sms_, stream_));
     CUDA_CHECK_LAUNCH("moe_decode_t1");
     return;

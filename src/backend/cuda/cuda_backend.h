@@ -61,10 +61,10 @@ class CudaBackend final : public Backend {
   Tensor download(const Tensor& t) override;
   void synchronize() override;
   // Invariants at rest (synchronizes the stream; throws inside a graph capture): the decode
-  // kernels' arrival counters (the fused attention kernels' and the fused router's) and the
-  // one-token fused MoE kernel's barrier arrivals are zero, as each kernel's last CTA leaves
-  // them, in the attention counter buffer and in every buffer it outgrew (a captured graph may
-  // still use those); the attention counter buffer and its capacity agree.
+  // kernels' arrival counters (the fused attention kernels' and the fused router's) are zero, as
+  // each kernel's last CTA leaves them, in the attention counter buffer and in every buffer it
+  // outgrew (a captured graph may still use those); the attention counter buffer and its capacity
+  // agree.
   void check_integrity();
   // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
   // when the buffer would have to grow. A grown buffer's predecessor is kept until the backend
@@ -104,16 +104,6 @@ class CudaBackend final : public Backend {
   // Llama-3.1-8B batch 1 205.7 -> 191.4 tok/s). DEEPINFER_ATTN_DECODE=generic always composes.
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
-  // qkv_rope_attention, then the output projection into the residual (the composed ops). Opt-in
-  // (DEEPINFER_ATTN_O_PROJ=1 or set_attn_o_proj(1); -1: the env again), for one decode token on
-  // the tensor-core decode kernel with several splits: the split combine inside the projection
-  // (kernels/attn_o_proj.h; same attention values, the projection summed in another order).
-  // Slower on the H200 (run 34: Qwen3-30B-A3B batch 1 387.7 -> 348.1 tok/s; 2 heads per CTA,
-  // DEEPINFER_ATTN_O_PROJ_HEADS=2: 386 -> 366): see kernels/attn_o_proj.h.
-  void attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
-                        const Tensor& w_o, Tensor& residual) override;
-  void set_attn_o_proj(int on) { attn_o_proj_override_ = on; }
-  int64_t attn_o_proj_calls() const { return attn_o_proj_calls_; }  // fused launches (tests)
   void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
   void set_fused_mma_attention(bool on) { fused_mma_attention_ = on; }
   bool fused_mma_attention() const { return fused_mma_attention_; }
@@ -268,8 +258,6 @@ class CudaBackend final : public Backend {
   bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
   bool try_qkv_rope_attention_mma(const QkvRopeStoreParams& store,
                                   const PagedAttentionParams& attn);
-  bool try_attention_o_proj(const QkvRopeStoreParams& store, const PagedAttentionParams& attn,
-                            const Tensor& w_o, Tensor& residual);
   // The decode kernels' params for attn with the plan paged_attention would make (same splits,
   // same bits) and, for several splits, their workspace allocated into ws.
   PagedAttentionKernelParams planned_decode_params(const PagedAttentionParams& attn, Tensor& ws);
@@ -283,8 +271,6 @@ class CudaBackend final : public Backend {
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
   int64_t fused_attention_calls_ = 0;
-  int attn_o_proj_override_ = -1;  // -1: DEEPINFER_ATTN_O_PROJ (default off)
-  int64_t attn_o_proj_calls_ = 0;
   MlaDecodeKernel mla_decode_kernel_ = [] {
     constexpr const char* kName = "DEEPINFER_MLA_KERNEL";
     if (di::env::is(kName, "0")) return MlaDecodeKernel::kGeneric;
@@ -320,7 +306,6 @@ class CudaBackend final : public Backend {
   int64_t moe_fused_route_calls_ = 0;
   int64_t moe_fused_residual_calls_ = 0;
   unsigned* moe_route_counter_ = nullptr;  // the fused router's arrival counter (zero at rest)
-  unsigned* moe_t1_barrier_ = nullptr;     // the fused one-token MoE kernel's grid barrier [2]
   float* moe_route_logits_ = nullptr;      // the fused router's logits when the caller passes none
   bool moe_grouped_gemm_ = false;
   bool attention_prefill_mma_ = true;

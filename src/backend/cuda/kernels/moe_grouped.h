@@ -52,18 +52,17 @@ struct MoeDecodeParams {
   int32_t inter;
   int32_t max_active;            // grid.y = min(E, slots)
   int32_t rows_hint;             // upper bound on rows per expert (picks MT = 1, 2, 4 or 8)
-  int32_t avg_rows = 0;          // ⌈slots / max_active⌉ (0: unknown): v2 / mma pick their tile
-                                 // sizes and mma its use by min(avg_rows, rows_hint); any row
-                                 // count stays correct (more passes), v1 ignores it
+  int32_t avg_rows = 0;          // ⌈slots / max_active⌉ (0: unknown): v2 picks its tile sizes
+                                 // by min(avg_rows, rows_hint); any row count stays correct
+                                 // (more passes), v1 ignores it
 };
 // kV1: one weight row (pair) per warp, loads as the loop goes; kV2: the same sums bit for bit, R
-// rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kMma: from 4 rows per
-// expert (avg_rows; 3 when forced) tensor-core kernels straight from global memory (16 weight
-// rows x 8 or 16 tokens per warp; act rounded to bf16 for down; not bitwise equal to v1), else
-// kV2; kTc (default): tensor cores with the weights streamed through a cp.async ring, 128 weight
-// rows per CTA (moe_decode_tc.cu; act in bf16). kAuto: kTc unless DEEPINFER_MOE_DECODE=v1, v2,
-// mma, or auto (= kMma, the earlier default) (read once).
-enum class MoeDecodeImpl { kAuto, kV1, kV2, kMma, kTc };
+// rows per warp and U chunk-iterations of loads issued ahead (moe_gemm.cu); kTc (default):
+// tensor cores with the weights streamed through a cp.async ring, 128 weight rows per CTA
+// (moe_decode_tc.cu; act in bf16). kAuto: kTc unless DEEPINFER_MOE_DECODE=v1 or v2 (read once).
+// (Tensor-core kernels straight from global memory, the default of runs 8-14 from 4 rows per
+// expert, lost to kTc in run 15 and were removed in run 46.)
+enum class MoeDecodeImpl { kAuto, kV1, kV2, kTc };
 MoeDecodeImpl moe_decode_impl_from_env();
 // Tests and benchmarks: force kV1 / kV2 for later calls (kAuto: back to the env choice). Not
 // thread-safe; set it outside any graph capture (a captured graph keeps the kernels it saw).
@@ -124,9 +123,6 @@ struct MoeDecodeT1Params {
   const __nv_bfloat16* norm_x = nullptr;  // [1, hidden]
   const __nv_bfloat16* norm_w = nullptr;  // [hidden]
   float eps = 0.0f;
-  // Two words of device memory, zero before the first launch, for kFused's grid barrier (the
-  // kernel leaves them ready for the next launch). Null: kFused falls back to two kernels.
-  unsigned* barrier = nullptr;
 };
 // down kernel of the one-token path: kPipelined keeps the next slot pair's weight loads in
 // flight while a pair is summed (rows of inter <= 2048; larger inter takes kPairs), kPairs is
@@ -135,23 +131,18 @@ struct MoeDecodeT1Params {
 // (inter <= 2048, act <= 96 KB; else the pair kernel). Bitwise equal too. kAuto (default):
 // kSlot where it applies (run 41: Qwen3-30B-A3B +2.9 %, V2-Lite +3.4 % at batch 1), else
 // pipelined for inter <= 1024, smem above (a PDL dependent of gate_up that loads its first rows
-// before the wait; run 23), by measurement. kFused (run 35): gate_up
-// and down in one persistent kernel (one CTA per SM, weights through a ring of bulk copies, a
-// grid barrier between the phases while the ring keeps filling; needs `barrier`); bitwise equal.
+// before the wait; run 23), by measurement. (Gate_up and down in one persistent kernel, run 35,
+// lost at batch 1 and was removed in run 46; cuda_backend.md, "Removed experiments".)
 // kSlot (run 41): a CTA per C output columns with one warp per slot (at most 16 slots and inter
 // <= 2048; else the kernels kAuto falls back to), each warp all C rows of its slot at once, the
 // slot-order fold after one barrier; bitwise equal.
-// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem, =fused kFused, =slot
+// DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem, =slot
 // kSlot (read once); the override (tests, benchmarks; not thread-safe, outside captures) wins over
 // the env.
-enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem, kFused, kSlot };
+enum class MoeT1DownImpl { kAuto, kPairs, kPipelined, kSmem, kSlot };
 // kSlot's columns per CTA (1, 2 or 4); 0: DEEPINFER_MOE_T1_SLOT_C, else the default by row length.
 void set_moe_t1_slot_cols(int cols);
 MoeT1DownImpl moe_t1_down_impl();
-// kFused's stage size in KB (tests: every item shape); 0: DEEPINFER_MOE_FUSED_STAGE_KB (16).
-void set_moe_t1_fused_stage_kb(int kb);
-// How many times kFused's kernel was launched (tests: the fallback to two kernels is not taken).
-int64_t moe_t1_fused_launches();
 void set_moe_t1_down_impl_override(MoeT1DownImpl impl);
 // num_sms: the device's multiprocessor count (sizes the smem down kernel's grid).
 cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& p, int num_sms, cudaStream_t stream);

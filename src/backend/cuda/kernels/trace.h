@@ -25,8 +25,8 @@ enum TraceSite : uint32_t {
   kTraceMlaClusterDecode = 9,
   kTraceMlaMergeUv = 10,
   kTraceArgmax = 11,
-  kTraceAttnOProj = 12,   // tag = hidden
-  kTraceMoeT1Fused = 13,  // gate_up and down in one kernel; mark = the grid barrier passed
+  // 12, 13: attn_o_proj and moe_t1_fused, removed in run 46 (scripts/trace_layers.py still
+  // names them for the earlier runs' traces).
 };
 
 struct TraceEvent {
