@@ -1036,27 +1036,10 @@ bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
   const PagedBatch& b = *st.batch;
   if (b.num_tokens == 0 || b.num_seqs == 0) return false;
   // Groups the tensor-core decode kernel takes: that kernel with the prologue fused in (opt-in,
-  // DEEPINFER_ATTN_FUSED_MMA=1), else composed. The CUDA-core fused kernel shares the CUDA-core
-  // decode kernel's arithmetic, so it would change their bits.
+  // DEEPINFER_ATTN_FUSED_MMA=1); every other call composes.
   if (at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
     return fused_mma_attention_ && try_qkv_rope_attention_mma(st, at);
-  if (!fused_attention_) return false;
-  check_qkv_rope_store(st, dt_);
-  check_paged_attention(at, dt_);
-  QkvRopeAttentionKernelParams k{};
-  k.store = store_kernel_params(st, false);
-  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
-  k.attn = planned_decode_params(at, ws);
-  if (k.attn.num_splits > 1 && !reserve_attention_counters(int64_t{b.num_seqs} * at.num_kv_heads))
-    return false;
-  k.counters = attention_counters_;
-  // After the workspace: the check requires the partial buffers when there are several splits
-  // (checked before them, every multi-split call fell back to the composed ops: GPU run, 29 Nov).
-  if (!qkv_rope_attention_supported(k)) return false;
-  CUDA_CHECK(launch_qkv_rope_attention(k, stream_));
-  CUDA_CHECK_LAUNCH("qkv_rope_attention");
-  ++fused_attention_calls_;
-  return true;
+  return false;
 }
 
 PagedAttentionKernelParams CudaBackend::planned_decode_params(const PagedAttentionParams& at,

@@ -94,17 +94,16 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
-  // qkv_rope_store + paged_attention, bit-equal either way. Two opt-in fused kernels, both slower
-  // on the H200 and kept as tested alternatives (docs/cuda_backend.md "Fused decode attention"):
-  // for the groups the tensor-core decode kernel takes (gqa_decode_mma_for: by default 4+ q heads
-  // per kv head), DEEPINFER_ATTN_FUSED_MMA=1 (or set_fused_mma_attention(true)) runs that kernel
-  // with the prologue fused in, then the split combine (kernels/qkv_rope_attention.h; run 29:
-  // Qwen3-30B-A3B batch 1 353.2 -> 348.5 tok/s, batch 32 -2.9 %); for the other groups
-  // DEEPINFER_ATTN_FUSED=1 (or set_fused_attention(true)) runs the CUDA-core fused kernel (run 10:
-  // Llama-3.1-8B batch 1 205.7 -> 191.4 tok/s). DEEPINFER_ATTN_DECODE=generic always composes.
+  // qkv_rope_store + paged_attention, bit-equal either way. One opt-in fused kernel, slower on the
+  // H200 and kept as a tested alternative (docs/cuda_backend.md "Fused decode attention"): for the
+  // groups the tensor-core decode kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv
+  // head), DEEPINFER_ATTN_FUSED_MMA=1 (or set_fused_mma_attention(true)) runs that kernel with
+  // the prologue fused in, then the split combine (kernels/qkv_rope_attention.h; run 29:
+  // Qwen3-30B-A3B batch 1 353.2 -> 348.5 tok/s, batch 32 -2.9 %). (The CUDA-core fused kernel
+  // for the other groups, run 10: Llama-3.1-8B 205.7 -> 191.4 tok/s, was removed in run 46.)
+  // DEEPINFER_ATTN_DECODE=generic always composes.
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
-  void set_fused_attention(bool on) { fused_attention_ = on; }  // tests, benchmarks
   void set_fused_mma_attention(bool on) { fused_mma_attention_ = on; }
   bool fused_mma_attention() const { return fused_mma_attention_; }
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
@@ -266,7 +265,6 @@ class CudaBackend final : public Backend {
   bool try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv);
   // The fused decode attention kernel / its tensor-core form (both opt-in).
-  bool fused_attention_ = di::env::is("DEEPINFER_ATTN_FUSED", "1");
   bool fused_mma_attention_ = di::env::is("DEEPINFER_ATTN_FUSED_MMA", "1");
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;

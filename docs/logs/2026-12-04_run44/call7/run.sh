@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Prepared in run 44 (no machine was lent after call 6), updated in run 45 (no machine lent at
-# all): the next session's first device call. Two parts:
+# Prepared in run 44 (no machine was lent after call 6), updated in runs 45 and 46 (no machine
+# lent at all): the next session's first device call. Two parts:
 #
 # 1. The tree as committed, on the GPU suites. Run 45 moved every DEEPINFER_* read behind
 #    core/env.h (host code of every CUDA path; the integer switches tests set read the
 #    environment at first use now), and bceadad's cluster kernel (st.async form only) has not run
-#    on a GPU since that change. Then the default batch-1 / batch-32 numbers.
+#    on a GPU since that change. Run 46 (no machine lent either) removed four measured-slower
+#    opt-in kernels (attn_o_proj, moe_t1_fused, the MoE mma decode kernels, the CUDA-core fused
+#    decode attention) with their tests; the GQA model's no-bias o_proj now calls
+#    qkv_rope_attention then fused_linear; test_engine's race fixed. Same suites cover it. Then
+#    the default batch-1 / batch-32 numbers.
 # 2. Joint upper bounds, not results: run 43's debug skips as a bit mask (DEEPINFER_DBG_SKIP,
 #    dbg_skip_bitmask.patch, which also declares the variable in core/env.cpp; the outputs are
 #    wrong, only the times mean anything): 1 the router without its cluster barrier and routing,

@@ -1,6 +1,6 @@
 #pragma once
-// The per-token body of the GQA decode attention, shared by gqa_decode_kernel (attention.cu) and
-// the fused qkv_rope_attention_kernel (qkv_rope_attention.cu), so both compute the same bits.
+// The per-token body of the GQA decode attention of gqa_decode_kernel (attention.cu); until run
+// 46 the fused qkv_rope_attention_kernel shared it, hence its own header.
 //
 // One CTA of TW token warps per (KV split, kv head, sequence), each in HS warps (HS = 2: W = TW *
 // HS warps) that take G / HS of the heads each. The split's tokens are cut into chunks of kChunk

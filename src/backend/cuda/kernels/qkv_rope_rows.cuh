@@ -1,6 +1,7 @@
 #pragma once
 // The per-row math of the GQA attention prologue, shared by qkv_rope_store_kernel (decode_fused.cu)
-// and the fused qkv_rope_attention_kernel (qkv_rope_attention.cu) so both write the same bits:
+// and the tensor-core decode kernel's fused prologue (gqa_decode_mma.cu) so both write the same
+// bits:
 // [RMSNorm with a per-dim weight, rounded to the element type] -> rope over the whole head
 // (pairs (j, j + d/2)), rounded to the element type; or a plain copy (v rows).
 //
