@@ -353,10 +353,12 @@ std::vector<SampleRun> run_batch(const EngineConfig& cfg,
   return out;
 }
 
+// Every architecture (dense GQA, MoE on GQA, MLA with and without q_lora): the chunk boundaries
+// must not change a token or a logprob.
 TEST(Engine, ChunkedPrefillEqualsWholePrefill) {
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t n : {1, 7, 33, 70, 150}) prompts.push_back(random_tokens(n, 997, 100 + n));
-  for (const char* model : {"qwen3", "deepseek_v3"}) {
+  for (const char* model : {"qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3"}) {
     EngineConfig whole = small_config(model);
     EngineConfig chunked = small_config(model);
     chunked.max_batched_tokens = 7;
@@ -405,8 +407,12 @@ TEST(Engine, RandomWeightsFromConfigOnly) {
   fs::remove_all(dir);
 }
 
-TEST(Engine, AloneEqualsBatchOf16) {
-  const std::string model = "llama_tied";
+// Batch 1 vs 16 on every architecture: the MoE models route each token alone (a batch changes
+// which experts run together, not any token's sums) and MLA attends each sequence alone.
+class EngineBatch : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineBatch, AloneEqualsBatchOf16) {
+  const std::string model = GetParam();
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 16; ++i) prompts.push_back(random_tokens(5 + 9 * i, 997, 200 + i));
   auto batched = run_batch(small_config(model), prompts, 10);
@@ -415,10 +421,20 @@ TEST(Engine, AloneEqualsBatchOf16) {
   ASSERT_TRUE(engine);
   Collector c;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    run_one(*engine, c, greedy_request(i + 1, prompts[i], 10));
-    EXPECT_EQ(c.tokens(RequestId(i + 1)), batched[i].tokens) << "prompt " << i;
+    EngineRequest r = greedy_request(i + 1, prompts[i], 10);
+    r.logprobs = true;
+    run_one(*engine, c, std::move(r));
+    const SampleRun alone = collect(c, RequestId(i + 1));
+    EXPECT_EQ(alone.tokens, batched[i].tokens) << model << " prompt " << i;
+    expect_logprobs_near(alone, batched[i], 1e-4, model + " alone vs batch");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineBatch,
+                         ::testing::Values("llama_tied", "qwen3_moe", "deepseek_v2", "deepseek_v3"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 EngineRequest sampled_request(uint64_t id, std::vector<int32_t> prompt, uint64_t seed,
                               int32_t max_tokens) {
