@@ -329,7 +329,8 @@ TEST_P(EnginePrefix, CacheHitEqualsMiss) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EnginePrefix,
-                         ::testing::Values("llama_untied", "qwen3_moe", "deepseek_v2"));
+                         ::testing::Values("llama_untied", "qwen3_moe", "deepseek_v2",
+                                           "deepseek_v3"));
 
 // ---------------------------------------------------------------------------------------------
 
