@@ -5,7 +5,7 @@ nvcc embeds each kernel's machine code (a cubin: an ELF of machine EM_CUDA) in t
 fatbin; every kernel is a section .text.<mangled name>. This finds the uncompressed cubins in the
 given files, reads their section tables with readelf and prints one line per kernel: bytes,
 instructions (16 bytes each on sm_90), the demangled name. Code run for the first time costs an
-SM ~0.2 us per KB (docs/cuda_backend.md, "Cold code"), so this is how a change to a decode
+SM ~0.2 us per KB (docs/batch1_decode.md, "Cold code"), so this is how a change to a decode
 kernel's size is checked before it goes to the GPU. Fatbins that nvcc compressed (large
 translation units) show nothing; compare builds of the same unit.
 

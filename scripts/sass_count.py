@@ -2,7 +2,7 @@
 """Counts SASS instructions per kernel in `cuobjdump -sass BINARY` output (stdin) and prints the
 total and the largest kernels: the code a once-per-layer kernel fetches cold. For each kernel also
 the instructions after its first griddepcontrol.wait (ACQBULK in SASS): what a PDL dependent runs
-once its predecessor is done (docs/cuda_backend.md, "Cold code").
+once its predecessor is done (docs/batch1_decode.md, "Cold code").
 
   cuobjdump -sass .gpu_bin/bench_cuda_model | python3 scripts/sass_count.py [top]
       [--match SUBSTRING ...]   only kernels whose mangled name contains one of these

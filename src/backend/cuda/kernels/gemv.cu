@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // silu_out: output row r is weight rows r (gate) and n_out + r (up), one after the other.
   // Rows and items in 32 bits (n is int32; a warp has at most a few thousand items): 64-bit
   // division and address arithmetic were a large part of the code after the wait, which runs
-  // cold (docs/cuda_backend.md, "Cold code"). Only the weight offset is widened.
+  // cold (docs/batch1_decode.md, "Cold code"). Only the weight offset is widened.
   const int n_out = p.silu_out ? p.n / 2 : p.n;
   const int chunks = (k8 + U * vstride - 1) / (U * vstride);
   const int row_items = p.silu_out ? 2 * chunks : chunks;
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvParams p, int split)
   // 2k inputs (Llama-3.1-8B's down: 7 per thread). For the others the unrolled body runs only
   // from 4 vectors per thread, k >= 8192, and every model measured here has k <= 4096, so it was
   // dead code behind the remainder loop; code run for the first time costs ~0.2 us per KB
-  // (docs/cuda_backend.md, "Cold code"). At k >= 8192 the rolled loop takes its loads one round
+  // (docs/batch1_decode.md, "Cold code"). At k >= 8192 the rolled loop takes its loads one round
   // trip at a time (not measured).
   constexpr int kStageUnroll = S >= 2 ? 8 : (IN == GemvIn::kSiluMul ? 4 : 1);
   stage_x<M, IN, kStageUnroll, kSlots>(p, xs_vec, k8, scratch);

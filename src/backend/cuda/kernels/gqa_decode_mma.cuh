@@ -43,7 +43,7 @@ __device__ __forceinline__ void copy_subtile(const PagedAttentionKernelParams& p
   if (base >= t1) return;
   // Nothing to copy or zero in this sub-tile (warp-uniform): skip the rounds below. After the
   // wait most CTAs hold no new entry, and these rounds' code would be fetched cold for nothing
-  // (docs/cuda_backend.md, "Cold code").
+  // (docs/batch1_decode.md, "Cold code").
   if (max(base, lo) >= min(min(base + kSub, t1), hi) && !(zero_tail && base + kSub > t1)) return;
   // Lane r < 16 looks up row r's entry (one block-id load per lane, all in flight together;
   // -1 for a zero row, -2 for a row left alone); the copies take it by shuffle. (A block-id

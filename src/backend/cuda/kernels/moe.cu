@@ -156,7 +156,7 @@ __device__ __forceinline__ double softmax_denominator_warp(const double (&ex)[kS
 // a softmax selected on its logits (MoeRouteParams::on_logits: no bias, no group limit) with the
 // weights renormalised over the k selected (Qwen3-MoE) or over the full softmax (DeepSeek-V2-Lite).
 // The two model instances hold only their own path: a decode step runs the router once per layer
-// and its code cold each time (docs/cuda_backend.md, "Cold code"). Same arithmetic: same bits.
+// and its code cold each time (docs/batch1_decode.md, "Cold code"). Same arithmetic: same bits.
 enum class RouteMode { kAny, kLogitsRenorm, kLogitsFull };
 inline RouteMode route_mode(const MoeRouteParams& p) {
   if (!p.on_logits) return RouteMode::kAny;

@@ -132,8 +132,9 @@ struct MoeDecodeT1Params {
 // kSlot where it applies (run 41: Qwen3-30B-A3B +2.9 %, V2-Lite +3.4 % at batch 1), else
 // pipelined for inter <= 1024, smem above (a PDL dependent of gate_up that loads its first rows
 // before the wait; run 23), by measurement. (Gate_up and down in one persistent kernel, run 35,
-// lost at batch 1 and was removed in run 46; cuda_backend.md, "Gate_up and down in one kernel".)
-// kSlot (run 41): a CTA per C output columns with one warp per slot (at most 16 slots and inter
+// lost at batch 1 and was removed in run 46; docs/batch1_decode.md, "Gate_up and down in one
+// kernel".) kSlot (run 41): a CTA per C output columns with one warp per slot (at most 16 slots and
+// inter
 // <= 2048; else the kernels kAuto falls back to), each warp all C rows of its slot at once, the
 // slot-order fold after one barrier; bitwise equal.
 // DEEPINFER_MOE_T1_DOWN=v1 selects kPairs, =pipe kPipelined, =smem kSmem, =slot
