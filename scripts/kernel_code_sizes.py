@@ -17,6 +17,15 @@ translation units) show nothing; compare builds of the same unit.
 listed kernel is larger or is not found (a rename needs the budget updated too). A directory
 argument stands for the .o files under it. Needs readelf and c++filt (binutils); stdlib
 otherwise.
+
+--compare OLD NEW: whether each kernel's machine code is byte for byte the same in two builds
+(objects or folders of objects, e.g. a translation unit compiled from two commits with the same
+flags): one line per kernel that differs or is in only one of them, then a count; exits 1 when a
+kernel in both differs. Without a GPU this is how a refactor shows that the kernels that stay
+run the same code (run 46: every kept kernel identical to afcdc3e's). Kernels are matched by
+demangled name, so the anonymous-namespace hash of a changed file does not count.
+
+  python3 scripts/kernel_code_sizes.py --compare /tmp/old/moe_gemm.o build-cuda/.../moe_gemm.cu.o
 """
 import os
 import argparse
@@ -46,18 +55,19 @@ def cubins(data):
         at = end
 
 
-def kernel_sizes(cubin):
-    """(mangled name, bytes) of each .text.<name> section of one cubin."""
+def kernel_code(cubin):
+    """(mangled name, machine code) of each .text.<name> section of one cubin."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         out = subprocess.run(["readelf", "-SW", f.name], capture_output=True, text=True).stdout
-    sizes = []
+    code = []
     for line in out.splitlines():
-        m = re.search(r"\]\s+\.text\.(\S+)\s+PROGBITS\s+\S+\s+\S+\s+([0-9a-f]+)", line)
+        m = re.search(r"\]\s+\.text\.(\S+)\s+PROGBITS\s+\S+\s+([0-9a-f]+)\s+([0-9a-f]+)", line)
         if m:
-            sizes.append((m.group(1), int(m.group(2), 16)))
-    return sizes
+            offset, size = int(m.group(2), 16), int(m.group(3), 16)
+            code.append((m.group(1), cubin[offset : offset + size]))
+    return code
 
 
 def demangle(names):
@@ -89,29 +99,62 @@ def check_budget(path, rows):
     return 1 if bad else 0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="+", help="object files or binaries with embedded cubins")
-    ap.add_argument("--match", default="", help="only kernels whose demangled name contains this")
-    ap.add_argument("--budget", help="check the kernels listed in this file against their maxima")
-    args = ap.parse_args()
+def object_paths(path):
+    if not os.path.isdir(path):
+        return [path]
     paths = []
-    for path in args.files:
-        if os.path.isdir(path):
-            for root, _, names in os.walk(path):
-                paths += [os.path.join(root, n) for n in sorted(names) if n.endswith(".o")]
-        else:
-            paths.append(path)
-    rows = []
+    for root, _, names in os.walk(path):
+        paths += [os.path.join(root, n) for n in sorted(names) if n.endswith(".o")]
+    return paths
+
+
+def kernels(paths, match=""):
+    """(demangled name, machine code) of every kernel in the files; names without namespaces."""
+    out = []
     for path in paths:
         with open(path, "rb") as f:
             data = f.read()
         for cubin in cubins(data):
-            sizes = kernel_sizes(cubin)
-            for (mangled, size), name in zip(sizes, demangle([m for m, _ in sizes])):
+            code = kernel_code(cubin)
+            for (_, text), name in zip(code, demangle([m for m, _ in code])):
                 name = re.sub(r"di::cuda::|\(anonymous namespace\)::", "", name)
-                if args.match in name:
-                    rows.append((size, name))
+                if match in name:
+                    out.append((name, text))
+    return out
+
+
+def compare(old_path, new_path, match):
+    old, new = dict(kernels(object_paths(old_path), match)), dict(kernels(object_paths(new_path), match))
+    if not old or not new:
+        print("no uncompressed kernel code found on one side (or nothing matched)", file=sys.stderr)
+        return 1
+    both = sorted(set(old) & set(new))
+    differ = [n for n in both if old[n] != new[n]]
+    for n in differ:
+        print(f"DIFFERS  {len(old[n]) // 16:6d} -> {len(new[n]) // 16:6d} instr  {n}")
+    for n in sorted(set(old) - set(new)):
+        print(f"OLD ONLY {len(old[n]) // 16:6d} instr  {n}")
+    for n in sorted(set(new) - set(old)):
+        print(f"NEW ONLY {len(new[n]) // 16:6d} instr  {n}")
+    print(f"{len(both) - len(differ)} of {len(both)} kernels in both builds identical; "
+          f"{len(set(old) - set(new))} only in the old one, {len(set(new) - set(old))} only in the new")
+    return 1 if differ else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", help="object files or binaries with embedded cubins")
+    ap.add_argument("--match", default="", help="only kernels whose demangled name contains this")
+    ap.add_argument("--budget", help="check the kernels listed in this file against their maxima")
+    ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"),
+                    help="is every kernel's machine code the same in two builds")
+    args = ap.parse_args()
+    if args.compare:
+        return compare(args.compare[0], args.compare[1], args.match)
+    if not args.files:
+        ap.error("give object files or folders (or --compare OLD NEW)")
+    paths = [p for path in args.files for p in object_paths(path)]
+    rows = [(len(text), name) for name, text in kernels(paths, args.match)]
     if not rows:
         print("no uncompressed kernel code found (or nothing matched)", file=sys.stderr)
         return 1
