@@ -8,8 +8,11 @@
 #    on a GPU since that change. Run 46 (no machine lent either) removed four measured-slower
 #    opt-in kernels (attn_o_proj, moe_t1_fused, the MoE mma decode kernels, the CUDA-core fused
 #    decode attention) with their tests; the GQA model's no-bias o_proj now calls
-#    qkv_rope_attention then fused_linear; test_engine's race fixed. Same suites cover it. Then
-#    the default batch-1 / batch-32 numbers.
+#    qkv_rope_attention then fused_linear; test_engine's race fixed. Same suites cover it.
+#    Device code is not what changed: run 46 compiled every kernel unit from 88e12a1 (the last
+#    tree run here) and from HEAD, and every kernel is byte-identical to one run 44 tested
+#    (scripts/kernel_code_sizes.py --compare; the cluster kernel = run 44's st.async form); a
+#    failure in part 1 is in host code. Then the default batch-1 / batch-32 numbers.
 # 2. Joint upper bounds, not results: run 43's debug skips as a bit mask (DEEPINFER_DBG_SKIP,
 #    dbg_skip_bitmask.patch, which also declares the variable in core/env.cpp; the outputs are
 #    wrong, only the times mean anything): 1 the router without its cluster barrier and routing,
