@@ -23,7 +23,6 @@ constexpr std::string_view kPrefix = "DEEPINFER_";
 constexpr Variable kVariables[] = {
     {"DEEPINFER_ATTN_DECODE", "generic", "the GQA decode kernels where they take the shape",
      "generic: decode attention on the generic paged kernel (A/B)"},
-    {"DEEPINFER_ATTN_FUSED_MMA", "0|1", "0", "1: the fused tensor-core decode attention kernel"},
     {"DEEPINFER_ATTN_LATE_TRIGGER", "0|1", "1",
      "0: the decode attention kernels trigger their PDL dependents at their start, not after "
      "their wait (run 42)"},

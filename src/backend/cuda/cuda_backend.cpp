@@ -21,7 +21,6 @@
 #include "backend/cuda/kernels/moe.h"
 #include "backend/cuda/kernels/moe_grouped.h"
 #include "backend/cuda/kernels/moe_stats.h"
-#include "backend/cuda/kernels/qkv_rope_attention.h"
 #include "core/env.h"
 #include "core/error.h"
 
@@ -1010,72 +1009,7 @@ void CudaBackend::qkv_rope_store(const QkvRopeStoreParams& p) {
 
 void CudaBackend::qkv_rope_attention(const QkvRopeStoreParams& store,
                                      const PagedAttentionParams& attn) {
-  if (!try_qkv_rope_attention(store, attn)) qkv_rope_attention_composed(*this, store, attn);
-}
-
-namespace {
-
-// Whether `at` attends what `st` stores, as the fused attention paths need it: every tensor given,
-// one query (no q_rope), and the same query, pool, layer, batch and pool layout. Anything else,
-// incl. a malformed call, goes to the composed ops (whose checks name the problem).
-bool attention_reads_store(const QkvRopeStoreParams& st, const PagedAttentionParams& at) {
-  return st.qkv && st.q_out && st.pool && st.cos_sin && st.batch && at.q && at.out && at.pool &&
-         at.batch && at.q_rope == nullptr && at.batch == st.batch &&
-         at.q->raw() == st.q_out->raw() && at.pool->raw() == st.pool->raw() &&
-         at.layer == st.layer && at.layout.num_blocks == st.layout.num_blocks &&
-         at.layout.num_layers == st.layout.num_layers &&
-         at.layout.block_size == st.layout.block_size &&
-         at.layout.entry_size == st.layout.entry_size;
-}
-
-}  // namespace
-
-bool CudaBackend::try_qkv_rope_attention(const QkvRopeStoreParams& st,
-                                         const PagedAttentionParams& at) {
-  if (f32_ || !gqa_decode_enabled() || !attention_reads_store(st, at)) return false;
-  const PagedBatch& b = *st.batch;
-  if (b.num_tokens == 0 || b.num_seqs == 0) return false;
-  // Groups the tensor-core decode kernel takes: that kernel with the prologue fused in (opt-in,
-  // DEEPINFER_ATTN_FUSED_MMA=1); every other call composes.
-  if (at.num_kv_heads > 0 && gqa_decode_mma_for(at.num_q_heads / at.num_kv_heads, at.head_dim_qk))
-    return fused_mma_attention_ && try_qkv_rope_attention_mma(st, at);
-  return false;
-}
-
-PagedAttentionKernelParams CudaBackend::planned_decode_params(const PagedAttentionParams& at,
-                                                              Tensor& ws) {
-  const PagedBatch& b = *at.batch;
-  const int32_t max_kv = attention_max_kv_override_ > 0 ? attention_max_kv_override_ : b.max_kv_len;
-  // The split layout of the decode kernel the composed path would run (same plan, same bits).
-  const AttentionPlan plan = plan_paged_attention(b.num_seqs, b.num_tokens, max_kv, at.num_q_heads,
-                                                  at.num_kv_heads, at.head_dim_qk, at.head_dim_v);
-  PagedAttentionKernelParams k = attention_kernel_params(at, false);
-  k.num_sms = num_sms_;
-  k.rows_per_tile = plan.rows_per_tile;
-  k.max_tiles = plan.max_tiles;
-  k.split_size = plan.split_size;
-  k.num_splits = plan.num_splits;
-  if (plan.num_splits > 1) {
-    ws = empty({static_cast<int64_t>(plan.partial_bytes)}, DType::kU8);
-    const size_t rows = static_cast<size_t>(b.num_tokens) * at.num_q_heads;
-    k.partial_o = mptr<float>(ws);
-    k.partial_ml = partial_ml_of(k.partial_o, static_cast<size_t>(plan.num_splits), rows,
-                                 static_cast<size_t>(at.head_dim_v));
-  }
-  return k;
-}
-
-bool CudaBackend::try_qkv_rope_attention_mma(const QkvRopeStoreParams& st,
-                                             const PagedAttentionParams& at) {
-  check_qkv_rope_store(st, dt_);
-  check_paged_attention(at, dt_);
-  Tensor ws;  // the partial outputs and (max, sum) pairs of several splits; none for one
-  const PagedAttentionKernelParams k = planned_decode_params(at, ws);
-  const QkvRopeStoreKernelParams sk = store_kernel_params(st, false);
-  if (!launch_qkv_rope_gqa_decode_mma(k, sk, stream_)) return false;
-  CUDA_CHECK_LAUNCH("qkv_rope_attention (tensor cores)");
-  ++fused_attention_calls_;
-  return true;
+  qkv_rope_attention_composed(*this, store, attn);
 }
 
 bool CudaBackend::capturing() const {

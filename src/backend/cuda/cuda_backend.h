@@ -94,18 +94,12 @@ class CudaBackend final : public Backend {
                    std::span<const std::pair<int32_t, int32_t>> src_dst) override;
   void paged_attention(const PagedAttentionParams& p) override;
   void qkv_rope_store(const QkvRopeStoreParams& p) override;
-  // qkv_rope_store + paged_attention, bit-equal either way. One opt-in fused kernel, slower on the
-  // H200 and kept as a tested alternative (docs/cuda_backend.md "Fused decode attention"): for the
-  // groups the tensor-core decode kernel takes (gqa_decode_mma_for: by default 4+ q heads per kv
-  // head), DEEPINFER_ATTN_FUSED_MMA=1 (or set_fused_mma_attention(true)) runs that kernel with
-  // the prologue fused in, then the split combine (kernels/qkv_rope_attention.h; run 29:
-  // Qwen3-30B-A3B batch 1 353.2 -> 348.5 tok/s, batch 32 -2.9 %). (The CUDA-core fused kernel
-  // for the other groups, run 10: Llama-3.1-8B 205.7 -> 191.4 tok/s, was removed in run 46.)
-  // DEEPINFER_ATTN_DECODE=generic always composes.
+  // qkv_rope_store + paged_attention (the composition). The two fused kernels measured for it
+  // were slower on the H200 and were removed in run 46 (docs/cuda_backend.md "Fused decode
+  // attention": run 10's CUDA-core kernel, Llama-3.1-8B 205.7 -> 191.4 tok/s; run 29's
+  // tensor-core form, Qwen3-30B-A3B batch 1 353.2 -> 348.5, batch 32 -2.9 %).
   void qkv_rope_attention(const QkvRopeStoreParams& store,
                           const PagedAttentionParams& attn) override;
-  void set_fused_mma_attention(bool on) { fused_mma_attention_ = on; }
-  bool fused_mma_attention() const { return fused_mma_attention_; }
   // One small-M kernel (kernels/gemv.h) for m <= gemv_max_rows() bf16 rows; else the composed
   // path (cuBLAS + elementwise kernels).
   void fused_linear(const FusedLinearParams& p) override;
@@ -200,8 +194,6 @@ class CudaBackend final : public Backend {
   // env DEEPINFER_GEMV_MAX_ROWS, default kDefaultGemvMaxRows).
   void set_gemv_max_rows(int32_t rows) { gemv_max_rows_ = rows; }
   int32_t gemv_max_rows() const { return gemv_max_rows_; }
-  // Calls of qkv_rope_attention that ran the fused kernel (tests check the path was taken).
-  int64_t fused_attention_calls() const { return fused_attention_calls_; }
   // MLA decode batches (paged_attention with one latent head; bf16 mode): by batch size (kAuto,
   // default) the wide kernel (kernels/mla_decode_wide.h) or the cluster kernel
   // (kernels/mla_decode_cluster.h); or one of them always (env DEEPINFER_MLA_KERNEL=wide |
@@ -253,22 +245,12 @@ class CudaBackend final : public Backend {
   int32_t num_sms_ = 0;
   // The small-M kernel when it takes these shapes (bf16, m <= gemv_max_rows_): true if launched.
   bool try_gemv(const FusedLinearParams& p);
-  // The fused decode attention when it takes the call: true if launched.
-  bool try_qkv_rope_attention(const QkvRopeStoreParams& store, const PagedAttentionParams& attn);
-  bool try_qkv_rope_attention_mma(const QkvRopeStoreParams& store,
-                                  const PagedAttentionParams& attn);
-  // The decode kernels' params for attn with the plan paged_attention would make (same splits,
-  // same bits) and, for several splits, their workspace allocated into ws.
-  PagedAttentionKernelParams planned_decode_params(const PagedAttentionParams& attn, Tensor& ws);
   // The cluster MLA decode kernel when it takes the call: true if launched.
   bool try_mla_cluster_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_deferred_decode(const PagedAttentionParams& p, int32_t max_kv);
   bool try_mla_wide_decode(const PagedAttentionParams& p, int32_t max_kv);
-  // The fused decode attention kernel / its tensor-core form (both opt-in).
-  bool fused_mma_attention_ = di::env::is("DEEPINFER_ATTN_FUSED_MMA", "1");
   uint32_t* attention_counters_ = nullptr;  // all zero between kernels (the kernel resets them)
   int64_t attention_counters_cap_ = 0;
-  int64_t fused_attention_calls_ = 0;
   MlaDecodeKernel mla_decode_kernel_ = [] {
     constexpr const char* kName = "DEEPINFER_MLA_KERNEL";
     if (di::env::is(kName, "0")) return MlaDecodeKernel::kGeneric;

@@ -123,7 +123,7 @@ void set_gqa_decode_mma_splits_per_cta(int spc);
 // (merge_direct in gqa_decode_mma.cu; bitwise the block merge by construction, checked on the H200
 // in run 40). -1 = where a CTA merges several splits (the default: Qwen3-30B-A3B batch 32 +1.0 %;
 // at batch 1, one split per CTA, it lost 0.9 %), 0 = never, 1 = always
-// (DEEPINFER_GQA_MMA_MERGE_WARP). Not with the fused prologue.
+// (DEEPINFER_GQA_MMA_MERGE_WARP).
 // gqa_decode_mma_merge_warp_launches() counts the launches that took it (tests).
 void set_gqa_decode_mma_merge_warp(int mode);
 int gqa_decode_mma_merge_warp();

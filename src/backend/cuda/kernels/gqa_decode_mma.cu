@@ -25,12 +25,9 @@
 // griddepcontrol.wait, so those loads overlap the store kernel (and the qkv GEMV's tail); this
 // step's entries and q are read after it.
 //
-// With F (opt-in DEEPINFER_ATTN_FUSED_MMA=1, launch_qkv_rope_gqa_decode_mma) the attention
-// prologue runs in the kernel: each CTA computes its token's G q rows from the qkv GEMM's output
-// (qkv_rope_rows.cuh, qkv_rope_store_kernel's arithmetic) into shared memory, and the CTA whose
-// splits hold a new token's position writes that token's K/V first (owner_cta). Bit-equal to the
-// composition; slower on the H200 (run 29: the K/V reads no longer overlap a store kernel and
-// compete with o_proj's early weight loads; docs/cuda_backend.md "Fused decode attention").
+// (The attention prologue fused into this kernel, opt-in since run 29 and slower on the H200, was
+// removed in run 46; the last commit with it is afcdc3e: docs/cuda_backend.md "Fused decode
+// attention".)
 //
 // H200, same call (docs/performance.md, run 15): Qwen3-30B-A3B (8 heads per kv head) batch 1 /
 // 32 / 256 262.4 / 1,011 / 2,393 -> 274.5 / 1,201 / 3,778 tok/s; Llama-3.1-8B (4) batch 1 / 8 /
@@ -45,8 +42,6 @@
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/gqa_decode.cuh"
 #include "backend/cuda/kernels/gqa_decode_mma.cuh"
-#include "backend/cuda/kernels/qkv_rope_attention.h"
-#include "backend/cuda/kernels/qkv_rope_rows.cuh"
 
 namespace di::cuda {
 namespace {
@@ -56,7 +51,7 @@ using gqa_mma::kSub;
 using gqa_mma::quad_sum;
 constexpr int kWarps = 4;
 
-template <int D, int G, int B, bool F>
+template <int D, int G, int B>
 struct GqaMmaShared {
   bf16 kv[B][kWarps][2][kSub][D + 8];  // [buffer][warp]: K rows, then V rows (16-byte row pad)
   float o[kWarps][G][D];               // the merge: each warp's unnormalised rows (q heads) of O
@@ -65,35 +60,18 @@ struct GqaMmaShared {
   float cw[kWarps][G];  // the merge's weight of each warp's rows, and per row
   float mm[G];          // the max over the warps and the summed l
   float ll[G];
-  // With the prologue fused (F): the token's q rows of this kv head after norm and rope, rounded
-  // as qkv_rope_store writes them (the prologue's f32 rows and norm sums use o's space).
-  __align__(16) bf16 q[F ? G : 1][D];
 };
-static_assert(kWarps * 32 == kQkvRowThreads,
-              "the fused prologue's norm reduction must run on qkv_rope_store_kernel's threads");
-
-// The CTA (grid x) that writes a new token's K/V at `pos`: the one whose splits read that
-// position (positions past the grid: the last CTA; negative ones: the first), as in the fused
-// CUDA-core kernel (qkv_rope_attention.cu).
-__device__ __forceinline__ int owner_cta(int32_t pos, const PagedAttentionKernelParams& p,
-                                         int spc) {
-  const int split = pos < 0 ? 0 : min(pos / p.split_size, p.num_splits - 1);
-  return split / spc;
-}
 
 // CTA (x, kvh, s): splits x·spc .. x·spc + spc - 1 of kv head kvh of sequence s, one after the
 // other; each warp's first sub-tile of the next split is copied (second buffer) while the current
 // split is computed and merged. A split's arithmetic does not depend on spc (same sub-tiles per
 // warp, same merge order), so neither do its bits.
 // B: K/V buffers per warp (2 when spc > 1, else 1: less shared memory, more CTAs per SM).
-// F: the attention prologue fused in (qkv_rope_gqa_decode_mma below): q from the qkv GEMM's
-// output (st.qkv) through norm and rope into shared memory, and the new tokens' K/V written to the
-// pool by the CTA that reads them; st is unused otherwise.
 // WM: the warps' merge with one barrier (merge_direct below; bitwise the three-barrier merge).
-template <int D, int G, int B, bool F, bool WM>
+template <int D, int G, int B, bool WM>
 __global__ void __launch_bounds__(kWarps * 32, 3)
-    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc, QkvRopeStoreKernelParams st) {
-  DI_TRACE_SCOPE(kTraceGqaDecodeMma, F ? 1 : 0);
+    gqa_decode_mma_kernel(PagedAttentionKernelParams p, int spc) {
+  DI_TRACE_SCOPE(kTraceGqaDecodeMma, 0);
   // The next (PDL-launched) kernel may start: the split combine, whose own start launches o_proj
   // and its 16.8 MB of early weight loads (Qwen3-30B-A3B). Before this kernel's wait those loads
   // sit in front of the rope/store kernel's and this kernel's reads after their waits (a
@@ -106,8 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   constexpr int kKSteps = D / 16;
   constexpr int kDTiles = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  static_assert(!(F && WM), "the fused prologue uses the merge area before the first merge");
-  auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B, F>*>(smem_raw);
+  auto& sh = *reinterpret_cast<GqaMmaShared<D, G, B>*>(smem_raw);
   const int split0 = blockIdx.x * spc, kvh = blockIdx.y, s = blockIdx.z;
   const int nsp = B == 1 ? 1 : min(spc, p.num_splits - split0);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -135,47 +112,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
   const int old_end = seq.kv_len - (i1 - i0);
   if (i0 < i1) copy_sub(first_base(split0), split_end(split0, limit_of(i0)), 0, 0, old_end, true);
   cp_async_commit();  // (maybe empty) the first token's old entries
-  // The fused prologue's operands: the qkv rows are the only ones a kernel of the step writes.
-  [[maybe_unused]] const int heads = p.num_q_heads + 2 * p.num_kv_heads;
-  [[maybe_unused]] const bf16* qkv = static_cast<const bf16*>(st.qkv);
-  [[maybe_unused]] const RopeCosSin cs{st.cos_sin, st.cos_sin_f32, st.max_pos};
-  [[maybe_unused]] float* row_s = &sh.o[0][0][0];             // G * D floats (o is 4 * G * D)
-  [[maybe_unused]] float* scratch = &sh.o[kWarps / 2][0][0];  // 32 * G floats
-  // The first token's position and slot (metadata, copied before the step's first kernel).
-  [[maybe_unused]] const int32_t pos0 = F && i0 < i1 ? p.positions[i0] : -1;
-  [[maybe_unused]] const int32_t slot0 = F && i0 < i1 ? st.slot_mapping[i0] : -1;
-  if constexpr (F) {  // L1 prefetches of the norm weights and the first token's rope row
-    if (st.q_norm != nullptr) prefetch_l1_lines(st.q_norm, D * sizeof(bf16));
-    if (st.k_norm != nullptr) prefetch_l1_lines(st.k_norm, D * sizeof(bf16));
-    prefetch_rope_row_l1(st.cos_sin, st.cos_sin_f32, pos0, st.max_pos, D);
-  }
   pdl_wait();
   DI_TRACE_WAITED();
   if (late_trigger) pdl_trigger();
-  if constexpr (F) {
-    // The new K/V rows of kv head kvh that this CTA's splits read (every branch depends only on
-    // blockIdx and the metadata, so the whole CTA takes it): k through [k_norm] and rope, v
-    // copied, as qkv_rope_store_kernel writes them.
-    bool stored = false;
-    for (int i = i0; i < i1; ++i) {
-      const int32_t pos = i == i0 ? pos0 : st.positions[i];
-      const int32_t slot = i == i0 ? slot0 : st.slot_mapping[i];
-      if (slot < 0 || owner_cta(pos, p, spc) != static_cast<int>(blockIdx.x)) continue;
-      const int64_t block = slot / st.block_size, off = slot % st.block_size;
-      if (block >= st.num_blocks) continue;
-      bf16* entry = static_cast<bf16*>(st.pool) + block * st.block_stride + st.layer_offset +
-                    off * st.entry_size;
-      qkv_store_kv_head<bf16>(qkv + int64_t{i} * heads * D, entry, p.num_q_heads, p.num_kv_heads,
-                              kvh, D, static_cast<const bf16*>(st.k_norm), st.eps, pos, cs, row_s,
-                              scratch);
-      stored = true;
-    }
-    // The rows are read back below by other threads' cp.async (through L2): a GPU-scope fence
-    // before the barrier, in the one CTA per (sequence, kv head) that wrote any. No other CTA
-    // reads them (the owner rule; the engine's slot_mapping matches the block table).
-    if (stored) __threadfence();
-    __syncthreads();
-  }
   // The merge with one barrier (WM): every warp stores its rows of O and its (m, l) per row, then
   // warp w merges d-tiles [w·kQ, w·kQ + kQ) of every row. Each lane of row h computes the merge
   // weights that thread h of the block merge computes (the same max, exps and warp-order sums,
@@ -264,13 +203,6 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
     uint32_t qa[kKSteps][2 * kHalves];
     {
       const bf16* q0 = p.q + (int64_t{i} * p.num_q_heads + int64_t{kvh} * G) * D;
-      if constexpr (F) {  // this token's G q rows: [q_norm] + rope into shared memory
-        qkv_rope_rows<bf16, G>(qkv + int64_t{i} * heads * D + int64_t{kvh} * G * D, &sh.q[0][0], D,
-                               static_cast<const bf16*>(st.q_norm), st.eps, true,
-                               i == i0 ? pos0 : p.positions[i], cs, row_s, scratch);
-        __syncthreads();  // rope writes elements other threads loaded
-        q0 = &sh.q[0][0];
-      }
       gqa_mma::load_q_frags<D, G>(q0, lane, qa);
     }
     for (int n = 0; n < nsp; ++n) {
@@ -377,62 +309,56 @@ __global__ void __launch_bounds__(kWarps * 32, 3)
 EnvSetting g_merge_warp{"DEEPINFER_GQA_MMA_MERGE_WARP", -1};
 std::atomic<int64_t> g_merge_warp_launches{0};
 
-template <int D, int G, int B, bool F, bool WM>
-void launch_dgbw(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
-                 cudaStream_t stream) {
-  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B, F>));
-  auto* kernel = gqa_decode_mma_kernel<D, G, B, F, WM>;
+template <int D, int G, int B, bool WM>
+void launch_dgbw(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
+  constexpr int smem = static_cast<int>(sizeof(GqaMmaShared<D, G, B>));
+  auto* kernel = gqa_decode_mma_kernel<D, G, B, WM>;
   open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   const dim3 grid(ceil_div(p.num_splits, spc), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(p.num_seqs));
   PagedAttentionKernelParams q = p;
   q.late_trigger = attn_late_trigger_env();
-  (void)launch_decode(kPdlGqaDecodeMma, kernel, grid, dim3(kWarps * 32), smem, stream, q, spc, st);
+  (void)launch_decode(kPdlGqaDecodeMma, kernel, grid, dim3(kWarps * 32), smem, stream, q, spc);
 }
-template <int D, int G, int B, bool F>
-void launch_dgb(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
-                cudaStream_t stream) {
+template <int D, int G, int B>
+void launch_dgb(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
   // merge_direct stores pairs: 4-byte bf16 pairs of out, 8-byte float pairs of partial_o.
   const int mode = g_merge_warp.load();
-  const bool wm = !F && (mode == 1 || (mode < 0 && spc > 1)) &&
+  const bool wm = (mode == 1 || (mode < 0 && spc > 1)) &&
                   reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
                   reinterpret_cast<uintptr_t>(p.partial_o) % 8 == 0;
-  if constexpr (!F) {
-    if (wm) {
-      g_merge_warp_launches.fetch_add(1, std::memory_order_relaxed);
-      launch_dgbw<D, G, B, F, true>(p, spc, st, stream);
-      return;
-    }
+  if (wm) {
+    g_merge_warp_launches.fetch_add(1, std::memory_order_relaxed);
+    launch_dgbw<D, G, B, true>(p, spc, stream);
+    return;
   }
-  launch_dgbw<D, G, B, F, false>(p, spc, st, stream);
+  launch_dgbw<D, G, B, false>(p, spc, stream);
 }
-template <int D, int G, bool F>
-void launch_dg(const PagedAttentionKernelParams& p, int spc, const QkvRopeStoreKernelParams& st,
-               cudaStream_t stream) {
+template <int D, int G>
+void launch_dg(const PagedAttentionKernelParams& p, int spc, cudaStream_t stream) {
   if (spc == 1)
-    launch_dgb<D, G, 1, F>(p, 1, st, stream);
+    launch_dgb<D, G, 1>(p, 1, stream);
   else
-    launch_dgb<D, G, 2, F>(p, spc, st, stream);
+    launch_dgb<D, G, 2>(p, spc, stream);
 }
 
-template <int D, bool F>
-bool launch_d(const PagedAttentionKernelParams& p, int group, int spc,
-              const QkvRopeStoreKernelParams& st, cudaStream_t stream) {
+template <int D>
+bool launch_d(const PagedAttentionKernelParams& p, int group, int spc, cudaStream_t stream) {
   switch (group) {
     case 1:
-      launch_dg<D, 1, F>(p, spc, st, stream);
+      launch_dg<D, 1>(p, spc, stream);
       return true;
     case 2:
-      launch_dg<D, 2, F>(p, spc, st, stream);
+      launch_dg<D, 2>(p, spc, stream);
       return true;
     case 4:
-      launch_dg<D, 4, F>(p, spc, st, stream);
+      launch_dg<D, 4>(p, spc, stream);
       return true;
     case 8:
-      launch_dg<D, 8, F>(p, spc, st, stream);
+      launch_dg<D, 8>(p, spc, stream);
       return true;
     case 16:
-      launch_dg<D, 16, F>(p, spc, st, stream);
+      launch_dg<D, 16>(p, spc, stream);
       return true;
     default:
       return false;
@@ -508,36 +434,8 @@ bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t str
   if (!gqa_decode_mma_takes(p)) return false;
   const int spc = mma_splits_per_cta(p);
   const int group = p.num_q_heads / p.num_kv_heads;
-  const QkvRopeStoreKernelParams unused{};
-  return p.head_dim_qk == 64 ? launch_d<64, false>(p, group, spc, unused, stream)
-                             : launch_d<128, false>(p, group, spc, unused, stream);
-}
-
-bool qkv_rope_gqa_decode_mma_supported(const PagedAttentionKernelParams& p,
-                                       const QkvRopeStoreKernelParams& st) {
-  if (mma_splits_per_cta(p) == 0 || st.f32 || st.qkv == nullptr || p.split_size <= 0) return false;
-  const int32_t d = st.head_dim;
-  // The pool layout qkv_rope_store writes (K of every kv head, then V) is the one attended.
-  return st.num_q_heads == p.num_q_heads && st.num_kv_heads == p.num_kv_heads &&
-         p.head_dim_qk == d && p.k_offset == 0 && p.v_offset == st.num_kv_heads * d &&
-         p.kv_head_stride == d && st.entry_size == p.entry_size &&
-         st.entry_size == 2 * st.num_kv_heads * d && st.block_size == p.block_size &&
-         st.block_stride == p.block_stride && st.layer_offset == p.layer_offset &&
-         st.pool == static_cast<const void*>(p.pool) && st.tokens == p.num_tokens &&
-         reinterpret_cast<uintptr_t>(st.qkv) % 4 == 0 &&
-         (p.num_splits == 1 || (p.partial_o != nullptr && p.partial_ml != nullptr));
-}
-
-bool launch_qkv_rope_gqa_decode_mma(const PagedAttentionKernelParams& p,
-                                    const QkvRopeStoreKernelParams& st, cudaStream_t stream) {
-  if (!qkv_rope_gqa_decode_mma_supported(p, st)) return false;
-  if (p.num_tokens == 0 || p.num_seqs == 0) return true;
-  const int spc = mma_splits_per_cta(p);
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const bool ok = p.head_dim_qk == 64 ? launch_d<64, true>(p, group, spc, st, stream)
-                                      : launch_d<128, true>(p, group, spc, st, stream);
-  if (ok) launch_split_combine(p, stream);
-  return ok;
+  return p.head_dim_qk == 64 ? launch_d<64>(p, group, spc, stream)
+                             : launch_d<128>(p, group, spc, stream);
 }
 
 }  // namespace di::cuda

@@ -1,12 +1,11 @@
 #pragma once
-// The per-row math of the GQA attention prologue, shared by qkv_rope_store_kernel (decode_fused.cu)
-// and the tensor-core decode kernel's fused prologue (gqa_decode_mma.cu) so both write the same
-// bits:
+// The per-row math of the GQA attention prologue of qkv_rope_store_kernel and its warp-per-row
+// form (decode_fused.cu; until run 46 also of the fused attention kernels, hence its own header):
 // [RMSNorm with a per-dim weight, rounded to the element type] -> rope over the whole head
 // (pairs (j, j + d/2)), rounded to the element type; or a plain copy (v rows).
 //
 // The reduction of the norm depends on the thread count: thread t sums elements t, t + 128, ...
-// of a row, then block_sum's tree. Both kernels run it on kQkvRowThreads threads.
+// of a row, then block_sum's tree, on kQkvRowThreads threads.
 #include "backend/cuda/kernels/common.cuh"
 
 namespace di::cuda {
