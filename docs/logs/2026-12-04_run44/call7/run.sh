@@ -5,9 +5,9 @@
 # 1. The tree as committed, on the GPU suites. Run 45 moved every DEEPINFER_* read behind
 #    core/env.h (host code of every CUDA path; the integer switches tests set read the
 #    environment at first use now), and bceadad's cluster kernel (st.async form only) has not run
-#    on a GPU since that change. Run 46 (no machine lent either) removed four measured-slower
-#    opt-in kernels (attn_o_proj, moe_t1_fused, the MoE mma decode kernels, the CUDA-core fused
-#    decode attention) with their tests; the GQA model's no-bias o_proj now calls
+#    on a GPU since that change. Run 46 (no machine lent either) removed five measured-slower
+#    opt-in kernels (attn_o_proj, moe_t1_fused, the MoE mma decode kernels, both fused decode
+#    attention kernels) with their tests; the GQA model's no-bias o_proj now calls
 #    qkv_rope_attention then fused_linear; test_engine's race fixed. Same suites cover it.
 #    Device code is not what changed: run 46 compiled every kernel unit from 88e12a1 (the last
 #    tree run here) and from HEAD, and every kernel is byte-identical to one run 44 tested
