@@ -35,8 +35,9 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 // H200 A/B (docs/performance.md, 2026-11-29 evening): at 2-4 rows cuBLAS + separate elementwise
 // kernels win (Llama-3.1-8B batch 2 / 4: 384 / 757 tok/s vs 346 / 464 with the GEMV).
 constexpr int32_t kDefaultGemvMaxRows = 1;
-// Arrival counters of the fused decode attention, one per (sequence, kv head): 64 KiB covers
-// 2048 sequences x 8 kv heads; more grows the buffer outside graph capture.
+// Arrival counters of the MLA cluster decode kernels (sized when the GQA fused attention, removed
+// in run 46, took one per (sequence, kv head)): 64 KiB; more grows the buffer outside graph
+// capture.
 constexpr int64_t kInitialAttentionCounters = 16384;
 
 void check_dev(const Tensor& t, DType dtype, const char* op, const char* what) {

@@ -61,12 +61,12 @@ class CudaBackend final : public Backend {
   Tensor download(const Tensor& t) override;
   void synchronize() override;
   // Invariants at rest (synchronizes the stream; throws inside a graph capture): the decode
-  // kernels' arrival counters (the fused attention kernels' and the fused router's) are zero, as
+  // kernels' arrival counters (the MLA cluster decode kernels' and the fused router's) are zero, as
   // each kernel's last CTA leaves them, in the attention counter buffer and in every buffer it
   // outgrew (a captured graph may still use those); the attention counter buffer and its capacity
   // agree.
   void check_integrity();
-  // At least n zeroed arrival counters (fused decode attention); false inside a graph capture
+  // At least n zeroed arrival counters (MLA cluster decode); false inside a graph capture
   // when the buffer would have to grow. A grown buffer's predecessor is kept until the backend
   // dies (graphs captured earlier point at it).
   bool reserve_attention_counters(int64_t n);
