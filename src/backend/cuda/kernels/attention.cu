@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(128) combine_splits_kernel(PagedAttentionKerne
 }
 
 // ---- decode: one CTA per (KV split, kv head, sequence), bf16, GQA (separate K and V) ----------
-// The body is gqa_decode_token (gqa_decode.cuh, shared with the fused qkv_rope_attention kernel).
+// The body is gqa_decode_token (gqa_decode.cuh).
 // The split layout and the partials are the generic kernel's, so combine_splits_kernel merges
 // them. Tokens per sequence: any (usually one; a causal limit per token).
 // Resident CTAs the decode kernel is compiled for: four 4-warp CTAs per SM for groups of up to 4

@@ -1,6 +1,6 @@
 #pragma once
-// The per-token body of the GQA decode attention of gqa_decode_kernel (attention.cu); until run
-// 46 the fused qkv_rope_attention_kernel shared it, hence its own header.
+// The per-token body of the GQA decode attention of gqa_decode_kernel (attention.cu), and the
+// sequence metadata (gqa_decode_seq) the tensor-core and cluster decode kernels read too.
 //
 // One CTA of TW token warps per (KV split, kv head, sequence), each in HS warps (HS = 2: W = TW *
 // HS warps) that take G / HS of the heads each. The split's tokens are cut into chunks of kChunk

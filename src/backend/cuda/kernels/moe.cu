@@ -12,7 +12,6 @@
 #include <cfloat>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe.h"

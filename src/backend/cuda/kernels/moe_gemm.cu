@@ -2,9 +2,6 @@
 // weight row once with 16-byte loads and apply it to all rows routed to the expert, MT at a time;
 // then the deterministic weighted combine.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/kernels/common.cuh"
 #include "backend/cuda/kernels/moe_grouped.h"
