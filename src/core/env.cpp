@@ -132,8 +132,6 @@ constexpr Variable kVariables[] = {
      "the slot down kernel's columns per CTA"},
     {"DEEPINFER_MOE_T1_SLOT_OCC", "0|1", "0",
      "1: the slot down kernel's 4-column variant compiled for one CTA per SM"},
-    {"DEEPINFER_MOE_T1_SMEM", "deep", "16 warps",
-     "with DEEPINFER_MOE_T1_DOWN=smem, deep: 12 warps with deeper register rings"},
     {"DEEPINFER_MOE_T1_TRIGGER", "0|1", "1",
      "0: the one-token down kernels let the next layer's kernel start only at their end, not "
      "at their start"},

@@ -711,7 +711,8 @@ void (*t1_slot_kernel_for(int iters, bool occ2))(MoeDecodeT1Params) {
 // then the last 4 (lo[c] = act[8c .. 8c + 4), hi[c] = act[8c + 4 .. 8c + 8)), so that lane L's
 // 16-byte reads of chunk L + 32 i are consecutive across the warp (no bank conflicts; the
 // unsplit row, 32 bytes per lane, was two wavefronts per read: ncu, run 21 call 2).
-// W warps per CTA (16; DEEPINFER_MOE_T1_SMEM=deep: 12 warps with deeper rings).
+// W warps per CTA: 16 (run 22's 12 warps with deeper rings, DEEPINFER_MOE_T1_SMEM=deep, measured
+// -10 % at batch 1 and was removed in run 47).
 
 // act (slots x inter f32, gate_up's output) -> shared memory through L2 by the CTA's `threads`
 // threads, split in halves per slot (see above), then a __syncthreads(): every thread of the CTA
@@ -740,10 +741,12 @@ struct T1RowPos {
 };
 
 // Ring depth R (row buffers per warp) for W warps and U chunk-iterations per row: as deep as the
-// registers allow without spills (ptxas, sm_90a: 16 warps <= 128 registers, 12 warps <= 168).
+// registers allow without spills (ptxas, sm_90a: 16 warps <= 128 registers).
 template <int W, int U>
-constexpr int kT1SmemRing = W == 16 ? (U <= 3 ? 5 : U <= 4 ? 4 : U <= 6 ? 3 : 2)
-                                    : (U <= 3 ? 8 : U <= 4 ? 6 : U <= 6 ? 5 : 3);
+constexpr int kT1SmemRing = U <= 3   ? 5
+                            : U <= 4 ? 4
+                            : U <= 6 ? 3
+                                     : 2;
 
 template <int W, int U, int R = kT1SmemRing<W, U>>
 __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1Params p) {
@@ -1133,11 +1136,9 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   const bool pdl = t1_pdl(p, smem_down);
   p.early_rows = down_early_env && pdl && pdl_enabled();
   if (smem_down) {
-    static const bool deep = di::env::is("DEEPINFER_MOE_T1_SMEM", "deep");
-    const int warps = deep ? 12 : 16;
+    constexpr int warps = 16;
     const dim3 sgrid(std::min<unsigned>(ceil_div(p.hidden, warps), static_cast<unsigned>(num_sms)));
-    void (*kernel)(MoeDecodeT1Params) = deep ? t1_smem_kernel_for<12>(iters)
-                                             : t1_smem_kernel_for<16>(iters);
+    void (*kernel)(MoeDecodeT1Params) = t1_smem_kernel_for<warps>(iters);
     if ((err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), act_bytes)) != cudaSuccess)
       return err;
     return launch_dependent_if(pdl, kernel, sgrid, dim3(warps * 32), static_cast<size_t>(act_bytes),
