@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# RAN in run 47 as docs/logs/2026-12-05_run47/call1/run.sh (one bound added there; results in
+# docs/performance.md, run 47). Kept as the plan it was.
 # Prepared in run 44 (no machine was lent after call 6), updated in runs 45 and 46 (no machine
 # lent at all): the next session's first device call. Two parts:
 #
