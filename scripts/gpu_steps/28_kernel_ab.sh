@@ -2,7 +2,6 @@
 # CUDA graphs), each against its switch-off twin; lines tagged ab-<name> in summary_extra.txt:
 #   pipelined batch-1 MoE down kernel                V2-Lite / Qwen3 c=1 DEEPINFER_MOE_T1_DOWN=v1
 #   MLA decode head groups (auto)                    V2-Lite c=1,32      DEEPINFER_MLA_HEAD_SPLIT=1
-#   GQA decode softmax per chunk (run 11; opt-in)    Llama c=1, Qwen3 c=1,32  DEEPINFER_GQA_SOFTMAX=chunk
 # The "on" side is model_llama8b / model_v2lite / model_qwen3moe of 25_model.sh (same call).
 if [ -x .gpu_bin/bench_cuda_model ]; then
   run_step ab_v2lite_t1v1 20 env DEEPINFER_MOE_T1_DOWN=v1 .gpu_bin/bench_cuda_model \
@@ -11,12 +10,7 @@ if [ -x .gpu_bin/bench_cuda_model ]; then
     --preset deepseek-v2-lite --conc 1,32 --ctx 2048 --tag ab-mla-hs1
   run_step ab_qwen3_t1v1 25 env DEEPINFER_MOE_T1_DOWN=v1 .gpu_bin/bench_cuda_model \
     --preset qwen3-30b-a3b --conc 1 --ctx 2048 --tag ab-moe-t1-v1
-  run_step ab_llama_gqa_chunk 20 env DEEPINFER_GQA_SOFTMAX=chunk .gpu_bin/bench_cuda_model \
-    --preset llama3-8b --conc 1 --ctx 512 --tag ab-gqa-chunk
-  run_step ab_qwen3_gqa_chunk 30 env DEEPINFER_GQA_SOFTMAX=chunk .gpu_bin/bench_cuda_model \
-    --preset qwen3-30b-a3b --conc 1,32 --ctx 2048 --tag ab-gqa-chunk
-  for n in ab_v2lite_t1v1 ab_v2lite_hs1 ab_qwen3_t1v1 ab_llama_gqa_chunk \
-    ab_qwen3_gqa_chunk; do
+  for n in ab_v2lite_t1v1 ab_v2lite_hs1 ab_qwen3_t1v1; do
     grep -E '^\[model\]' "$OUT/$n.log" >>"$OUT/summary_extra.txt" 2>/dev/null ||
       echo "[model] $n: no output (see $n.log)" >>"$OUT/summary_extra.txt"
   done

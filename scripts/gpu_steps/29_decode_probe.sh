@@ -23,10 +23,6 @@ if [ -x .gpu_bin/bench_cuda_model ]; then
   probe llama_split32 llama3-8b "--conc 1 --ctx 512" DEEPINFER_ATTN_SPLIT=32
   probe v2lite_tile deepseek-v2-lite "--conc 1,32,256 --ctx 2048" DEEPINFER_MLA_KERNEL=tile
 fi
-if [ -x .gpu_bin/test_backend_ops ]; then
-  run_step ops_gqa_chunk 90 env DEEPINFER_GQA_SOFTMAX=chunk .gpu_bin/test_backend_ops --gtest_color=no
-  echo "[ops] DEEPINFER_GQA_SOFTMAX=chunk: passed=$(grep -c '^\[       OK \]' "$OUT/ops_gqa_chunk.log") failed=$(grep -c '^\[  FAILED  \].*(' "$OUT/ops_gqa_chunk.log")" >>"$OUT/summary_extra.txt"
-fi
 if [ -x .gpu_bin/test_cuda_pinned_pool ]; then
   run_step pinned_pool 30 .gpu_bin/test_cuda_pinned_pool --gtest_color=no
   echo "[pinned_pool] rc=${rcs[${#rcs[@]}-1]} passed=$(grep -c '^\[       OK \]' "$OUT/pinned_pool.log")" >>"$OUT/summary_extra.txt"

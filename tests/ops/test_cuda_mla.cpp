@@ -665,12 +665,12 @@ TEST(MlaDecodeDeferred, MergeInsideTheProjectionMatchesCpuAndComposed) {
     const Tensor padded = run_mla(*be, c, 31, true, kN);
     cb.set_attention_max_kv_len(0);
     const Tensor again = run_mla(*be, c, 31, true, kN);
-    // The merge kernels (16 columns per CTA; the wide one, parts by loads or bulk copies; the
-    // k-split cluster): the same bits.
+    // The merge kernels (16 columns per CTA; the wide one, parts by bulk copies; the k-split
+    // cluster): the same bits.
     std::vector<Tensor> kernels;
     for (const cuda::MlaMergeKernel kind :
-         {cuda::MlaMergeKernel::kV1, cuda::MlaMergeKernel::kWideRegisters,
-          cuda::MlaMergeKernel::kWideBulk, cuda::MlaMergeKernel::kSplit}) {
+         {cuda::MlaMergeKernel::kV1, cuda::MlaMergeKernel::kWideBulk,
+          cuda::MlaMergeKernel::kSplit}) {
       cuda::set_mla_merge_override(kind);
       kernels.push_back(run_mla(*be, c, 31, true, kN));
     }

@@ -634,19 +634,10 @@ void check_paged_attention(const PagedAttentionParams& p, DType dt) {
            p.q->describe(), p.out->describe(), t, p.num_q_heads, p.head_dim_qk - dr, p.head_dim_v);
 }
 
-// DEEPINFER_GQA_SOFTMAX=chunk: the GQA decode kernel's online softmax once per chunk of tokens
-// instead of once per token (attention.h). Opt-in: on the H200 (run 11) it was neutral for
-// Llama-3.1-8B at batch 1, +2% for Qwen3-30B-A3B at 1 and -3% at 32.
-bool gqa_chunk_softmax_enabled() {
-  static const bool on = di::env::is("DEEPINFER_GQA_SOFTMAX", "chunk");
-  return on;
-}
-
 // The kernel params of a paged_attention call, without the plan and its workspace.
 PagedAttentionKernelParams attention_kernel_params(const PagedAttentionParams& p, bool f32) {
   const PagedBatch& b = *p.batch;
   PagedAttentionKernelParams k{};
-  k.gqa_chunk_softmax = gqa_chunk_softmax_enabled() ? 1 : 0;
   if (f32) {  // the fp32 verification mode: the f32 pointers select the float kernels
     k.q_f32 = cptr<float>(*p.q);
     k.out_f32 = mptr<float>(*p.out);

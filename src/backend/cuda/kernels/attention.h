@@ -48,10 +48,6 @@ struct PagedAttentionKernelParams {
   int32_t num_splits;     // >= ceil(max kv len / split_size)
   float* partial_o;       // [num_splits, num_tokens * num_q_heads, head_dim_v] (splits > 1)
   float* partial_ml;      // [num_splits, num_tokens * num_q_heads, 2]: running max, sum
-  // GQA decode kernel (gqa_decode.cuh): 0 = online softmax once per token (default), 1 = once
-  // per chunk of tokens (all scores of the chunk first, one rescale; opt-in
-  // DEEPINFER_GQA_SOFTMAX=chunk). Results differ in rounding only.
-  int32_t gqa_chunk_softmax;
   // The device's multiprocessor count (CudaBackend's): the GQA decode kernel doubles its warps
   // on grids of at most one CTA per SM (gqa_decode_head_split). 0: never.
   int32_t num_sms;

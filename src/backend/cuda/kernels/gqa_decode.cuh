@@ -78,42 +78,13 @@ __device__ __forceinline__ float gqa_score(const float (&q)[E], const float (&k)
 }
 
 // Chunk [base, min(base + kChunk, t1)) (base < t1) applied to state st, given its V rows and
-// score(j, h) (computed there, or earlier): per token (online softmax; each score when its token
-// comes), or per chunk (p.gqa_chunk_softmax: every score first, then one rescale per head).
+// score(j, h) (computed there, or earlier): the online softmax, each score when its token comes.
+// (A form with every score of the chunk first and one rescale per head, DEEPINFER_GQA_SOFTMAX=
+// chunk, was opt-in from run 11 and removed in run 47: neutral or -3 %, and the tensor-core
+// kernel took the decode since.)
 template <int E, int GL, int kChunk, typename Score>
-__device__ __forceinline__ void gqa_apply_chunk(bool chunk_softmax, int base, int t1,
-                                                const Score& score, const float (&vf)[kChunk][E],
-                                                GqaState<GL, E>& st) {
-  if (chunk_softmax) {
-    float sc[kChunk][GL];
-#pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-#pragma unroll
-      for (int h = 0; h < GL; ++h) sc[j][h] = score(j, h);
-    }
-#pragma unroll
-    for (int h = 0; h < GL; ++h) {
-      float mc = sc[0][h];  // token base is always < t1
-#pragma unroll
-      for (int j = 1; j < kChunk; ++j) {
-        if (base + j < t1) mc = fmaxf(mc, sc[j][h]);
-      }
-      const float mn = fmaxf(st.m[h], mc);
-      const float corr = expf(st.m[h] - mn);  // 0 on the first chunk (m = -inf)
-      st.l[h] *= corr;
-#pragma unroll
-      for (int e = 0; e < E; ++e) st.acc[h][e] *= corr;
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) {
-        const float pe = base + j < t1 ? expf(sc[j][h] - mn) : 0.0f;
-        st.l[h] += pe;
-#pragma unroll
-        for (int e = 0; e < E; ++e) st.acc[h][e] = fmaf(pe, vf[j][e], st.acc[h][e]);
-      }
-      st.m[h] = mn;
-    }
-    return;
-  }
+__device__ __forceinline__ void gqa_apply_chunk(int base, int t1, const Score& score,
+                                                const float (&vf)[kChunk][E], GqaState<GL, E>& st) {
 #pragma unroll
   for (int j = 0; j < kChunk; ++j) {
     if (base + j >= t1) break;  // uniform over the warp
@@ -155,7 +126,6 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
   const int limit = min(seq.kv_len, p.positions[i] + 1);
   const int t0 = split * p.split_size;
   const int t1 = min(limit, t0 + p.split_size);
-  const bool chunk_softmax = p.gqa_chunk_softmax != 0;
   GqaState<GL, E> st;
 #pragma unroll
   for (int h = 0; h < GL; ++h) {
@@ -196,7 +166,7 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     // Token warp w: chunks w, w + 4, … (t0 + w * kChunk + j + c * 4 * kChunk).
     for (int base = t0 + w * kChunk; base < t1; base += NW * kChunk) {
       load_chunk(base);
-      gqa_apply_chunk<E, GL, kChunk>(chunk_softmax, base, t1, score_now, vf, st);
+      gqa_apply_chunk<E, GL, kChunk>(base, t1, score_now, vf, st);
     }
     to_slot();
   } else {
@@ -206,7 +176,7 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
     if (base < t1) {
       load_chunk(base);
       if (tw < NW) {
-        gqa_apply_chunk<E, GL, kChunk>(chunk_softmax, base, t1, score_now, vf, st);
+        gqa_apply_chunk<E, GL, kChunk>(base, t1, score_now, vf, st);
       } else {
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) {
@@ -227,7 +197,7 @@ __device__ __forceinline__ void gqa_decode_token(const PagedAttentionKernelParam
           st.l[h] = sh.ml[w][h0 + h][1];
         }
         auto score_then = [&](int j, int h) { return sc[j][h]; };
-        gqa_apply_chunk<E, GL, kChunk>(chunk_softmax, base, t1, score_then, vf, st);
+        gqa_apply_chunk<E, GL, kChunk>(base, t1, score_then, vf, st);
         __syncwarp();  // every lane has read m and l (lane 0 overwrites them)
         to_slot();
       }

@@ -769,10 +769,10 @@ __global__ void __launch_bounds__(kHeadLinearThreads) mla_merge_uv_kernel(MlaMer
 // cross L2 n / 16 G times instead of n / 16 (V2-Lite, ctx 2048: mla_merge_uv_kernel's 8 CTAs per
 // head read the same 33 x 2 KB of O each, 8.6 MB per layer, and took ~4.8 us from
 // griddepcontrol.wait to the first (max); H200 run 23 phase timing). Thread c < k owns latent
-// column c. The parts' O rows come either (kBulk, the default) into shared memory by bulk copies —
-// thread 0 arms an mbarrier and issues one 2 KB copy per part, chunks of kBulkChunk parts, the
-// first while the (max, sum) reduce — or (registers) straight from L2 into registers, chunks of
-// kWideChunk, the first in flight while the (max, sum) reduce. The arithmetic is
+// column c. The parts' O rows come into shared memory by bulk copies: thread 0 arms an mbarrier
+// and issues one 2 KB copy per part, chunks of kBulkChunk parts, the first while the (max, sum)
+// reduce (run 23; loads straight into registers, DEEPINFER_MLA_MERGE=wide4reg, measured 0.5-1 %
+// slower and were removed in run 47). The arithmetic is
 // mla_merge_uv_kernel's: the (max, sum) of part s on thread s mod 128 (the first 4 warps,
 // registers), the same tree and warp order; O per column in split order with fmaf, skipping zero
 // weights; one bf16 rounding. The groups share the merged row (x_s) and keep their own weight rows
@@ -814,8 +814,7 @@ constexpr int kMergeThreads = kMergeGroups * kHeadLinearThreads;
 struct WideMergeSmem {
   int x_off, part_off, w_off, own_off, red_off, o_off, bar_off, total;
 };
-__host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts, int groups,
-                                                         bool bulk) {
+__host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts, int groups) {
   const int ld = pad16(k) + 8, tpad = pad16(t);
   WideMergeSmem L;
   L.x_off = groups * kHeadLinearCols * ld * 2;
@@ -824,12 +823,11 @@ __host__ __device__ inline WideMergeSmem wide_merge_smem(int t, int k, int parts
   L.own_off = L.w_off + parts * 4;
   L.red_off = L.own_off + t * 4;
   L.o_off = align16(L.red_off + kHeadLinearWarps * 4);
-  L.bar_off = L.o_off + (bulk ? (parts < kBulkChunk ? parts : kBulkChunk) * k * 4 : 0);
-  L.total = L.bar_off + (bulk ? 8 : 0);
+  L.bar_off = L.o_off + (parts < kBulkChunk ? parts : kBulkChunk) * k * 4;
+  L.total = L.bar_off + 8;
   return L;
 }
 
-template <int kWideChunk, bool kBulk>
 __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMergeUvParams mp) {
   pdl_trigger();
   unsigned long long* const tm = merge_timing(mp);
@@ -841,7 +839,7 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
   const int group = tid / kHeadLinearThreads, h = static_cast<int>(blockIdx.y);
   const int col0 = (static_cast<int>(blockIdx.x) * kMergeGroups + group) * kHeadLinearCols;
   const int k = p.k, parts = a.num_splits;
-  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, kMergeGroups, kBulk);
+  const WideMergeSmem L = wide_merge_smem(p.t, k, parts, kMergeGroups);
   HeadLinearSmem m;
   m.ld = pad16(k) + 8;
   m.tpad = pad16(p.t);
@@ -852,29 +850,28 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
   float* w_s = reinterpret_cast<float*>(smem + L.w_off);
   int* own_s = reinterpret_cast<int*>(smem + L.own_off);
   float* red_s = reinterpret_cast<float*>(smem + L.red_off);
-  float* o_s = reinterpret_cast<float*>(smem + L.o_off);          // kBulk: [chunk][k]
-  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar_off);  // kBulk
+  float* o_s = reinterpret_cast<float*>(smem + L.o_off);  // [chunk][k]
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem + L.bar_off);
   // The groups' weight rows (columns past n load zeros).
   head_linear_load_w(p, col0, h, m);
   for (int i = tid; i < m.tpad * m.ld / 8; i += kMergeThreads)
     reinterpret_cast<uint4*>(m.x_s)[i] = make_uint4(0, 0, 0, 0);
   merge_own_parts(a, p.t, tid, kMergeThreads, own_s);
-  if (kBulk && tid == 0) {
+  if (tid == 0) {
     mbar_init(bar, 1);
     fence_mbar_init();
   }
   const int64_t rows_total = int64_t{p.t} * p.heads;
   const int64_t part_stride = rows_total * k;  // floats between a row's consecutive parts
-  uint32_t phase = 0;                          // kBulk: the barrier's next parity
+  uint32_t phase = 0;                          // the barrier's next parity
   pdl_wait();                                  // the partials are the previous kernel's
   if (tm != nullptr) tm[1] = globaltimer_ns();
   __syncthreads();
   for (int r = 0; r < p.t; ++r) {
     const int own = own_s[r];
     const int64_t row = int64_t{r} * p.heads + h;
-    const float* o_col = a.partial_o + row * k + tid;
-    // kBulk: parts [s0, s0 + chunk) of this row into o_s (thread 0; the CTA has finished reading
-    // o_s: a barrier since).
+    // Parts [s0, s0 + chunk) of this row into o_s (thread 0; the CTA has finished reading o_s: a
+    // barrier since).
     auto issue_bulk = [&](int s0) {
       const int n = min(kBulkChunk, own - s0);
       if (tid != 0 || n <= 0) return;
@@ -884,36 +881,13 @@ __global__ void __launch_bounds__(kMergeThreads) mla_merge_uv_wide_kernel(MlaMer
         bulk_copy_g2s(o_s + j * k, a.partial_o + (s0 + j) * part_stride + row * k,
                       static_cast<uint32_t>(k * 4), bar);
     };
-    if constexpr (kBulk) issue_bulk(0);
+    issue_bulk(0);
     MergeMl ml;  // (max, sum): the first 4 warps
     if (tid < kHeadLinearThreads)
       merge_ml_load(a.partial_ml + row * 2, own, rows_total * 2, tid, ml);
-    // Registers mode: column tid's O of parts [s0, s0 + kWideChunk), in flight while the
-    // weights reduce.
-    float v[kBulk ? 1 : kWideChunk];
-    auto load_chunk = [&](int s0) {
-#pragma unroll
-      for (int j = 0; j < kWideChunk; ++j)
-        v[j] = tid < k && s0 + j < own ? __ldcg(o_col + (s0 + j) * part_stride) : 0.0f;
-    };
-    if constexpr (!kBulk) load_chunk(0);
     const float inv = merge_ml_weights(ml, own, tid, red_s, w_s, r == 0 ? tm : nullptr);
-    float acc = 0.0f;
-    if constexpr (kBulk) {
-      acc = merge_bulk_rounds(own, kBulkChunk, k, k, w_s, o_s, bar, phase, issue_bulk,
-                              tm != nullptr && r == 0 ? tm + 4 : nullptr);
-    } else {
-      for (int s0 = 0; s0 < own; s0 += kWideChunk) {
-        if (s0 > 0) load_chunk(s0);
-#pragma unroll
-        for (int j = 0; j < kWideChunk; ++j) {
-          if (s0 + j >= own) break;
-          const float w = w_s[s0 + j];
-          if (w != 0.0f) acc = fmaf(w, v[j], acc);  // zero: too far below the max, or empty
-        }
-        if (tm != nullptr && r == 0 && s0 == 0) tm[4] = globaltimer_ns();
-      }
-    }
+    const float acc = merge_bulk_rounds(own, kBulkChunk, k, k, w_s, o_s, bar, phase, issue_bulk,
+                                        tm != nullptr && r == 0 ? tm + 4 : nullptr);
     if (tid < k) m.x_s[r * m.ld + tid] = __float2bfloat16_rn(acc * inv);
     __syncthreads();  // x_s row r complete; red_s / w_s / o_s are the next token's
   }
@@ -1254,16 +1228,15 @@ namespace {
 std::atomic<int> g_merge_override{-1};
 
 // The merge kernel: DEEPINFER_MLA_MERGE = v1 (mla_merge_uv_kernel, 16 W_UV columns per CTA),
-// wide4reg / wide (the wide kernel, 4 groups of 16 columns per CTA, parts by loads into registers
-// in chunks of 64 / by bulk copies), split (the k-split cluster kernel); unset: by the grid's
-// parts (kAuto). History (V2-Lite batch 1, ctx 2048, H200): v1 -> wide with registers 452.0 ->
-// 468.7 tok/s (run 23 call 4; 8 groups per CTA: 453.0), registers -> bulk 487.6 / 488.2 / 489.6
+// wide (the wide kernel, 4 groups of 16 columns per CTA, parts by bulk copies), split (the
+// k-split cluster kernel); unset: by the grid's parts (kAuto). History (V2-Lite batch 1, ctx 2048,
+// H200): v1 -> wide with registers 452.0 -> 468.7 tok/s (run 23 call 4; 8 groups per CTA: 453.0),
+// registers -> bulk 487.6 / 488.2 / 489.6
 // -> 492.0 / 489.9 / 491.2 (run 23 call 7).
 MlaMergeKernel merge_env() {
   static const MlaMergeKernel env = [] {
     constexpr const char* kName = "DEEPINFER_MLA_MERGE";
     if (di::env::is(kName, "v1")) return MlaMergeKernel::kV1;
-    if (di::env::is(kName, "wide4reg")) return MlaMergeKernel::kWideRegisters;
     if (di::env::is(kName, "wide")) return MlaMergeKernel::kWideBulk;
     if (di::env::is(kName, "split")) return MlaMergeKernel::kSplit;
     return MlaMergeKernel::kAuto;
@@ -1290,8 +1263,7 @@ MlaMergeKernel merge_kind(int64_t t, int64_t dv, int64_t n, int64_t parts) {
                          .total;
     if (dv % (16 * kSplitRanks) != 0 || smem > kSplitMaxSmem) kind = MlaMergeKernel::kWideBulk;
   }
-  if ((kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters) &&
-      dv > int64_t{kMergeGroups} * kHeadLinearThreads)
+  if (kind == MlaMergeKernel::kWideBulk && dv > int64_t{kMergeGroups} * kHeadLinearThreads)
     kind = MlaMergeKernel::kV1;
   return kind;
 }
@@ -1315,9 +1287,7 @@ int32_t merge_smem(MlaMergeKernel kind, int32_t tokens, int32_t dv, int32_t n, i
     case MlaMergeKernel::kSplit:
       return split_merge_smem(tokens, dv, n, parts).total;
     case MlaMergeKernel::kWideBulk:
-    case MlaMergeKernel::kWideRegisters:
-      return wide_merge_smem(tokens, dv, parts, kMergeGroups, kind == MlaMergeKernel::kWideBulk)
-          .total;
+      return wide_merge_smem(tokens, dv, parts, kMergeGroups).total;
     default:
       return merge_scratch_offset(tokens, dv) +
              (merge_chunk(parts) * dv + parts + tokens + kHeadLinearThreads / 32) * 4;
@@ -1327,8 +1297,7 @@ int64_t merge_ctas(MlaMergeKernel kind, int64_t heads, int64_t n) {
   switch (kind) {
     case MlaMergeKernel::kSplit:
       return heads * kSplitRanks;
-    case MlaMergeKernel::kWideBulk:
-    case MlaMergeKernel::kWideRegisters: {
+    case MlaMergeKernel::kWideBulk: {
       const int64_t cols = int64_t{kHeadLinearCols} * kMergeGroups;
       return heads * ((n + cols - 1) / cols);
     }
@@ -1368,11 +1337,8 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
     return launch_cluster_pdl(kSplitRanks, kernel, dim3(kSplitRanks, heads), dim3(kSplitThreads),
                               static_cast<size_t>(smem), stream, q);
   }
-  const bool wide =
-      kind == MlaMergeKernel::kWideBulk || kind == MlaMergeKernel::kWideRegisters;
-  auto* kernel = kind == MlaMergeKernel::kWideBulk        ? &mla_merge_uv_wide_kernel<1, true>
-                 : kind == MlaMergeKernel::kWideRegisters ? &mla_merge_uv_wide_kernel<64, false>
-                                                          : &mla_merge_uv_kernel;
+  const bool wide = kind == MlaMergeKernel::kWideBulk;
+  auto* kernel = wide ? &mla_merge_uv_wide_kernel : &mla_merge_uv_kernel;
   cudaError_t err = open_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (err != cudaSuccess) return err;
   const int64_t col_blocks = merge_ctas(kind, 1, p.uv.n);

@@ -129,13 +129,13 @@ cudaError_t launch_mla_cluster_decode(const MlaClusterDecodeParams& p, cudaStrea
 // one CTA per 16 columns, stays as DEEPINFER_MLA_MERGE=v1): the groups' W_UV rows stream before
 // griddepcontrol.wait, and so does the token's own split count (the cluster kernel's split rule
 // on the batch metadata); then per token the CTA brings the row's own parts on chip once for all
-// its groups (bulk copies into shared memory, chunks of up to 48 parts; or loads into registers,
-// DEEPINFER_MLA_MERGE=wide4reg), weighs them with the max over all of them (M = max_s m_s, w_s =
-// e^(m_s - M)), and x = bf16(Σ_s w_s o_s / Σ_s w_s l_s), which is what the cluster kernel would
-// have written, goes through W_UV on mma.sync. Sums: O per part in split order (fmaf); the
-// normaliser by thread (part s on thread s mod 128) then the warps' tree and the four warp sums
-// in order — the same in every merge kernel (bitwise equal). Only a token's own parts are read,
-// so the bits do not depend on the grid (a graph bucket's longer context) or the other tokens.
+// its groups (bulk copies into shared memory, chunks of up to 48 parts), weighs them with the max
+// over all of them (M = max_s m_s, w_s = e^(m_s - M)), and x = bf16(Σ_s w_s o_s / Σ_s w_s l_s),
+// which is what the cluster kernel would have written, goes through W_UV on mma.sync. Sums: O per
+// part in split order (fmaf); the normaliser by thread (part s on thread s mod 128) then the warps'
+// tree and the four warp sums in order — the same in every merge kernel (bitwise equal). Only a
+// token's own parts are read, so the bits do not depend on the grid (a graph bucket's longer
+// context) or the other tokens.
 struct MlaMergeUvParams {
   MlaClusterDecodeParams attn;  // the deferred launch: metadata, split rule, partials, num_splits
   HeadLinearParams uv;          // x unused; w = W_UV [heads, n, dv]; y = [num_tokens, heads, n]
@@ -161,11 +161,12 @@ int32_t mla_merge_uv_defer_layout(int64_t tokens, int64_t dv, int64_t n, int64_t
 // The launch's grid size (CTAs).
 int64_t mla_merge_uv_ctas(int64_t tokens, int64_t heads, int64_t dv, int64_t n, int64_t parts);
 // The merge kernels, all bitwise equal: kV1 mla_merge_uv_kernel (16 W_UV columns per CTA);
-// kWideRegisters / kWideBulk the wide kernel (4 groups of 16 columns per CTA, the row merged once
-// per CTA; its parts loaded into registers / bulk-copied into shared memory); kSplit the k-split
+// kWideBulk the wide kernel (4 groups of 16 columns per CTA, the row merged once per CTA; its
+// parts bulk-copied into shared memory; a form loading them into registers was removed in run
+// 47); kSplit the k-split
 // cluster kernel (4 CTAs per head, each a quarter of the latent columns for all n outputs).
-enum class MlaMergeKernel : int { kAuto = -1, kV1 = 0, kWideRegisters = 1, kWideBulk = 2, kSplit = 3 };
-// Which merge kernel (tests); kAuto: DEEPINFER_MLA_MERGE (v1 | wide4reg | wide | split; default:
+enum class MlaMergeKernel : int { kAuto = -1, kV1 = 0, kWideBulk = 2, kSplit = 3 };
+// Which merge kernel (tests); kAuto: DEEPINFER_MLA_MERGE (v1 | wide | split; default:
 // split from 48 parts in the grid on, else wide). Not thread-safe; outside captures.
 void set_mla_merge_override(MlaMergeKernel kind);
 
