@@ -438,7 +438,7 @@ AttentionPlan plan_paged_attention(int32_t num_seqs, int32_t num_tokens, int32_t
   plan.num_splits = 1;
   // DEEPINFER_ATTN_SPLIT overrides the split size (a fixed value keeps batch invariance).
   static const int32_t kSplit = [] {
-    const int v = env_int("DEEPINFER_ATTN_SPLIT", 0);  // 0 | 16..
+    const int v = di::env::get_int("DEEPINFER_ATTN_SPLIT", 0);  // 0 | 16..
     return v >= 16 ? v : 64;
   }();
   if (num_tokens <= 8 * num_seqs && kv > kSplit) {

@@ -478,7 +478,7 @@ void launch_cfg(const PagedAttentionKernelParams& p, dim3 grid, cudaStream_t str
 
 // Consumer ping-pong (kPingPong): on unless DEEPINFER_ATTN_WGMMA_PINGPONG=0 (A/B; read once).
 bool prefill_wgmma_ping_pong() {
-  static const bool on = env_int("DEEPINFER_ATTN_WGMMA_PINGPONG", 1) != 0;
+  static const bool on = di::env::get_int("DEEPINFER_ATTN_WGMMA_PINGPONG", 1) != 0;
   return on;
 }
 

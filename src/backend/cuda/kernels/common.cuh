@@ -22,15 +22,10 @@ using bf16 = __nv_bfloat16;
 
 constexpr float kLog2e = 1.4426950408889634f;  // softmax in base 2: e^x = 2^(x · log2 e)
 
-// An integer setting from the environment (core/env.h: declared there, its value checked),
-// `unset` when the variable is not set.
-inline int env_int(const char* name, int unset = 0) {
-  return di::env::get_int(name, unset);
-}
-
-// An integer switch that tests and benchmarks can also set: env_int(name, unset) at its first
-// use (not at load time, so that the CLI's environment check reports an invalid value before a
-// kernel reads it), then whatever store() puts there. Constant-initialized at namespace scope.
+// An integer switch that tests and benchmarks can also set: di::env::get_int(name, unset)
+// (core/env.h: declared there, its value checked) at its first use (not at load time, so that the
+// CLI's environment check reports an invalid value before a kernel reads it), then whatever
+// store() puts there. Constant-initialized at namespace scope.
 class EnvSetting {
  public:
   constexpr EnvSetting(const char* name, int unset) : name_(name), unset_(unset) {}
@@ -45,8 +40,9 @@ class EnvSetting {
 
  private:
   void read_once() const {
-    std::call_once(once_,
-                   [this] { value_.store(env_int(name_, unset_), std::memory_order_relaxed); });
+    std::call_once(once_, [this] {
+      value_.store(di::env::get_int(name_, unset_), std::memory_order_relaxed);
+    });
   }
   const char* name_;
   int unset_;
@@ -65,13 +61,13 @@ inline bool batch_invariant_env() {
 // dependents after their wait rather than at their start (run 42; the default):
 // DEEPINFER_ATTN_LATE_TRIGGER=0 restores the start. Read once, for both launchers.
 inline bool attn_late_trigger_env() {
-  static const bool on = env_int("DEEPINFER_ATTN_LATE_TRIGGER", 1) != 0;
+  static const bool on = di::env::get_int("DEEPINFER_ATTN_LATE_TRIGGER", 1) != 0;
   return on;
 }
 
 // DEEPINFER_PDL=0 turns programmatic dependent launches off (the A/B switch); read once.
 inline bool pdl_enabled() {
-  static const bool on = env_int("DEEPINFER_PDL", 1) != 0;
+  static const bool on = di::env::get_int("DEEPINFER_PDL", 1) != 0;
   return on;
 }
 
@@ -401,7 +397,7 @@ enum PdlDecodeKernel : int {
 };
 inline bool pdl_decode_enabled(PdlDecodeKernel kernel) {
   static const int mask =
-      env_int("DEEPINFER_PDL_DECODE", kPdlRopeStore | kPdlSplitCombine | kPdlGqaDecodeMma);
+      di::env::get_int("DEEPINFER_PDL_DECODE", kPdlRopeStore | kPdlSplitCombine | kPdlGqaDecodeMma);
   return (mask & kernel) != 0 && pdl_enabled();
 }
 

@@ -566,7 +566,7 @@ cudaError_t launch_grid(const GemvParams& p, int num_sms, int occ, int64_t smem,
   const int max_split = std::max(1, std::min(kWarps, p.k / 8 / (U * 32)));
   const GridPlan g = plan_grid(n_out, slots, max_split);
   // DEEPINFER_GEMV_PDL=0 (diagnostic): a plain launch (no weight loads during the previous kernel).
-  static const bool pdl = env_int("DEEPINFER_GEMV_PDL", 1) != 0;
+  static const bool pdl = di::env::get_int("DEEPINFER_GEMV_PDL", 1) != 0;
   if constexpr (M == 1 && S == 0 && IN == GemvIn::kRmsNorm) {
     if (gemv_early_items(p, g)) {
       g_early_launches.fetch_add(1, std::memory_order_relaxed);

@@ -244,7 +244,7 @@ constexpr int kMaxSeqs = 4;
 std::atomic<int> g_override{-1};
 std::atomic<int64_t> g_launches{0};
 int env_mode() {
-  static const int mode = env_int("DEEPINFER_GQA_CLUSTER", 0);
+  static const int mode = di::env::get_int("DEEPINFER_GQA_CLUSTER", 0);
   return mode;
 }
 

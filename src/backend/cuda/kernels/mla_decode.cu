@@ -345,7 +345,7 @@ void set_mla_head_split_override(int32_t head_split) {
 int32_t mla_head_split_setting() {
   if (g_head_split_override >= 0) return g_head_split_override;
   static const int32_t setting = [] {
-    const int v = env_int("DEEPINFER_MLA_HEAD_SPLIT", 0);  // 0: by the batch
+    const int v = di::env::get_int("DEEPINFER_MLA_HEAD_SPLIT", 0);  // 0: by the batch
     if (v > 0) return v;
     return batch_invariant_env() ? 1 : 0;
   }();
@@ -357,7 +357,7 @@ MlaDecodePlan plan_mla_decode(int32_t num_seqs, int32_t num_tokens, int32_t max_
   MlaDecodePlan plan;
   const int64_t per_seq = num_seqs > 0 ? (int64_t{num_tokens} + num_seqs - 1) / num_seqs : 1;
   static const int32_t kSplit = [] {
-    const int v = env_int("DEEPINFER_MLA_SPLIT", 0);  // 0 | 16..
+    const int v = di::env::get_int("DEEPINFER_MLA_SPLIT", 0);  // 0 | 16..
     return v >= 16 ? v : 64;
   }();
   const int32_t kv = max_kv_len > 0 ? max_kv_len : 1;

@@ -1098,7 +1098,7 @@ __global__ void __launch_bounds__(kSplitThreads) mla_merge_uv_split_kernel(MlaMe
 // DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2|3 (read once; default 3): the register budget of the
 // 16-row kernel (the 32-row one needs 2 for its shared memory anyway).
 int min_blocks_setting() {
-  static const int v = env_int("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS", 3);  // 2 | 3
+  static const int v = di::env::get_int("DEEPINFER_MLA_CLUSTER_MIN_BLOCKS", 3);  // 2 | 3
   return v;
 }
 
@@ -1157,7 +1157,7 @@ void set_mla_cluster_batch_split_override(int on) {
 MlaClusterDecodePlan plan_mla_cluster_decode(int32_t num_tokens, int32_t max_kv_len,
                                              int32_t num_heads, int32_t dqk, int32_t dv,
                                              bool defer) {
-  static const int32_t kSplitEnv = env_int("DEEPINFER_MLA_CLUSTER_SPLIT", 0);  // 0 | 16..
+  static const int32_t kSplitEnv = di::env::get_int("DEEPINFER_MLA_CLUSTER_SPLIT", 0);  // 0 | 16..
   const bool by_batch = kSplitEnv == 0 && mla_cluster_batch_split();
   const bool small_batch = by_batch && num_tokens < kLargeBatchTokens;
   const int32_t kSplit = kSplitEnv > 0                                 ? kSplitEnv
@@ -1331,7 +1331,7 @@ cudaError_t launch_mla_merge_uv(const MlaMergeUvParams& p, cudaStream_t stream) 
     if (err != cudaSuccess) return err;
     // DEEPINFER_MLA_MERGE_PUSH=0 (read once): one token's rank sums pulled by rank 0 after the
     // barrier as for more tokens (run 43's A/B).
-    static const int push = env_int("DEEPINFER_MLA_MERGE_PUSH", 1);
+    static const int push = di::env::get_int("DEEPINFER_MLA_MERGE_PUSH", 1);
     MlaMergeUvParams q = p;
     q.push = push != 0;
     return launch_cluster_pdl(kSplitRanks, kernel, dim3(kSplitRanks, heads), dim3(kSplitThreads),

@@ -499,7 +499,7 @@ int g_warps_override = 0, g_split_override = 0;
 constexpr int kFourWarpTokens = 128;
 int warps_setting(int32_t num_tokens) {
   if (g_warps_override != 0) return g_warps_override == 4 ? 4 : 8;
-  static const int env = env_int("DEEPINFER_MLA_WIDE_WARPS", 0);
+  static const int env = di::env::get_int("DEEPINFER_MLA_WIDE_WARPS", 0);
   if (env == 4 || env == 8) return env;
   return num_tokens >= kFourWarpTokens ? 4 : 8;
 }
@@ -527,7 +527,7 @@ bool mla_wide_decode_supported(int32_t num_kv_heads, int32_t k_offset, int32_t v
 
 int32_t mla_wide_min_tokens() {
   static const int32_t v = [] {
-    const int n = env_int("DEEPINFER_MLA_WIDE_MIN_TOKENS", kDefaultMinTokens);
+    const int n = di::env::get_int("DEEPINFER_MLA_WIDE_MIN_TOKENS", kDefaultMinTokens);
     return n > 0 ? n : kDefaultMinTokens;
   }();
   return v;
@@ -540,7 +540,7 @@ void set_mla_wide_overrides(int32_t warps, int32_t split) {
 
 MlaWideDecodePlan plan_mla_wide_decode(int32_t num_tokens, int32_t max_kv_len, int32_t num_heads,
                                        int32_t dqk, int32_t dv, int32_t num_sms) {
-  static const int32_t kSplitEnvValue = env_int("DEEPINFER_MLA_WIDE_SPLIT", 0);
+  static const int32_t kSplitEnvValue = di::env::get_int("DEEPINFER_MLA_WIDE_SPLIT", 0);
   const int32_t kSplitEnv = g_split_override > 0 ? g_split_override : kSplitEnvValue;
   MlaWideDecodePlan plan;
   plan.warps = warps_setting(num_tokens);

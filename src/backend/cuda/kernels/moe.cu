@@ -613,7 +613,7 @@ std::atomic<int> g_route_cluster{-1};  // -1: DEEPINFER_MOE_ROUTE_CLUSTER (defau
 bool route_cluster_on() {
   const int forced = g_route_cluster.load(std::memory_order_relaxed);
   if (forced >= 0) return forced != 0;
-  static const bool on = env_int("DEEPINFER_MOE_ROUTE_CLUSTER", 1) != 0;
+  static const bool on = di::env::get_int("DEEPINFER_MOE_ROUTE_CLUSTER", 1) != 0;
   return on;
 }
 }  // namespace

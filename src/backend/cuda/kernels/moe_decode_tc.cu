@@ -219,7 +219,7 @@ void launch_tc(const MoeDecodeParams& p, cudaStream_t stream) {
 // Ring depth: 4 stages (78 KB per CTA at 8 tokens: 2 CTAs per SM) unless
 // DEEPINFER_MOE_TC_STAGES=3 (59 KB: 3 CTAs per SM); read once.
 int tc_stages() {
-  static const int stages = env_int("DEEPINFER_MOE_TC_STAGES", 4);  // 3 | 4
+  static const int stages = di::env::get_int("DEEPINFER_MOE_TC_STAGES", 4);  // 3 | 4
   return stages;
 }
 

@@ -921,7 +921,7 @@ MoeDecodeImpl g_decode_override = MoeDecodeImpl::kAuto;
 void set_moe_decode_impl_override(MoeDecodeImpl impl) { g_decode_override = impl; }
 
 int moe_decode_grouped_min_rows() {
-  static const int rows = env_int("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS", 0);  // 0..
+  static const int rows = di::env::get_int("DEEPINFER_MOE_DECODE_GROUPED_MIN_ROWS", 0);  // 0..
   return rows;
 }
 
@@ -1019,7 +1019,7 @@ constexpr int kT1SmemMaxAct = 96 * 1024;
 // (run 18), 380.2 -> 370.2 (run 17), 452.9 -> 449.0 (run 23) — and the smem kernel, which then
 // loads its first rows before the wait, wins: 452.9 -> 466.4 (run 23 call 2, three pairs).
 bool t1_pdl(const MoeDecodeT1Params& p, bool smem_down) {
-  static const int forced = env_int("DEEPINFER_MOE_T1_PDL", -1);
+  static const int forced = di::env::get_int("DEEPINFER_MOE_T1_PDL", -1);
   return forced >= 0 ? forced != 0 : p.shared_slots == 0 || smem_down;
 }
 cudaError_t launch_t1(bool pdl, void (*kernel)(MoeDecodeT1Params), dim3 grid, dim3 block,
@@ -1038,8 +1038,8 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
     return cudaSuccess;
   // On by measurement (H200, run 18, batch 1): Qwen3-30B-A3B 295.7 -> 298.7 tok/s, V2-Lite
   // 411.6 -> 416.6 (call 2; call 1 on other defaults: +1.7 / +0.8 %). DEEPINFER_MOE_T1_TRIGGER=0.
-  static const bool early_trigger = env_int("DEEPINFER_MOE_T1_TRIGGER", 1) != 0;
-  static const bool shared_early_env = env_int("DEEPINFER_MOE_SHARED_EARLY", 1) != 0;
+  static const bool early_trigger = di::env::get_int("DEEPINFER_MOE_T1_TRIGGER", 1) != 0;
+  static const bool shared_early_env = di::env::get_int("DEEPINFER_MOE_SHARED_EARLY", 1) != 0;
   const bool shared_early_on =
       g_shared_early_override >= 0 ? g_shared_early_override != 0 : shared_early_env;
   MoeDecodeT1Params p = params;
@@ -1085,7 +1085,7 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
   // (top_k >= 1 of its slots) trigger only after their own wait, i.e. once the kernel that
   // wrote topk_ids / topk_weights has completed. H200 run 19 call 1 (Qwen3-30B-A3B batch 1):
   // 309.7 -> 314.6 tok/s.
-  static const bool down_early_env = env_int("DEEPINFER_MOE_T1_DOWN_EARLY", 1) != 0;
+  static const bool down_early_env = di::env::get_int("DEEPINFER_MOE_T1_DOWN_EARLY", 1) != 0;
   const dim3 grid(ceil_div(p.hidden, kT1DownWarps));
   const dim3 down_threads(kT1DownWarps * 32);
   // Chunk-iterations per lane for a whole row; the buffers are sized to it (registers: 2 pairs x
@@ -1111,8 +1111,8 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
     // override, else DEEPINFER_MOE_T1_SLOT_C (1, 2 or 4; read once), else 4 (2 at 4 and 8
     // chunk-iterations: unmeasured, the registers of 4 x 4 / 4 x 8 rows); MinBlocks 2 for 4
     // columns of 3 iterations (DEEPINFER_MOE_T1_SLOT_OCC=1: MinBlocks 1 there too), else 1.
-    static const int env_c = env_int("DEEPINFER_MOE_T1_SLOT_C", 0);
-    static const int env_occ = env_int("DEEPINFER_MOE_T1_SLOT_OCC", 0);
+    static const int env_c = di::env::get_int("DEEPINFER_MOE_T1_SLOT_C", 0);
+    static const int env_occ = di::env::get_int("DEEPINFER_MOE_T1_SLOT_OCC", 0);
     const int want = g_t1_slot_cols > 0        ? g_t1_slot_cols
                      : env_c > 0               ? env_c
                      : iters == 4 || iters > 6 ? 2
