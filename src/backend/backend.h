@@ -342,10 +342,10 @@ class Backend {
   // implementation). attn reads the query store writes: attn.q is store.q_out, and both name the
   // same pool, layer and batch. Afterwards the pool holds the new K/V exactly as qkv_rope_store
   // writes them and *attn.out the attention output; *store.q_out is scratch that a fused
-  // implementation may leave unwritten (callers must not read it). CUDA composes it by default
-  // and can run it as one tensor-core kernel (opt-in; docs/cuda_backend.md "Fused decode
-  // attention"), which assumes, as the engine guarantees, that each new token's slot is the pool
-  // slot of its position in its sequence.
+  // implementation may leave unwritten (callers must not read it). A fused implementation may
+  // assume, as the engine guarantees, that each new token's slot is the pool slot of its position
+  // in its sequence. Every backend composes it today: the two fused CUDA kernels measured for it
+  // were slower and were removed in run 46 (docs/cuda_backend.md "Fused decode attention").
   virtual void qkv_rope_attention(const QkvRopeStoreParams& store,
                                   const PagedAttentionParams& attn) = 0;
   // FusedLinearParams above. The reference is fused_linear_composed (rms_norm / silu_mul,

@@ -87,8 +87,7 @@ bool gqa_decode_enabled();
 // heads); and token warps (TW): 4, or 8 (warp w + 4 continues warp w's online softmax over the
 // next chunk: head dims 64 / 128, splits of at most 64 tokens). 0 (default; the environment's
 // DEEPINFER_GQA_HEAD_SPLIT / DEEPINFER_GQA_TOKEN_WARPS) picks by the grid and the group
-// (launch_decode_e in attention.cu). The bits are the same for every choice (and the same as the
-// fused qkv_rope_attention kernel's).
+// (launch_decode_e in attention.cu). The bits are the same for every choice.
 int gqa_decode_head_split();
 void set_gqa_decode_head_split(int hs);
 int gqa_decode_token_warps();

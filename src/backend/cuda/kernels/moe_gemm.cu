@@ -742,13 +742,13 @@ struct T1RowPos {
 
 // Ring depth R (row buffers per warp) for W warps and U chunk-iterations per row: as deep as the
 // registers allow without spills (ptxas, sm_90a: 16 warps <= 128 registers).
-template <int W, int U>
+template <int U>
 constexpr int kT1SmemRing = U <= 3   ? 5
                             : U <= 4 ? 4
                             : U <= 6 ? 3
                                      : 2;
 
-template <int W, int U, int R = kT1SmemRing<W, U>>
+template <int W, int U, int R = kT1SmemRing<U>>
 __global__ void __launch_bounds__(W * 32, 1) moe_down_t1_smem_kernel(MoeDecodeT1Params p) {
   DI_TRACE_SCOPE(kTraceMoeDownT1, 1);
   extern __shared__ __align__(16) float act_s[];  // [slots][lo halves | hi halves]
