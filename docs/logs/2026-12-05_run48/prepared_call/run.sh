@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Run 48's prepared device call (no device was lent in run 48: run it in a later session).
+# Question: how HBM-bound are the batch-1 GEMVs inside the step? Upper bounds from
+# bench_cuda_model_dbg (dbg_alias_skip.patch here = run 47's DEEPINFER_DBG_SKIP bits + a new
+# DEEPINFER_DBG_ALIAS; outputs are wrong, only the times mean anything).
+#   DEEPINFER_DBG_ALIAS bits: 1 every layer's norm-prologue GEMV (qkv; V2-Lite q|kv_a) reads the
+#   first layer's weights, 2 the same for the residual GEMVs (o_proj), 8 those aliased loads
+#   evict-last in L2, 16 evict-first (as every weight load today: a control, they should not stay
+#   in L2 across the 75-140 MB of expert weights), neither: evict-normal (the experts stream
+#   evict-first, so normal lines should survive). So ALIAS=1 / 3 = "qkv (and o_proj) from L2":
+#   the most an L2 prefetch of the next layer's projections during the attention / router could give.
+#   DEEPINFER_DBG_SKIP: run 47's (13 Qwen3 = routing + combine + rope/store; 25 V2-Lite = routing +
+#   rope/store + merge_uv).
+#   DEEPINFER_GEMV_BULK=2 (in the patch): the norm-prologue GEMVs (qkv) take the bulk-copy first
+#   items (S = 1) as the >= 64 MB projections do; run 30 measured it only on every one-row GEMV
+#   at once (-2.2 %), when the qkv prologue alone went 3.4 -> 2.24 us.
+#   DEEPINFER_DBG_PREFETCH (in the patch): before their wait the routed one-token gate_up CTAs
+#   pull their share of the NEXT layer's qkv weights into L2 (the backend learns the order of the
+#   norm-prologue GEMVs in the warm-up step): 1 one cp.async.bulk.prefetch.L2 per CTA
+#   (evict-normal), 2 the same evict-last, 3 prefetch.global.L2 per 128-byte line by every
+#   thread (run 30's form, which measured -1.0 % on Qwen3 with 21 MB, noise with 8);
+#   DEEPINFER_DBG_PREFETCH_MB caps the bytes. The qkv GEMV's own loads stay evict-first. Read
+#   against alias1_qkv: alias = the gain if the bytes were in L2 for free; prefetch = what it
+#   costs to get them there in the router window.
+# Bundle (here, from 45e4247): git apply dbg_alias_skip.patch; ninja -C build-cuda bench_cuda_model;
+#   cp build-cuda/bench/bench_cuda_model /tmp/bench_cuda_model_dbg; git checkout src;
+#   BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS=/tmp/bench_cuda_model_dbg scripts/build_gpu_bundle.sh
+#   rm -f .gpu_pack/tokenizers.tar.xz; move models/deepinfer-demo-code/model.safetensors aside (carry
+#   limit), run with carry [".gpu_pack"]: bash docs/logs/2026-12-05_run48/prepared_call/run.sh;
+#   restore the model. ~60 bench runs of ~2-5 s each: well under the 600 s limit.
+set -u
+ROUNDS=${ROUNDS:-2}
+rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
+ROOT=$(pwd); source "$ROOT/scripts/gpu_libpath.sh"; export DI_SOURCE_DIR=$ROOT
+B=.gpu_bin; S=$OUT/summary.txt
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.draw,power.limit --format=csv | tee -a $S
+( while true; do nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,clocks_event_reasons.active --format=csv,noheader >> $OUT/clocks.log 2>&1; sleep 0.2; done ) &
+CLK=$!
+run() { local tag=$1 bin=$2 preset=$3 conc=$4; shift 4
+  r=$(env "$@" timeout 90 $B/$bin --preset $preset --conc $conc --ctx 2048 --reps 10 2>&1 | grep "^\[model\] preset" | sed 's/.* tok_s=\([0-9.]*\) .*pct=\([0-9.]*\).*/tok_s=\1 pct=\2/')
+  echo "$tag $preset c=$conc $r" | tee -a $S; }
+D=bench_cuda_model_dbg
+for round in $(seq 1 "$ROUNDS"); do
+  echo "== round $round" | tee -a $S
+  for P in qwen3-30b-a3b deepseek-v2-lite; do
+    J=13; [ $P = deepseek-v2-lite ] && J=25
+    run head bench_cuda_model $P 1 X=0
+    run dbg_base $D $P 1 X=0
+    run alias1_qkv $D $P 1 DEEPINFER_DBG_ALIAS=1
+    run alias2_oproj $D $P 1 DEEPINFER_DBG_ALIAS=2
+    run alias3 $D $P 1 DEEPINFER_DBG_ALIAS=3
+    run alias3_last $D $P 1 DEEPINFER_DBG_ALIAS=11
+    run alias3_first $D $P 1 DEEPINFER_DBG_ALIAS=19
+    run bulk2_qkv $D $P 1 DEEPINFER_GEMV_BULK=2
+    run pf1_bulk $D $P 1 DEEPINFER_DBG_PREFETCH=1
+    run pf2_bulk_last $D $P 1 DEEPINFER_DBG_PREFETCH=2
+    run pf3_lines $D $P 1 DEEPINFER_DBG_PREFETCH=3
+    run pf1_8mb $D $P 1 DEEPINFER_DBG_PREFETCH=1 DEEPINFER_DBG_PREFETCH_MB=8
+    run skip$J $D $P 1 DEEPINFER_DBG_SKIP=$J
+    run skip${J}_alias3 $D $P 1 DEEPINFER_DBG_SKIP=$J DEEPINFER_DBG_ALIAS=3
+  done
+  run head bench_cuda_model qwen3-30b-a3b 32 X=0
+  run head bench_cuda_model deepseek-v2-lite 32 X=0
+  # two close knobs (removal candidates): one-token gate_up 2x8, MLA cluster kernel at 2 CTAs/SM
+  run gu2x8 bench_cuda_model qwen3-30b-a3b 1 DEEPINFER_MOE_T1_GU=2x8
+  run gu2x8 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MOE_T1_GU=2x8
+  run mla_min2 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2
+done
+kill $CLK 2>/dev/null
+sort -t, -k2 $OUT/clocks.log | awk -F, '{print $2}' | sort | uniq -c | sort -rn | head -5 | tee -a $S
