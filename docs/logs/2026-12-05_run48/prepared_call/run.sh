@@ -66,5 +66,17 @@ for round in $(seq 1 "$ROUNDS"); do
   run gu2x8 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MOE_T1_GU=2x8
   run mla_min2 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2
 done
+# Batch 32 (default MLA wide split at ctx 2048: 512 entries; met at 71.0-71.1 % in run 47 against 72.5-72.6 % in run 43: little margin): the
+# knobs that shape it, once each against the default, to see whether any default has drifted.
+echo "== batch 32 knobs" | tee -a $S
+run head bench_cuda_model qwen3-30b-a3b 32 X=0
+for v in 1 2 4 8; do run gqa_spc$v bench_cuda_model qwen3-30b-a3b 32 DEEPINFER_GQA_MMA_SPLITS_PER_CTA=$v; done
+run tc_stages3 bench_cuda_model qwen3-30b-a3b 32 DEEPINFER_MOE_TC_STAGES=3
+run head bench_cuda_model qwen3-30b-a3b 32 X=0
+run head bench_cuda_model deepseek-v2-lite 32 X=0
+run tc_stages3 bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MOE_TC_STAGES=3
+for v in 4 8; do run mla_wide_warps$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_WARPS=$v; done
+for v in 256 1024; do run mla_wide_split$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_SPLIT=$v; done
+run head bench_cuda_model deepseek-v2-lite 32 X=0
 kill $CLK 2>/dev/null
 sort -t, -k2 $OUT/clocks.log | awk -F, '{print $2}' | sort | uniq -c | sort -rn | head -5 | tee -a $S
