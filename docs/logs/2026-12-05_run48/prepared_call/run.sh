@@ -11,6 +11,12 @@
 #   the most an L2 prefetch of the next layer's projections during the attention / router could give.
 #   DEEPINFER_DBG_SKIP: run 47's (13 Qwen3 = routing + combine + rope/store; 25 V2-Lite = routing +
 #   rope/store + merge_uv).
+#   ALIAS bit 32 + SKIP bit 64 (in the patch): every layer's experts and shared experts the
+#   first MoE layer's, every routed slot expert 0: with ALIAS 35 and SKIP 65 the step reads
+#   almost nothing from HBM but the K/V and the lm_head (0.145 ms of Qwen3's step at 4.3 TB/s):
+#   what the current kernels' dependent chain costs by itself. If that floor is near the 70 %
+#   target's 40 us a layer, no overlap of bytes with latency can reach the target with these
+#   kernels; if far below, the bytes and the chain overlap badly and the prefetch rows matter.
 #   DEEPINFER_GEMV_BULK=2 (in the patch): the norm-prologue GEMVs (qkv) take the bulk-copy first
 #   items (S = 1) as the >= 64 MB projections do; run 30 measured it only on every one-row GEMV
 #   at once (-2.2 %), when the qkv prologue alone went 3.4 -> 2.24 us.
@@ -37,8 +43,24 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,po
 ( while true; do nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,clocks_event_reasons.active --format=csv,noheader >> $OUT/clocks.log 2>&1; sleep 0.2; done ) &
 CLK=$!
 run() { local tag=$1 bin=$2 preset=$3 conc=$4; shift 4
+  if [ $SECONDS -gt ${BUDGET_S:-540} ]; then echo "$tag $preset c=$conc skipped (time)" | tee -a $S; return; fi
+  local t0=$(date +%s.%N)
   r=$(env "$@" timeout 90 $B/$bin --preset $preset --conc $conc --ctx 2048 --reps 10 2>&1 | grep "^\[model\] preset" | sed 's/.* tok_s=\([0-9.]*\) .*pct=\([0-9.]*\).*/tok_s=\1 pct=\2/')
-  echo "$tag $preset c=$conc $r" | tee -a $S; }
+  echo "$tag $preset c=$conc $r ($(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s)" | tee -a $S; }
+sweep32() {
+  # Batch 32 (met at 71.0-71.1 % in run 47 against 72.5-72.6 % in run 43: little margin): the
+  # knobs that shape it, once each against the default (MLA wide split at ctx 2048: 512 entries).
+  echo "== batch 32 knobs" | tee -a $S
+  run head bench_cuda_model qwen3-30b-a3b 32 X=0
+  for v in 1 2 4 8; do run gqa_spc$v bench_cuda_model qwen3-30b-a3b 32 DEEPINFER_GQA_MMA_SPLITS_PER_CTA=$v; done
+  run tc_stages3 bench_cuda_model qwen3-30b-a3b 32 DEEPINFER_MOE_TC_STAGES=3
+  run head bench_cuda_model qwen3-30b-a3b 32 X=0
+  run head bench_cuda_model deepseek-v2-lite 32 X=0
+  run tc_stages3 bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MOE_TC_STAGES=3
+  for v in 4 8; do run mla_wide_warps$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_WARPS=$v; done
+  for v in 256 1024; do run mla_wide_split$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_SPLIT=$v; done
+  run head bench_cuda_model deepseek-v2-lite 32 X=0
+}
 D=bench_cuda_model_dbg
 for round in $(seq 1 "$ROUNDS"); do
   echo "== round $round" | tee -a $S
@@ -58,6 +80,11 @@ for round in $(seq 1 "$ROUNDS"); do
     run pf1_8mb $D $P 1 DEEPINFER_DBG_PREFETCH=1 DEEPINFER_DBG_PREFETCH_MB=8
     run skip$J $D $P 1 DEEPINFER_DBG_SKIP=$J
     run skip${J}_alias3 $D $P 1 DEEPINFER_DBG_SKIP=$J DEEPINFER_DBG_ALIAS=3
+    # the latency floor: every projection, expert and shared expert of every layer the first
+    # layer's (ALIAS 1|2|32), every slot expert 0 (SKIP 64, with the routing dropped: 1), so
+    # the step moves only the K/V, W_UK / W_UV, the router gates and the lm_head from HBM
+    run floor_route $D $P 1 DEEPINFER_DBG_SKIP=65 DEEPINFER_DBG_ALIAS=35
+    run floor_all $D $P 1 DEEPINFER_DBG_SKIP=$((J | 64)) DEEPINFER_DBG_ALIAS=35
   done
   run head bench_cuda_model qwen3-30b-a3b 32 X=0
   run head bench_cuda_model deepseek-v2-lite 32 X=0
@@ -65,18 +92,7 @@ for round in $(seq 1 "$ROUNDS"); do
   run gu2x8 bench_cuda_model qwen3-30b-a3b 1 DEEPINFER_MOE_T1_GU=2x8
   run gu2x8 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MOE_T1_GU=2x8
   run mla_min2 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2
+  [ "$round" = 1 ] && sweep32
 done
-# Batch 32 (default MLA wide split at ctx 2048: 512 entries; met at 71.0-71.1 % in run 47 against 72.5-72.6 % in run 43: little margin): the
-# knobs that shape it, once each against the default, to see whether any default has drifted.
-echo "== batch 32 knobs" | tee -a $S
-run head bench_cuda_model qwen3-30b-a3b 32 X=0
-for v in 1 2 4 8; do run gqa_spc$v bench_cuda_model qwen3-30b-a3b 32 DEEPINFER_GQA_MMA_SPLITS_PER_CTA=$v; done
-run tc_stages3 bench_cuda_model qwen3-30b-a3b 32 DEEPINFER_MOE_TC_STAGES=3
-run head bench_cuda_model qwen3-30b-a3b 32 X=0
-run head bench_cuda_model deepseek-v2-lite 32 X=0
-run tc_stages3 bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MOE_TC_STAGES=3
-for v in 4 8; do run mla_wide_warps$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_WARPS=$v; done
-for v in 256 1024; do run mla_wide_split$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_SPLIT=$v; done
-run head bench_cuda_model deepseek-v2-lite 32 X=0
 kill $CLK 2>/dev/null
 sort -t, -k2 $OUT/clocks.log | awk -F, '{print $2}' | sort | uniq -c | sort -rn | head -5 | tee -a $S
