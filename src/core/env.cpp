@@ -59,8 +59,6 @@ constexpr Variable kVariables[] = {
     {"DEEPINFER_GPU_ARGMAX", "0|1", "1",
      "0: all-greedy batches go through the GPU sampler's sort too (A/B)"},
     {"DEEPINFER_GPU_SAMPLING", "0|1", "1", "0: sample on the host instead of the GPU"},
-    {"DEEPINFER_GQA_CLUSTER", "0|1", "0",
-     "1: GQA decode with the KV splits merged in a 16-CTA cluster (run 44; opt-in)"},
     {"DEEPINFER_GQA_DECODE_MMA", "-1|0|1", "-1: tensor cores for groups >= 4",
      "the tensor-core GQA decode kernel: 0 never, 1 for every group size"},
     {"DEEPINFER_GQA_HEAD_SPLIT", "0|1|2", "0: by the grid",
@@ -128,8 +126,6 @@ constexpr Variable kVariables[] = {
      "the one-token MoE kernels as PDL dependents (1) or plain launches (0)"},
     {"DEEPINFER_MOE_T1_SLOT_C", "0|1|2|4", "0: by rows (4, or 2)",
      "the slot down kernel's columns per CTA"},
-    {"DEEPINFER_MOE_T1_SLOT_OCC", "0|1", "0",
-     "1: the slot down kernel's 4-column variant compiled for one CTA per SM"},
     {"DEEPINFER_MOE_T1_TRIGGER", "0|1", "1",
      "0: the one-token down kernels let the next layer's kernel start only at their end, not "
      "at their start"},

@@ -17,7 +17,7 @@ function run(args, env) {
 test('env lists every variable with its values, default and purpose', () => {
   const r = run(['env'], {});
   assert.equal(r.status, 0, r.stderr);
-  for (const name of ['DEEPINFER_GQA_CLUSTER', 'DEEPINFER_MOE_DECODE', 'DEEPINFER_LOG', 'DEEPINFER_MODEL']) {
+  for (const name of ['DEEPINFER_COMBINE_WARP', 'DEEPINFER_MOE_DECODE', 'DEEPINFER_LOG', 'DEEPINFER_MODEL']) {
     assert.match(r.stdout, new RegExp(`^${name}$`, 'm'), name);
   }
   assert.match(r.stdout, /values: v1\|v2\|tc {3}unset: tc/);
@@ -25,14 +25,14 @@ test('env lists every variable with its values, default and purpose', () => {
 });
 
 test('env --set shows what is set and checks it', () => {
-  const ok = run(['env', '--set'], { DEEPINFER_GQA_CLUSTER: '1' });
+  const ok = run(['env', '--set'], { DEEPINFER_COMBINE_WARP: '1' });
   assert.equal(ok.status, 0, ok.stderr);
-  assert.match(ok.stdout, /^ {2}DEEPINFER_GQA_CLUSTER=1$/m);
+  assert.match(ok.stdout, /^ {2}DEEPINFER_COMBINE_WARP=1$/m);
   assert.doesNotMatch(ok.stdout, /^DEEPINFER_MOE_DECODE$/m, '--set leaves the table out');
 
-  const typo = run(['env', '--set'], { DEEPINFER_GQA_CLUSTR: '1' });
+  const typo = run(['env', '--set'], { DEEPINFER_COMBINE_WARPP: '1' });
   assert.equal(typo.status, 0, 'an unknown name is a warning');
-  assert.match(typo.stderr, /warning: DEEPINFER_GQA_CLUSTR is not a deepinfer variable \(did you mean DEEPINFER_GQA_CLUSTER\?\)/);
+  assert.match(typo.stderr, /warning: DEEPINFER_COMBINE_WARPP is not a deepinfer variable \(did you mean DEEPINFER_COMBINE_WARP\?\)/);
 
   const bad = run(['env', '--set'], { DEEPINFER_MOE_DECODE: 'fast' });
   assert.equal(bad.status, 2);

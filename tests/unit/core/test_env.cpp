@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A variable of the table that nothing in this test binary reads otherwise.
-constexpr const char* kProbe = "DEEPINFER_GQA_CLUSTER";
+constexpr const char* kProbe = "DEEPINFER_COMBINE_WARP";
 
 struct ScopedEnv {
   std::string name;
@@ -107,7 +107,7 @@ TEST(Env, GetReturnsValidValuesAndThrowsOnInvalidOrUndeclared) {
     try {
       env::get(kProbe);
     } catch (const Error& err) {
-      EXPECT_NE(std::string(err.what()).find("DEEPINFER_GQA_CLUSTER=yes: expected 0|1"),
+      EXPECT_NE(std::string(err.what()).find("DEEPINFER_COMBINE_WARP=yes: expected 0|1"),
                 std::string::npos)
           << err.what();
     }
@@ -141,7 +141,7 @@ TEST(Env, CheckEnvironmentReportsInvalidValuesAndUnknownNames) {
   for (const env::Problem& p : env::check_environment())
     ADD_FAILURE() << "the test's own environment: " << p.message;
   {
-    ScopedEnv typo("DEEPINFER_GQA_CLUSTR", "1");
+    ScopedEnv typo("DEEPINFER_COMBINE_WARPP", "1");
     ScopedEnv bad("DEEPINFER_MOE_DECODE", "fast");
     ScopedEnv stranger("DEEPINFER_ZZZZZZZZZZZZZZZZZZ", "1");
     const auto problems = env::check_environment();
@@ -152,7 +152,7 @@ TEST(Env, CheckEnvironmentReportsInvalidValuesAndUnknownNames) {
         ++fatal;
         EXPECT_NE(p.message.find("DEEPINFER_MOE_DECODE=fast: expected v1|v2|tc"), std::string::npos)
             << p.message;
-      } else if (p.message.find("did you mean DEEPINFER_GQA_CLUSTER?") != std::string::npos) {
+      } else if (p.message.find("did you mean DEEPINFER_COMBINE_WARP?") != std::string::npos) {
         ++suggested;
       } else {
         EXPECT_NE(p.message.find("DEEPINFER_ZZZZZZZZZZZZZZZZZZ is not a deepinfer variable"),
@@ -172,7 +172,7 @@ TEST(Env, CheckEnvironmentReportsInvalidValuesAndUnknownNames) {
 
 TEST(Env, ReportEnvironmentFailsOnInvalidValuesOnly) {
   EXPECT_TRUE(env::report_environment("test_env"));
-  ScopedEnv typo("DEEPINFER_GQA_CLUSTR", "1");
+  ScopedEnv typo("DEEPINFER_COMBINE_WARPP", "1");
   EXPECT_TRUE(env::report_environment("test_env"));  // a warning on stderr
   ScopedEnv bad(kProbe, "2");
   EXPECT_FALSE(env::report_environment("test_env"));

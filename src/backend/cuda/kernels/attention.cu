@@ -497,7 +497,6 @@ void launch_paged_attention(const PagedAttentionKernelParams& p, cudaStream_t st
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const int group = p.num_q_heads / p.num_kv_heads;
   const bool f32 = p.pool_f32 != nullptr;
-  if (gqa_decode_enabled() && launch_gqa_decode_cluster(p, stream)) return;  // merged inside
   if (gqa_decode_enabled() && (launch_gqa_decode_mma(p, stream) || launch_gqa_decode(p, stream))) {
     launch_split_combine(p, stream);
     return;

@@ -130,20 +130,6 @@ int64_t gqa_decode_mma_merge_warp_launches();
 void set_split_combine_warp(int on);
 int split_combine_warp();
 int64_t split_combine_warp_launches();
-// The tensor-core decode kernel with the KV splits of a (kv head, sequence) in one thread-block
-// cluster of up to 16 CTAs, merged over distributed shared memory (gqa_decode_cluster.cu): no
-// split combine kernel. For decode batches of at most 4 sequences, groups 4 / 8 / 16, head dims
-// 64 / 128, contexts up to 4,096 keys in the grid; never under DEEPINFER_BATCH_INVARIANT=1 (its
-// merge order differs from the split kernel + combine). Mode DEEPINFER_GQA_CLUSTER: 0 (default)
-// off, 1 on; set_gqa_decode_cluster overrides it (-1: the environment's value again).
-// gqa_decode_cluster_launches() counts its launches (tests).
-int gqa_decode_cluster();
-void set_gqa_decode_cluster(int mode);
-int64_t gqa_decode_cluster_launches();
-bool gqa_decode_cluster_takes(const PagedAttentionKernelParams& p);
-// Launches it (the output written, nothing to combine) when gqa_decode_cluster_takes; false
-// otherwise (nothing launched).
-bool launch_gqa_decode_cluster(const PagedAttentionKernelParams& p, cudaStream_t stream);
 // Launches it for a decode call when gqa_decode_mma_for and the layout allow; false otherwise.
 bool launch_gqa_decode_mma(const PagedAttentionKernelParams& p, cudaStream_t stream);
 // Whether launch_gqa_decode_mma would take p (it launches nothing when not).

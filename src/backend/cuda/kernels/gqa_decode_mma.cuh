@@ -1,9 +1,9 @@
 #pragma once
-// The tensor-core GQA decode arithmetic of one warp and one 16-key sub-tile, shared by the split
-// kernel (gqa_decode_mma.cu: a CTA per KV split, partials merged by combine_splits_kernel) and
-// the cluster kernel (gqa_decode_cluster.cu: the splits of a kv head in one thread-block cluster,
-// merged over distributed shared memory). The q heads of one kv head are the rows of an m16 tile
-// (rows >= G are zero). Device code only.
+// The tensor-core GQA decode arithmetic of one warp and one 16-key sub-tile (gqa_decode_mma.cu:
+// a CTA per KV split, partials merged by combine_splits_kernel; until run 48 also the opt-in
+// cluster kernel, which merged the splits of a kv head over distributed shared memory and was
+// removed after measuring within noise at batch 1 and slower elsewhere). The q heads of one kv
+// head are the rows of an m16 tile (rows >= G are zero). Device code only.
 #include <cstdint>
 
 #include "backend/cuda/kernels/attention.h"

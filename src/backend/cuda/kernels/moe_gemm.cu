@@ -680,17 +680,16 @@ __global__ void __launch_bounds__(kT1SlotMaxWarps * 32, MinBlocks)
 constexpr int kT1SlotMaxColsAt8 = 2;
 
 // The slot-split down kernel for `iters` (<= 8) chunk-iterations per row and C columns per CTA
-// (C <= kT1SlotMaxColsAt8 past 6 iterations). occ2: MinBlocks 2 (64 registers) where it was
-// measured to pay, 3 iterations of 4 columns (Qwen3-30B-A3B: one wave of 512 CTAs). The other
-// register caps measured in run 41 (3 iterations at 2 columns and 40 registers, 6 at 2 columns
-// and 64, 6 at 1 column and 40) lost 0.3-2.6 % and are not built.
+// (C <= kT1SlotMaxColsAt8 past 6 iterations). MinBlocks 2 (64 registers) where it was measured
+// to pay, 3 iterations of 4 columns (Qwen3-30B-A3B: one wave of 512 CTAs; MinBlocks 1 there,
+// DEEPINFER_MOE_T1_SLOT_OCC=1 until run 48, measured -2.6 % in run 42). The other register caps
+// measured in run 41 (3 iterations at 2 columns and 40 registers, 6 at 2 columns and 64, 6 at 1
+// column and 40) lost 0.3-2.6 % and are not built.
 template <int C>
-void (*t1_slot_kernel_for(int iters, bool occ2))(MoeDecodeT1Params) {
-  if constexpr (C == 4) {
-    if (iters == 3 && occ2) return moe_down_t1_slot_kernel<3, 4, 2>;
-  }
+void (*t1_slot_kernel_for(int iters))(MoeDecodeT1Params) {
+  constexpr int kMinBlocks3 = C == 4 ? 2 : 1;
   return iters <= 2   ? moe_down_t1_slot_kernel<2, C>
-         : iters <= 3 ? moe_down_t1_slot_kernel<3, C>
+         : iters <= 3 ? moe_down_t1_slot_kernel<3, C, kMinBlocks3>
          : iters <= 4 ? moe_down_t1_slot_kernel<4, C>
          : iters <= 6 ? moe_down_t1_slot_kernel<6, C>
                       : moe_down_t1_slot_kernel<8, std::min(C, kT1SlotMaxColsAt8)>;
@@ -1110,9 +1109,8 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
     // 533.0 / 530.8 (call 2, where the 4 columns gave 534.2 / 533.5). C columns per CTA: the
     // override, else DEEPINFER_MOE_T1_SLOT_C (1, 2 or 4; read once), else 4 (2 at 4 and 8
     // chunk-iterations: unmeasured, the registers of 4 x 4 / 4 x 8 rows); MinBlocks 2 for 4
-    // columns of 3 iterations (DEEPINFER_MOE_T1_SLOT_OCC=1: MinBlocks 1 there too), else 1.
+    // columns of 3 iterations, else 1.
     static const int env_c = di::env::get_int("DEEPINFER_MOE_T1_SLOT_C", 0);
-    static const int env_occ = di::env::get_int("DEEPINFER_MOE_T1_SLOT_OCC", 0);
     const int want = g_t1_slot_cols > 0        ? g_t1_slot_cols
                      : env_c > 0               ? env_c
                      : iters == 4 || iters > 6 ? 2
@@ -1121,10 +1119,9 @@ cudaError_t launch_moe_decode_t1(const MoeDecodeT1Params& params, int num_sms,
     // (run 43: a forced 4 at inter 2048 once ran a 2-column instance on a 4-column grid).
     const int cap = iters > 6 ? kT1SlotMaxColsAt8 : 4;
     const int cols = std::min(want >= 4 ? 4 : want >= 2 ? 2 : 1, cap);
-    const bool occ2 = env_occ != 1;
-    void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters, occ2)
-                                        : cols == 2 ? t1_slot_kernel_for<2>(iters, occ2)
-                                                    : t1_slot_kernel_for<1>(iters, occ2);
+    void (*kernel)(MoeDecodeT1Params) = cols == 4   ? t1_slot_kernel_for<4>(iters)
+                                        : cols == 2 ? t1_slot_kernel_for<2>(iters)
+                                                    : t1_slot_kernel_for<1>(iters);
     const bool pdl = t1_pdl(p, true);
     p.early_rows = down_early_env && pdl && pdl_enabled();
     return launch_dependent_if(pdl, kernel, dim3(ceil_div(p.hidden, cols)), dim3(slots * 32), 0,
