@@ -11,6 +11,12 @@
 #   the most an L2 prefetch of the next layer's projections during the attention / router could give.
 #   DEEPINFER_DBG_SKIP: run 47's (13 Qwen3 = routing + combine + rope/store; 25 V2-Lite = routing +
 #   rope/store + merge_uv).
+#   DEEPINFER_DBG_ROUTE_PF (in the patch): as soon as the router's routing warp has written the
+#   ids, its lanes issue one cp.async.bulk.prefetch.L2 per chosen expert of its gate_up block (1),
+#   its down block (2) or both (3), DEEPINFER_DBG_ROUTE_PF_KB at most per block: gate_up's ramp
+#   (ids through L2, then the first loads) starts ~1-2 us earlier and the copy engine streams at
+#   up to 4.6 TB/s (bench_cuda_l2lat) where gate_up's register loads reach 3.9-4.1 alone. Risk:
+#   50 MB of Qwen3 gate_up blocks against a 50 MB L2, fetched in another order than read.
 #   ALIAS bit 32 + SKIP bit 64 (in the patch): every layer's experts and shared experts the
 #   first MoE layer's, every routed slot expert 0: with ALIAS 35 and SKIP 65 the step reads
 #   almost nothing from HBM but the K/V and the lm_head (0.145 ms of Qwen3's step at 4.3 TB/s):
@@ -28,7 +34,7 @@
 #   DEEPINFER_DBG_PREFETCH_MB caps the bytes. The qkv GEMV's own loads stay evict-first. Read
 #   against alias1_qkv: alias = the gain if the bytes were in L2 for free; prefetch = what it
 #   costs to get them there in the router window.
-# Bundle (here, from 45e4247): git apply dbg_alias_skip.patch; ninja -C build-cuda bench_cuda_model;
+# Bundle (here; the patch applies at 45e4247 and at 8da6585): git apply dbg_alias_skip.patch; ninja -C build-cuda bench_cuda_model;
 #   cp build-cuda/bench/bench_cuda_model /tmp/bench_cuda_model_dbg; git checkout src;
 #   BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS=/tmp/bench_cuda_model_dbg scripts/build_gpu_bundle.sh
 #   rm -f .gpu_pack/tokenizers.tar.xz; move models/deepinfer-demo-code/model.safetensors aside (carry
@@ -78,6 +84,10 @@ for round in $(seq 1 "$ROUNDS"); do
     run pf2_bulk_last $D $P 1 DEEPINFER_DBG_PREFETCH=2
     run pf3_lines $D $P 1 DEEPINFER_DBG_PREFETCH=3
     run pf1_8mb $D $P 1 DEEPINFER_DBG_PREFETCH=1 DEEPINFER_DBG_PREFETCH_MB=8
+    run rpf1_gu $D $P 1 DEEPINFER_DBG_ROUTE_PF=1
+    run rpf1_gu_1mb $D $P 1 DEEPINFER_DBG_ROUTE_PF=1 DEEPINFER_DBG_ROUTE_PF_KB=1024
+    run rpf2_down $D $P 1 DEEPINFER_DBG_ROUTE_PF=2
+    run rpf3_both $D $P 1 DEEPINFER_DBG_ROUTE_PF=3
     run skip$J $D $P 1 DEEPINFER_DBG_SKIP=$J
     run skip${J}_alias3 $D $P 1 DEEPINFER_DBG_SKIP=$J DEEPINFER_DBG_ALIAS=3
     # the latency floor: every projection, expert and shared expert of every layer the first
