@@ -36,7 +36,9 @@
 #   costs to get them there in the router window.
 # Bundle (here; the patch applies at 45e4247 and at 8da6585): git apply dbg_alias_skip.patch; ninja -C build-cuda bench_cuda_model;
 #   cp build-cuda/bench/bench_cuda_model /tmp/bench_cuda_model_dbg; git checkout src;
-#   BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS=/tmp/bench_cuda_model_dbg scripts/build_gpu_bundle.sh
+#   (optional, for the timelines at the end: the same patched tree in build-cuda-trace, copied to
+#   /tmp/bench_cuda_model_dbg_trace)
+#   BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS="/tmp/bench_cuda_model_dbg /tmp/bench_cuda_model_dbg_trace" scripts/build_gpu_bundle.sh
 #   rm -f .gpu_pack/tokenizers.tar.xz; move models/deepinfer-demo-code/model.safetensors aside (carry
 #   limit), run with carry [".gpu_pack"]: bash docs/logs/2026-12-05_run48/prepared_call/run.sh;
 #   restore the model. ~60 bench runs of ~2-5 s each: well under the 600 s limit.
@@ -66,6 +68,26 @@ sweep32() {
   for v in 4 8; do run mla_wide_warps$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_WARPS=$v; done
   for v in 256 1024; do run mla_wide_split$v bench_cuda_model deepseek-v2-lite 32 DEEPINFER_MLA_WIDE_SPLIT=$v; done
   run head bench_cuda_model deepseek-v2-lite 32 X=0
+}
+traces() {
+  # Timelines (-DDI_TRACE=1 build of the same patched tree, if bundled as bench_cuda_model_dbg_trace:
+  #   ninja -C build-cuda-trace bench_cuda_model with the patch applied, copied under that name and
+  #   added to BUNDLE_EXTRA_BINS): where the variants move the kernels of a layer.
+  if [ -x $B/bench_cuda_model_dbg_trace ]; then
+    for v in "qwen3-30b-a3b base X=0" "qwen3-30b-a3b alias1 DEEPINFER_DBG_ALIAS=1" \
+             "qwen3-30b-a3b rpf1 DEEPINFER_DBG_ROUTE_PF=1" "qwen3-30b-a3b pf1 DEEPINFER_DBG_PREFETCH=1" \
+             "qwen3-30b-a3b floor DEEPINFER_DBG_SKIP=77 DEEPINFER_DBG_ALIAS=35" \
+             "deepseek-v2-lite base X=0" "deepseek-v2-lite alias1 DEEPINFER_DBG_ALIAS=1" \
+             "deepseek-v2-lite rpf1 DEEPINFER_DBG_ROUTE_PF=1"; do
+      set -- $v; P=$1; tag=$2; shift 2
+      [ $SECONDS -gt ${BUDGET_S:-540} ] && { echo "trace $P $tag skipped (time)" | tee -a $S; continue; }
+      env "$@" timeout 60 $B/bench_cuda_model_dbg_trace --preset $P --conc 1 --ctx 2048 --reps 10 \
+        --trace $OUT/trace_${P}_$tag.csv > $OUT/trace_${P}_$tag.log 2>&1
+      python3 scripts/trace_layers.py $OUT/trace_${P}_$tag.csv > $OUT/trace_layers_${P}_$tag.txt 2>&1
+      echo "== trace $P $tag" | tee -a $S; head -14 $OUT/trace_layers_${P}_$tag.txt | tee -a $S
+      xz -9 $OUT/trace_${P}_$tag.csv
+    done
+  fi
 }
 D=bench_cuda_model_dbg
 for round in $(seq 1 "$ROUNDS"); do
@@ -102,7 +124,7 @@ for round in $(seq 1 "$ROUNDS"); do
   run gu2x8 bench_cuda_model qwen3-30b-a3b 1 DEEPINFER_MOE_T1_GU=2x8
   run gu2x8 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MOE_T1_GU=2x8
   run mla_min2 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2
-  [ "$round" = 1 ] && sweep32
+  [ "$round" = 1 ] && { sweep32; traces; }
 done
 kill $CLK 2>/dev/null
 sort -t, -k2 $OUT/clocks.log | awk -F, '{print $2}' | sort | uniq -c | sort -rn | head -5 | tee -a $S
