@@ -17,6 +17,10 @@
 #   (ids through L2, then the first loads) starts ~1-2 us earlier and the copy engine streams at
 #   up to 4.6 TB/s (bench_cuda_l2lat) where gate_up's register loads reach 3.9-4.1 alone. Risk:
 #   50 MB of Qwen3 gate_up blocks against a 50 MB L2, fetched in another order than read.
+#   One SM's copy engine may not issue 50 MB of prefetches fast; DEEPINFER_DBG_GU_PF=1 spreads the
+#   same idea over the gate_up grid: each routed CTA, once it has read its expert id, issues one
+#   bulk prefetch of its 8 gate rows and one of its 8 up rows (2 x 32 KB at Qwen3), then streams
+#   them with its register loads as before (which then hit L2 or in-flight fills).
 #   ALIAS bit 32 + SKIP bit 64 (in the patch): every layer's experts and shared experts the
 #   first MoE layer's, every routed slot expert 0: with ALIAS 35 and SKIP 65 the step reads
 #   almost nothing from HBM but the K/V and the lm_head (0.145 ms of Qwen3's step at 4.3 TB/s):
@@ -76,6 +80,7 @@ traces() {
   if [ -x $B/bench_cuda_model_dbg_trace ]; then
     for v in "qwen3-30b-a3b base X=0" "qwen3-30b-a3b alias1 DEEPINFER_DBG_ALIAS=1" \
              "qwen3-30b-a3b rpf1 DEEPINFER_DBG_ROUTE_PF=1" "qwen3-30b-a3b pf1 DEEPINFER_DBG_PREFETCH=1" \
+           "qwen3-30b-a3b gupf DEEPINFER_DBG_GU_PF=1" \
              "qwen3-30b-a3b floor DEEPINFER_DBG_SKIP=77 DEEPINFER_DBG_ALIAS=35" \
              "deepseek-v2-lite base X=0" "deepseek-v2-lite alias1 DEEPINFER_DBG_ALIAS=1" \
              "deepseek-v2-lite rpf1 DEEPINFER_DBG_ROUTE_PF=1"; do
@@ -110,6 +115,7 @@ for round in $(seq 1 "$ROUNDS"); do
     run rpf1_gu_1mb $D $P 1 DEEPINFER_DBG_ROUTE_PF=1 DEEPINFER_DBG_ROUTE_PF_KB=1024
     run rpf2_down $D $P 1 DEEPINFER_DBG_ROUTE_PF=2
     run rpf3_both $D $P 1 DEEPINFER_DBG_ROUTE_PF=3
+    run gupf $D $P 1 DEEPINFER_DBG_GU_PF=1
     run skip$J $D $P 1 DEEPINFER_DBG_SKIP=$J
     run skip${J}_alias3 $D $P 1 DEEPINFER_DBG_SKIP=$J DEEPINFER_DBG_ALIAS=3
     # the latency floor: every projection, expert and shared expert of every layer the first
