@@ -38,14 +38,11 @@
 #   DEEPINFER_DBG_PREFETCH_MB caps the bytes. The qkv GEMV's own loads stay evict-first. Read
 #   against alias1_qkv: alias = the gain if the bytes were in L2 for free; prefetch = what it
 #   costs to get them there in the router window.
-# Bundle (here; the patch applies at 45e4247 and at 8da6585): git apply dbg_alias_skip.patch; ninja -C build-cuda bench_cuda_model;
-#   cp build-cuda/bench/bench_cuda_model /tmp/bench_cuda_model_dbg; git checkout src;
-#   (optional, for the timelines at the end: the same patched tree in build-cuda-trace, copied to
-#   /tmp/bench_cuda_model_dbg_trace)
-#   BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS="/tmp/bench_cuda_model_dbg /tmp/bench_cuda_model_dbg_trace" scripts/build_gpu_bundle.sh
-#   rm -f .gpu_pack/tokenizers.tar.xz; move models/deepinfer-demo-code/model.safetensors aside (carry
-#   limit), run with carry [".gpu_pack"]: bash docs/logs/2026-12-05_run48/prepared_call/run.sh;
-#   restore the model. ~60 bench runs of ~2-5 s each: well under the 600 s limit.
+# Bundle (here): bash docs/logs/2026-12-05_run48/prepared_call/bundle.sh (applies the patch,
+#   builds the patched benchmark and its trace build, restores the tree, packs .gpu_pack); move
+#   models/deepinfer-demo-code/model.safetensors aside (carry limit), run with carry
+#   [".gpu_pack"]: bash docs/logs/2026-12-05_run48/prepared_call/run.sh; restore the model.
+#   The bench runs are timed; past BUDGET_S (540) the rest are skipped and say so.
 set -u
 ROUNDS=${ROUNDS:-2}
 rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
