@@ -8,12 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 here=docs/logs/2026-12-05_run48/prepared_call
-if ! git diff --quiet -- src; then
-  echo "src/ has uncommitted changes: commit or stash them first" >&2
+if ! git diff --quiet -- src tests; then
+  echo "src/ or tests/ has uncommitted changes: commit or stash them first" >&2
   exit 1
 fi
 git apply "$here/dbg_alias_skip.patch"
-trap 'git checkout -- src' EXIT  # the tree comes back whatever happens
+trap 'git checkout -- src tests' EXIT  # the tree comes back whatever happens
 cmake -S . -B build-cuda -G Ninja -DDI_CUDA=ON -DDI_BLAS=OFF -DDI_BUILD_PYTHON=OFF \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build-cuda -j"${JOBS:-2}" bench_cuda_model
@@ -27,6 +27,15 @@ if [ "${TRACE:-1}" = 1 ]; then
   extra="$extra /tmp/bench_cuda_model_dbg_trace"
 fi
 git checkout -- src
+# The real form of the next-weight prefetch (prefetch_next_feature.patch: MoeResidualParams::
+# next_weight from the models, DEEPINFER_MOE_PREFETCH_NEXT, its bitwise test), for an A/B in
+# the same call: bench_cuda_model_pfnext and test_cuda_moe_pfnext.
+git apply "$here/prefetch_next_feature.patch"
+ninja -C build-cuda -j"${JOBS:-2}" bench_cuda_model test_cuda_moe
+cp build-cuda/bench/bench_cuda_model /tmp/bench_cuda_model_pfnext
+cp "$(find build-cuda -type f -name test_cuda_moe -perm -u+x | head -1)" /tmp/test_cuda_moe_pfnext
+extra="$extra /tmp/bench_cuda_model_pfnext /tmp/test_cuda_moe_pfnext"
+git checkout -- src tests
 trap - EXIT
 BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS="$extra" bash scripts/build_gpu_bundle.sh
 rm -f .gpu_pack/tokenizers.tar.xz

@@ -43,6 +43,11 @@
 #   models/deepinfer-demo-code/model.safetensors aside (carry limit), run with carry
 #   [".gpu_pack"]: bash docs/logs/2026-12-05_run48/prepared_call/run.sh; restore the model.
 #   The bench runs are timed; past BUDGET_S (540) the rest are skipped and say so.
+#   prefetch_next_feature.patch (bundled as *_pfnext): the same prefetch as DEEPINFER_DBG_PREFETCH=1
+#   / 2 in its real form (the models pass the next layer's first projection in
+#   MoeResidualParams::next_weight; DEEPINFER_MOE_PREFETCH_NEXT=1 | 2, default 0), with its test
+#   CudaMoeFused.NextWeightPrefetchChangesNoBits; if it wins, apply it and make the winner the
+#   default (the test and the A/B rows here are its evidence).
 set -u
 ROUNDS=${ROUNDS:-2}
 rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
@@ -92,6 +97,12 @@ traces() {
   fi
 }
 D=bench_cuda_model_dbg
+if [ -x $B/test_cuda_moe_pfnext ]; then  # the feature's bitwise test first (and the MoE table)
+  timeout 200 $B/test_cuda_moe_pfnext > $OUT/test_cuda_moe_pfnext.log 2>&1
+  echo "test_cuda_moe_pfnext rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/test_cuda_moe_pfnext.log | tr '\n' ' ')" | tee -a $S
+  grep "next_weight_prefetch" $OUT/test_cuda_moe_pfnext.log | tee -a $S
+  xz -9 $OUT/test_cuda_moe_pfnext.log
+fi
 for round in $(seq 1 "$ROUNDS"); do
   echo "== round $round" | tee -a $S
   for P in qwen3-30b-a3b deepseek-v2-lite; do
@@ -127,6 +138,15 @@ for round in $(seq 1 "$ROUNDS"); do
   run gu2x8 bench_cuda_model qwen3-30b-a3b 1 DEEPINFER_MOE_T1_GU=2x8
   run gu2x8 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MOE_T1_GU=2x8
   run mla_min2 bench_cuda_model deepseek-v2-lite 1 DEEPINFER_MLA_CLUSTER_MIN_BLOCKS=2
+  # the real form of the next-weight prefetch (prefetch_next_feature.patch), same binary on / off
+  if [ -x $B/bench_cuda_model_pfnext ]; then
+    for P in qwen3-30b-a3b deepseek-v2-lite; do
+      run pfnext0 bench_cuda_model_pfnext $P 1 DEEPINFER_MOE_PREFETCH_NEXT=0
+      run pfnext1 bench_cuda_model_pfnext $P 1 DEEPINFER_MOE_PREFETCH_NEXT=1
+      run pfnext2 bench_cuda_model_pfnext $P 1 DEEPINFER_MOE_PREFETCH_NEXT=2
+      run pfnext1 bench_cuda_model_pfnext $P 32 DEEPINFER_MOE_PREFETCH_NEXT=1
+    done
+  fi
   [ "$round" = 1 ] && { sweep32; traces; }
 done
 kill $CLK 2>/dev/null
