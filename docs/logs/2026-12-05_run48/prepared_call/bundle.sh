@@ -37,6 +37,7 @@ cp "$(find build-cuda -type f -name test_cuda_moe -perm -u+x | head -1)" /tmp/te
 extra="$extra /tmp/bench_cuda_model_pfnext /tmp/test_cuda_moe_pfnext"
 git checkout -- src tests
 trap - EXIT
-BUNDLE_TARGETS=bench_cuda_model BUNDLE_EXTRA_BINS="$extra" bash scripts/build_gpu_bundle.sh
+BUNDLE_TARGETS="bench_cuda_model test_backend_ops" BUNDLE_EXTRA_BINS="$extra" \
+  bash scripts/build_gpu_bundle.sh
 rm -f .gpu_pack/tokenizers.tar.xz
 ls -la .gpu_pack

@@ -97,6 +97,15 @@ traces() {
   fi
 }
 D=bench_cuda_model_dbg
+# Run 48's removals on the GPU (the GQA cluster kernel's launch hook left attention.cu's host
+# code; the kernels are byte-identical): the decode attention cases and their bitwise tests.
+if [ -x $B/test_backend_ops ]; then
+  timeout 200 $B/test_backend_ops --gtest_filter='*gqa*:*decode*:*attention*:*paged*:SplitCombine.*:GqaDecode*:QkvRope*' > $OUT/test_backend_ops_attn.log 2>&1
+  echo "test_backend_ops (attention) rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/test_backend_ops_attn.log | tr '\n' ' ')" | tee -a $S
+  xz -9 $OUT/test_backend_ops_attn.log
+fi
+# test_cuda_moe_pfnext is HEAD's test_cuda_moe plus the feature's test: it also covers run 48's
+# slot-kernel change (one unused instance dropped, the others byte-identical).
 if [ -x $B/test_cuda_moe_pfnext ]; then  # the feature's bitwise test first (and the MoE table)
   timeout 200 $B/test_cuda_moe_pfnext > $OUT/test_cuda_moe_pfnext.log 2>&1
   echo "test_cuda_moe_pfnext rc=$? $(grep -E '^\[  (PASSED|FAILED)' $OUT/test_cuda_moe_pfnext.log | tr '\n' ' ')" | tee -a $S

@@ -4,6 +4,8 @@
 # MinBlocks-1 switch; every default kernel byte-identical to 45e4247's, which run 47 call 5
 # verified: test_backend_ops 365/365, test_cuda_mla 75/75, test_cuda_golden 16/16, and
 # test_cuda_moe 246/246 in call 1). Expect test_backend_ops one test fewer (the cluster test).
+# run.sh already runs the attention part of test_backend_ops and the whole test_cuda_moe (with
+# the feature patch); this is the full set, for a call to spare.
 # Bundle (here): BUNDLE_TARGETS="test_backend_ops test_cuda_moe test_cuda_mla test_cuda_golden
 #   bench_cuda_model" JOBS=2 bash scripts/build_gpu_bundle.sh; rm -f .gpu_pack/tokenizers.tar.xz;
 #   move models/deepinfer-demo-code/model.safetensors aside; carry [".gpu_pack"]; restore it.
