@@ -48,6 +48,14 @@
 #   MoeResidualParams::next_weight; DEEPINFER_MOE_PREFETCH_NEXT=1 | 2, default 0), with its test
 #   CudaMoeFused.NextWeightPrefetchChangesNoBits; if it wins, apply it and make the winner the
 #   default (the test and the A/B rows here are its evidence).
+# Run 49 (no device either) added read_summary.py (the means, per-layer microseconds and the
+#   distance to the 70 % line, printed at the end) and timed the bundle from a fresh checkout:
+#   scripts/setup_deps.sh 25 s, the full CUDA build 12.5 min, bundle.sh 8.5 min (2 cores).
+#   The device tool may now lend an H100 (status's default kind there was nvidia-h100-x1): the
+#   rows still compare within the call (every variant against its base, same card), but #6's
+#   numbers are H200 numbers (4.3 TB/s roofline; read_summary.py rescales the 70 % line for an
+#   H100 and says so), and the full #6 table does not fit an H100 (Qwen3-30B-A3B at batch 256 and
+#   ctx 2048: 51 GB of K/V beside 61 GB of weights): that call needs needs_h200.
 set -u
 ROUNDS=${ROUNDS:-2}
 rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
@@ -160,3 +168,6 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 kill $CLK 2>/dev/null
 sort -t, -k2 $OUT/clocks.log | awk -F, '{print $2}' | sort | uniq -c | sort -rn | head -5 | tee -a $S
+# The rows as means per variant, per-layer microseconds and the distance to the 70 % line.
+python3 docs/logs/2026-12-05_run48/prepared_call/read_summary.py $S > $OUT/reading.txt 2>&1
+cat $OUT/reading.txt
