@@ -57,7 +57,7 @@
 #   H100 and says so), and the full #6 table does not fit an H100 (Qwen3-30B-A3B at batch 256 and
 #   ctx 2048: 51 GB of K/V beside 61 GB of weights): that call needs needs_h200.
 set -u
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}  # a bench row takes ~1 s (run 47): three rounds fit the budget
 rm -rf .gpu_bin .gpu_libs; tar -xJf .gpu_pack/bundle.tar.xz
 ROOT=$(pwd); source "$ROOT/scripts/gpu_libpath.sh"; export DI_SOURCE_DIR=$ROOT
 B=.gpu_bin; S=$OUT/summary.txt
