@@ -36,6 +36,7 @@ def base_of(tag):
 def main(path):
     rows = OrderedDict()  # (preset, conc) -> tag -> [(tok_s, pct)]
     skipped = 0
+    failed = []
     scale = 1.0  # the device's roofline against the issue's
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -50,6 +51,8 @@ def main(path):
                 continue
             m = ROW.match(line)
             if not m:
+                if re.match(r"^\S+ \S+ c=\d+ ", line):  # a bench row without a number
+                    failed.append(line.strip())
                 continue
             tag, preset, conc = m.group(1), m.group(2), int(m.group(3))
             rows.setdefault((preset, conc), OrderedDict()).setdefault(tag, []).append(
@@ -84,6 +87,8 @@ def main(path):
                   f"{change:>8} {per_layer:>9} {to70:>8}")
     if skipped:
         print(f"({skipped} rows skipped for time)")
+    for line in failed:
+        print(f"no number (the bench failed or timed out): {line}")
 
 
 if __name__ == "__main__":
