@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Reads run.sh's summary.txt and prints, per preset and batch, each variant's mean tok/s over
 the rounds, its % of the roofline, its change against the base row and what that change is per
-layer in microseconds (the step time difference spread over the model's layers), and at batch 1
-how many microseconds a layer would still have to lose for the 70 % line. Rows of the
+layer in microseconds (the step time difference spread over the model's layers), and how many
+microseconds a layer would still have to lose for the 70 % line (the roofline is each row's
+tok/s over its pct, as bench_cuda_model printed them). Rows of the
 patched binary (bench_cuda_model_dbg) compare against `dbg_base`, rows of bench_cuda_model and the
 pfnext binary against `head` / `pfnext0`. The 70 % line is issue #6's target.
 
@@ -14,12 +15,10 @@ import sys
 from collections import OrderedDict
 
 LAYERS = {"qwen3-30b-a3b": 48, "deepseek-v2-lite": 27}
-TARGET_70 = {"qwen3-30b-a3b": 479.0, "deepseek-v2-lite": 606.0}
-# HBM peak (TB/s) by the GPU name run.sh's first line records. The issue's roofline is 4.3 TB/s,
-# 0.896 of the H200's 4.8 peak; on another card the same fraction of its peak is its line, so the
-# bench's pct (always against 4.3 TB/s) is rescaled for the "to 70 %" column and said so.
+# HBM peak (TB/s) by the GPU name run.sh's first line records. The bench's pct is always against
+# the issue's 4.3 TB/s, the H200's line; on another card the same fraction of its own peak is its
+# line, so the 70 % line is rescaled by the peaks' ratio and the script says so.
 PEAK_TB_S = {"H200": 4.8, "H100": 3.35}
-ISSUE_TB_S = 4.3
 ROW = re.compile(r"^(\S+) (\S+) c=(\d+) tok_s=([0-9.]+) pct=([0-9.]+)")
 # Which row a variant is compared against (by its tag).
 HEAD_TAGS = {"head", "gu2x8", "mla_min2"}
@@ -37,15 +36,16 @@ def main(path):
     rows = OrderedDict()  # (preset, conc) -> tag -> [(tok_s, pct)]
     skipped = 0
     failed = []
-    scale = 1.0  # the device's roofline against the issue's
+    scale = None  # the device's roofline against the issue's, from the first GPU name
     with open(path, encoding="utf-8") as f:
         for line in f:
-            for name, peak in PEAK_TB_S.items():
-                if name in line and "NVIDIA" in line and scale == 1.0 and name != "H200":
-                    scale = 0.896 * peak / ISSUE_TB_S
-                    print(f"note: {name} (peak {peak} TB/s): the 70 % line below is "
-                          f"{0.896 * peak:.2f} TB/s x 70 %, not the issue's H200 line; "
-                          "% roof stays against 4.3 TB/s as the bench prints it")
+            if scale is None and line.startswith("NVIDIA"):
+                name = next((n for n in PEAK_TB_S if n in line), "H200")
+                scale = PEAK_TB_S[name] / PEAK_TB_S["H200"]
+                if name != "H200":
+                    print(f"note: {name}: the 70 % line below is rescaled to its {PEAK_TB_S[name]}"
+                          " TB/s peak, not the issue's H200 line; % roof stays against 4.3 TB/s"
+                          " as the bench prints it")
             if "skipped (time)" in line:
                 skipped += 1
                 continue
@@ -59,10 +59,12 @@ def main(path):
                 (float(m.group(4)), float(m.group(5))))
     if not rows:
         sys.exit(f"{path}: no bench rows")
+    scale = scale or 1.0
     for (preset, conc), tags in rows.items():
         layers = LAYERS.get(preset, 1)
-        print(f"== {preset} c={conc}" + (f" (70 %: {TARGET_70[preset] * scale:.0f} tok/s)"
-                                         if conc == 1 and preset in TARGET_70 else ""))
+        tok0, pct0 = next(iter(tags.values()))[0]
+        target = 0.7 * tok0 / (pct0 / 100.0) * scale  # 70 % of the roofline, tok/s
+        print(f"== {preset} c={conc} (70 %: {target:.0f} tok/s)")
         print(f"  {'variant':<18} {'n':>2} {'tok/s':>8} {'min-max':>15} {'% roof':>7} "
               f"{'vs base':>8} {'us/layer':>9} {'to 70 %':>8}")
         for tag, vals in tags.items():
@@ -74,14 +76,10 @@ def main(path):
             if base and tag != base_of(tag) and mean > 0:
                 b = statistics.mean(v[0] for v in base)
                 change = f"{100.0 * (mean / b - 1.0):+.1f} %"
-                # step time per token (us) at this batch, its difference spread over the layers
-                dt = (1e6 * conc / b - 1e6 * conc / mean) / layers
-                per_layer = f"{-dt:+.2f}"
+                # the step time's change (us; a step is conc tokens), spread over the layers
+                per_layer = f"{(1e6 * conc / mean - 1e6 * conc / b) / layers:+.2f}"
             # what a layer would still have to lose for the 70 % line (negative: past it)
-            to70 = ""
-            if conc == 1 and preset in TARGET_70:
-                target = TARGET_70[preset] * scale
-                to70 = f"{(1e6 / mean - 1e6 / target) / layers:.2f}"
+            to70 = f"{(1e6 * conc / mean - 1e6 * conc / target) / layers:.2f}"
             spread = f"{min(tok):.1f}-{max(tok):.1f}" if len(tok) > 1 else ""
             print(f"  {tag:<18} {len(tok):>2} {mean:>8.1f} {spread:>15} {pct:>7.1f} "
                   f"{change:>8} {per_layer:>9} {to70:>8}")

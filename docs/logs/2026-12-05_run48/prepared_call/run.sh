@@ -167,7 +167,7 @@ for round in $(seq 1 "$ROUNDS"); do
   [ "$round" = 1 ] && { sweep32; traces; }
 done
 kill $CLK 2>/dev/null
-sort -t, -k2 $OUT/clocks.log | awk -F, '{print $2}' | sort | uniq -c | sort -rn | head -5 | tee -a $S
+awk -F, '{print $2}' $OUT/clocks.log | sort | uniq -c | sort -rn | head -5 | tee -a $S
 # The rows as means per variant, per-layer microseconds and the distance to the 70 % line.
 python3 docs/logs/2026-12-05_run48/prepared_call/read_summary.py $S > $OUT/reading.txt 2>&1
 cat $OUT/reading.txt
